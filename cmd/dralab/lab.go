@@ -1,0 +1,37 @@
+package main
+
+import (
+	"os"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dralab/dralab/internal/labserver"
+	"github.com/dralab/dralab/internal/labstate"
+)
+
+func newLabCommand() *cobra.Command {
+	lab := &cobra.Command{Use: "lab", Short: "Embedded lab processes"}
+	var stateDir string
+	serve := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the embedded lab in the foreground (lab:up starts it detached)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			v, _ := strconv.Atoi(cmd.Flags().Lookup("v").Value.String())
+			return labserver.Run(cmd.Context(), labserver.Options{
+				Dir:        labstate.Dir(stateDir),
+				Executable: exe,
+				Verbosity:  v,
+			})
+		},
+	}
+	serve.Flags().StringVar(&stateDir, "state-dir", "", "the lab's state directory, holding config.json")
+	_ = serve.MarkFlagRequired("state-dir")
+	lab.AddCommand(serve)
+	return lab
+}

@@ -1,0 +1,48 @@
+// Command dralab is the lab's one large binary: the embedded lab process
+// (control plane), its nodes and, later, its drivers are subcommands, so
+// that one link serves them all.
+package main
+
+import (
+	"context"
+	goflag "flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/grpclog"
+	"k8s.io/klog/v2"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := newRootCommand().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "dralab:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "dralab",
+		Short:         "dralab runs a Kubernetes DRA lab: control plane, nodes and GPU drivers",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	klogFlags := goflag.NewFlagSet("klog", goflag.ExitOnError)
+	klog.InitFlags(klogFlags)
+	// One line per message even when logging to a file.
+	_ = klogFlags.Set("one_output", "true")
+	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("v"))
+	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("vmodule"))
+	// gRPC's own logger repeats what the components already log.
+	grpclog.SetLoggerV2(grpclog.NewLoggerV2(io.Discard, io.Discard, io.Discard))
+
+	root.AddCommand(newLabCommand(), newNodeCommand())
+	return root
+}

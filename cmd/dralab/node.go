@@ -1,0 +1,48 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dralab/dralab/internal/hollownode"
+	"github.com/dralab/dralab/internal/labstate"
+)
+
+func newNodeCommand() *cobra.Command {
+	var (
+		o        hollownode.Options
+		stateDir string
+		labels   []string
+	)
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Run one hollow lab node (started by the lab process)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Dir = labstate.Dir(stateDir).Node(o.Name)
+			o.Labels = map[string]string{}
+			for _, l := range labels {
+				k, v, ok := strings.Cut(l, "=")
+				if !ok {
+					return fmt.Errorf("--label %q: want key=value", l)
+				}
+				o.Labels[k] = v
+			}
+			return hollownode.Run(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&stateDir, "state-dir", "", "the lab's state directory")
+	f.StringVar(&o.Name, "name", "", "the node's name")
+	f.IntVar(&o.Port, "port", 0, "the kubelet's HTTPS port on 127.0.0.1")
+	f.StringVar(&o.CACert, "ca-cert", "", "CA certificate that verifies the kubelet's clients")
+	f.StringArrayVar(&labels, "label", nil, "a node label, key=value (repeatable)")
+	f.Float32Var(&o.QPS, "kube-api-qps", 50, "QPS of the kubelet's API client")
+	f.IntVar(&o.Burst, "kube-api-burst", 100, "burst of the kubelet's API client")
+	for _, name := range []string{"state-dir", "name", "port", "ca-cert"} {
+		_ = cmd.MarkFlagRequired(name)
+	}
+	return cmd
+}

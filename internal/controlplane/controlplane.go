@@ -1,0 +1,407 @@
+// Package controlplane runs a real Kubernetes control plane in one process:
+// embedded etcd, kube-apiserver, kube-scheduler and kube-controller-manager,
+// each built from k8s.io/kubernetes and started through its options and
+// Run functions (never its cobra command, which would install a second
+// process-wide signal handler).
+//
+// Feature gates, configz and metrics are process-global, so a process runs
+// at most one control plane.
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/spf13/pflag"
+	"go.etcd.io/etcd/server/v3/embed"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apiserver/pkg/server/egressselector"
+	"k8s.io/apiserver/pkg/util/compatibility"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/configz"
+	"k8s.io/klog/v2"
+	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	apiserveroptions "k8s.io/kubernetes/cmd/kube-apiserver/app/options"
+	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	kcmoptions "k8s.io/kubernetes/cmd/kube-controller-manager/app/options"
+	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	scheduleroptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
+)
+
+// Options configures a control plane. Every path is absolute.
+type Options struct {
+	// Listener is the API server's listener, already bound to loopback.
+	Listener net.Listener
+	// EtcdDir is etcd's data directory; EtcdLog its log file.
+	EtcdDir string
+	EtcdLog string
+	// PKI holds the certificates written by WritePKI.
+	PKI PKIFiles
+	// SchedulerKubeconfig and ControllerManagerKubeconfig are the
+	// components' own credentials.
+	SchedulerKubeconfig         string
+	ControllerManagerKubeconfig string
+	// SchedulerConfig is the scheduler's configuration file.
+	SchedulerConfig string
+	// AdminKubeconfig is used to wait for the API to be ready.
+	AdminKubeconfig string
+	// FeatureGates is passed as --feature-gates, e.g. "A=true,B=false".
+	FeatureGates string
+}
+
+// ControlPlane is a running control plane.
+type ControlPlane struct {
+	etcd   *embed.Etcd
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errs   chan error
+}
+
+// Start starts etcd, the API server, the scheduler and the controller
+// manager, and returns once the API server serves the default namespace.
+// The components run until ctx is cancelled or Stop is called.
+func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
+	logger := klog.FromContext(ctx)
+	if err := setFeatureGates(opts.FeatureGates); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	cp := &ControlPlane{cancel: cancel, errs: make(chan error, 3)}
+	ok := false
+	defer func() {
+		if !ok {
+			cp.Stop()
+		}
+	}()
+
+	start := time.Now()
+	etcdURL, err := cp.startEtcd(opts)
+	if err != nil {
+		return nil, err
+	}
+	logger.V(1).Info("etcd ready", "url", etcdURL, "elapsed", time.Since(start))
+
+	if err := cp.startAPIServer(ctx, opts, etcdURL); err != nil {
+		return nil, err
+	}
+	if err := waitForAPI(ctx, opts.AdminKubeconfig, cp.errs); err != nil {
+		return nil, err
+	}
+	logger.V(1).Info("kube-apiserver ready", "elapsed", time.Since(start))
+
+	if err := cp.startScheduler(ctx, opts); err != nil {
+		return nil, err
+	}
+	if err := cp.startControllerManager(ctx, opts); err != nil {
+		return nil, err
+	}
+	logger.V(1).Info("control plane started", "elapsed", time.Since(start))
+	ok = true
+	return cp, nil
+}
+
+// Errors delivers the error of a component that stopped on its own.
+func (cp *ControlPlane) Errors() <-chan error { return cp.errs }
+
+// Stop stops the components and etcd, and waits for them.
+func (cp *ControlPlane) Stop() {
+	cp.cancel()
+	cp.wg.Wait()
+	if cp.etcd != nil {
+		cp.etcd.Close()
+	}
+	configz.Delete("componentconfig")
+}
+
+var setGatesOnce sync.Once
+
+// setFeatureGates parses the feature gates once for the whole process: the
+// three components share the global registry, and each would otherwise
+// re-parse and fight over it.
+func setFeatureGates(gates string) error {
+	var err error
+	setGatesOnce.Do(func() {
+		fs := pflag.NewFlagSet("feature-gates", pflag.ContinueOnError)
+		compatibility.DefaultComponentGlobalsRegistry.AddFlags(fs)
+		if gates != "" {
+			if err = fs.Parse([]string{"--feature-gates=" + gates}); err != nil {
+				err = fmt.Errorf("parsing feature gates %q: %w", gates, err)
+				return
+			}
+		}
+		err = compatibility.DefaultComponentGlobalsRegistry.Set()
+	})
+	return err
+}
+
+func (cp *ControlPlane) startEtcd(opts Options) (string, error) {
+	clientURL, err := freeLoopbackURL()
+	if err != nil {
+		return "", err
+	}
+	peerURL, err := freeLoopbackURL()
+	if err != nil {
+		return "", err
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = "dralab"
+	cfg.Dir = opts.EtcdDir
+	cfg.ListenClientUrls = []url.URL{*clientURL}
+	cfg.AdvertiseClientUrls = []url.URL{*clientURL}
+	cfg.ListenPeerUrls = []url.URL{*peerURL}
+	cfg.AdvertisePeerUrls = []url.URL{*peerURL}
+	cfg.ListenMetricsUrls = nil
+	cfg.InitialCluster = cfg.Name + "=" + peerURL.String()
+	cfg.Logger = "zap"
+	cfg.LogLevel = "warn"
+	cfg.LogOutputs = []string{opts.EtcdLog}
+	// A lab is disposable: trade durability for speed.
+	cfg.UnsafeNoFsync = true
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return "", fmt.Errorf("starting etcd (log: %s): %w", opts.EtcdLog, err)
+	}
+	cp.etcd = e
+	select {
+	case <-e.Server.ReadyNotify():
+		return clientURL.String(), nil
+	case err := <-e.Err():
+		return "", fmt.Errorf("etcd failed (log: %s): %w", opts.EtcdLog, err)
+	case <-time.After(30 * time.Second):
+		return "", fmt.Errorf("etcd was not ready within 30s (log: %s)", opts.EtcdLog)
+	}
+}
+
+func (cp *ControlPlane) startAPIServer(ctx context.Context, opts Options, etcdURL string) error {
+	s := apiserveroptions.NewServerRunOptions()
+	fs := pflag.NewFlagSet("kube-apiserver", pflag.ContinueOnError)
+	for _, f := range s.Flags().FlagSets {
+		fs.AddFlagSet(f)
+	}
+	port := opts.Listener.Addr().(*net.TCPAddr).Port
+	p := opts.PKI
+	args := []string{
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		// No default route on some hosts: do not reconcile the kubernetes
+		// service's endpoints with a non-routable address.
+		"--endpoint-reconciler-type=none",
+		"--etcd-servers=" + etcdURL,
+		"--client-ca-file=" + p.CACert,
+		"--tls-cert-file=" + p.APIServerCert,
+		"--tls-private-key-file=" + p.APIServerKey,
+		"--kubelet-client-certificate=" + p.KubeletClientCert,
+		"--kubelet-client-key=" + p.KubeletClientKey,
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
+		"--service-account-key-file=" + p.ServiceAccountKey,
+		"--service-account-signing-key-file=" + p.ServiceAccountKey,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--anonymous-auth=false",
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--allow-privileged=true",
+		"--profiling=false",
+		// Stop in seconds instead of waiting for in-flight requests up to a minute.
+		"--shutdown-send-retry-after=true",
+	}
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("kube-apiserver flags: %w", err)
+	}
+	s.SecureServing.Listener = opts.Listener
+	s.SecureServing.BindPort = port
+
+	completed, err := s.Complete(ctx)
+	if err != nil {
+		return fmt.Errorf("kube-apiserver options: %w", err)
+	}
+	if errs := completed.Validate(); len(errs) > 0 {
+		return fmt.Errorf("kube-apiserver options: %w", errors.Join(errs...))
+	}
+	config, err := apiserverapp.NewConfig(completed)
+	if err != nil {
+		return fmt.Errorf("kube-apiserver config: %w", err)
+	}
+	config.KubeAPIs.Extra.KubeletClientConfig.Lookup = loopbackKubelets
+	completedConfig, err := config.Complete()
+	if err != nil {
+		return fmt.Errorf("kube-apiserver config: %w", err)
+	}
+	server, err := apiserverapp.CreateServerChain(completedConfig)
+	if err != nil {
+		return fmt.Errorf("kube-apiserver: %w", err)
+	}
+	prepared, err := server.PrepareRun()
+	if err != nil {
+		return fmt.Errorf("kube-apiserver: %w", err)
+	}
+	cp.run(ctx, "kube-apiserver", func(ctx context.Context) error { return prepared.Run(ctx) })
+	return nil
+}
+
+func (cp *ControlPlane) startScheduler(ctx context.Context, opts Options) error {
+	o := scheduleroptions.NewOptions()
+	fs := pflag.NewFlagSet("kube-scheduler", pflag.ContinueOnError)
+	for _, f := range o.Flags.FlagSets {
+		fs.AddFlagSet(f)
+	}
+	args := []string{
+		"--config=" + opts.SchedulerConfig,
+		"--secure-port=0",
+	}
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("kube-scheduler flags: %w", err)
+	}
+	cc, sched, err := schedulerapp.Setup(ctx, o)
+	if err != nil {
+		return fmt.Errorf("kube-scheduler: %w", err)
+	}
+	cp.run(ctx, "kube-scheduler", func(ctx context.Context) error { return schedulerapp.Run(ctx, cc, sched) })
+	return nil
+}
+
+func (cp *ControlPlane) startControllerManager(ctx context.Context, opts Options) error {
+	s, err := kcmoptions.NewKubeControllerManagerOptions()
+	if err != nil {
+		return fmt.Errorf("kube-controller-manager options: %w", err)
+	}
+	all, disabled, aliases := kcmapp.KnownControllers(), kcmapp.ControllersDisabledByDefault(), kcmapp.ControllerAliases()
+	named := s.Flags(all, disabled, aliases)
+	fs := pflag.NewFlagSet("kube-controller-manager", pflag.ContinueOnError)
+	for _, f := range named.FlagSets {
+		fs.AddFlagSet(f)
+	}
+	p := opts.PKI
+	args := []string{
+		"--kubeconfig=" + opts.ControllerManagerKubeconfig,
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--controllers=*",
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file=" + p.ServiceAccountKey,
+		"--root-ca-file=" + p.CACert,
+		"--cluster-signing-cert-file=" + p.CACert,
+		"--cluster-signing-key-file=" + p.CAKey,
+		// The default 20/30 caps claim creation from templates at ~10 pods/s.
+		"--kube-api-qps=1000",
+		"--kube-api-burst=1000",
+	}
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("kube-controller-manager flags: %w", err)
+	}
+	s.ParsedFlags = &named
+	c, err := s.Config(ctx, all, disabled, aliases)
+	if err != nil {
+		return fmt.Errorf("kube-controller-manager config: %w", err)
+	}
+	completed := c.Complete()
+	cp.run(ctx, "kube-controller-manager", func(ctx context.Context) error { return kcmapp.Run(ctx, completed) })
+	return nil
+}
+
+// run runs a component until ctx ends; a component that returns early
+// reports its error.
+func (cp *ControlPlane) run(ctx context.Context, name string, f func(context.Context) error) {
+	cp.wg.Add(1)
+	go func() {
+		defer cp.wg.Done()
+		err := f(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			err = errors.New("stopped unexpectedly")
+		}
+		select {
+		case cp.errs <- fmt.Errorf("%s: %w", name, err):
+		default:
+		}
+	}()
+}
+
+// waitForAPI waits until the API server is healthy and serves the default
+// namespace, with the administrator's credentials.
+func waitForAPI(ctx context.Context, kubeconfig string, errs <-chan error) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.Timeout = 2 * time.Second
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-errs:
+			return false, err
+		default:
+		}
+		status := 0
+		res := client.CoreV1().RESTClient().Get().AbsPath("/readyz").Do(ctx).StatusCode(&status)
+		if status != 200 {
+			last = res.Error()
+			return false, nil
+		}
+		if _, err := client.CoreV1().Namespaces().Get(ctx, metav1.NamespaceDefault, metav1.GetOptions{}); err != nil {
+			if !apierrors.IsNotFound(err) {
+				last = err
+			}
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil && last != nil {
+		return fmt.Errorf("waiting for kube-apiserver: %w (last error: %v)", err, last)
+	}
+	return err
+}
+
+// loopbackKubelets dials every kubelet on 127.0.0.1. Lab kubelets listen on
+// loopback only, while the kubelet must report a non-loopback node IP (it
+// refuses loopback), so the address the API server reads from the Node
+// object is kept for its port and replaced for its host.
+func loopbackKubelets(egressselector.NetworkContext) (utilnet.DialFunc, error) {
+	var d net.Dialer
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		_, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		return d.DialContext(ctx, network, net.JoinHostPort("127.0.0.1", port))
+	}, nil
+}
+
+func freeLoopbackURL() (*url.URL, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("finding a free loopback port: %w", err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		return nil, err
+	}
+	return &url.URL{Scheme: "http", Host: addr}, nil
+}
+
+// PKIFiles are the certificate and key files the control plane serves and
+// authenticates with.
+type PKIFiles struct {
+	CACert, CAKey                       string
+	APIServerCert, APIServerKey         string
+	KubeletClientCert, KubeletClientKey string
+	// ServiceAccountKey signs and verifies service account tokens.
+	ServiceAccountKey string
+}

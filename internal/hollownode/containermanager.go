@@ -1,0 +1,91 @@
+package hollownode
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	internalapi "k8s.io/cri-api/pkg/apis"
+	"k8s.io/klog/v2"
+	pluginwatcherapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	"k8s.io/kubernetes/pkg/kubelet/cm"
+	"k8s.io/kubernetes/pkg/kubelet/cm/dra"
+	"k8s.io/kubernetes/pkg/kubelet/cm/resourceupdates"
+	"k8s.io/kubernetes/pkg/kubelet/config"
+	kubecontainer "k8s.io/kubernetes/pkg/kubelet/container"
+	"k8s.io/kubernetes/pkg/kubelet/pluginmanager/cache"
+	"k8s.io/kubernetes/pkg/kubelet/status"
+)
+
+// draContainerManager is kubemark's stub container manager with the real
+// kubelet DRA manager wired in, the way the kubelet's Linux container manager
+// wires it: the plugin watcher registers DRA kubelet plugins with it, pod
+// admission prepares claims through it, and containers get its CDI devices.
+// The stub alone registers no DRA handler, so pods would run with no claim
+// prepared.
+type draContainerManager struct {
+	cm.ContainerManager
+	dra *dra.Manager
+}
+
+var _ cm.ContainerManager = &draContainerManager{}
+
+func newDRAContainerManager(logger klog.Logger, stub cm.ContainerManager, dm *dra.Manager) *draContainerManager {
+	return &draContainerManager{ContainerManager: stub, dra: dm}
+}
+
+func (m *draContainerManager) Start(ctx context.Context, node *v1.Node, activePods cm.ActivePodsFunc, getNode cm.GetNodeFunc, sourcesReady config.SourcesReady, podStatusProvider status.PodStatusProvider, runtimeService internalapi.RuntimeService, localStorageCapacityIsolation bool) error {
+	if err := m.ContainerManager.Start(ctx, node, activePods, getNode, sourcesReady, podStatusProvider, runtimeService, localStorageCapacityIsolation); err != nil {
+		return err
+	}
+	if err := m.dra.Start(ctx, dra.ActivePodsFunc(activePods), dra.GetNodeFunc(getNode), sourcesReady); err != nil {
+		return fmt.Errorf("starting the DRA manager: %w", err)
+	}
+	return nil
+}
+
+func (m *draContainerManager) GetPluginRegistrationHandlers() map[string]cache.PluginHandler {
+	handlers := map[string]cache.PluginHandler{}
+	for k, v := range m.ContainerManager.GetPluginRegistrationHandlers() {
+		handlers[k] = v
+	}
+	handlers[pluginwatcherapi.DRAPlugin] = m.dra.GetWatcherHandler()
+	return handlers
+}
+
+func (m *draContainerManager) GetResources(ctx context.Context, pod *v1.Pod, container *v1.Container) (*kubecontainer.RunContainerOptions, error) {
+	opts, err := m.ContainerManager.GetResources(ctx, pod, container)
+	if err != nil {
+		return nil, err
+	}
+	if opts == nil {
+		opts = &kubecontainer.RunContainerOptions{}
+	}
+	info, err := m.dra.GetResources(pod, container)
+	if err != nil {
+		return nil, err
+	}
+	opts.CDIDevices = append(opts.CDIDevices, info.CDIDevices...)
+	return opts, nil
+}
+
+func (m *draContainerManager) PrepareDynamicResources(ctx context.Context, pod *v1.Pod) error {
+	return m.dra.PrepareResources(ctx, pod)
+}
+
+func (m *draContainerManager) UnprepareDynamicResources(ctx context.Context, pod *v1.Pod) error {
+	return m.dra.UnprepareResources(ctx, pod)
+}
+
+func (m *draContainerManager) PodMightNeedToUnprepareResources(uid types.UID) bool {
+	return m.dra.PodMightNeedToUnprepareResources(uid)
+}
+
+func (m *draContainerManager) UpdateAllocatedResourcesStatus(logger klog.Logger, pod *v1.Pod, status *v1.PodStatus) {
+	m.dra.UpdateAllocatedResourcesStatus(logger, pod, status)
+}
+
+func (m *draContainerManager) Updates() <-chan resourceupdates.Update {
+	return m.dra.Updates()
+}

@@ -1,0 +1,112 @@
+package labserver
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/dralab/dralab/internal/controlplane"
+	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/pki"
+)
+
+// identity is a client of the API server: a certificate subject and the
+// kubeconfig that carries it.
+type identity struct {
+	kubeconfig   string
+	commonName   string
+	organization []string
+}
+
+// writePKI issues the lab's CA and certificates and writes a kubeconfig for
+// the administrator, each control-plane component and each node. Every
+// identity gets its own certificate so that the API server's audit and the
+// Node authorizer see who is who.
+func writePKI(dir labstate.Dir, server string, nodes []string) (controlplane.PKIFiles, error) {
+	pkiDir := dir.PKI()
+	files := controlplane.PKIFiles{
+		CACert:            filepath.Join(pkiDir, "ca.crt"),
+		CAKey:             filepath.Join(pkiDir, "ca.key"),
+		APIServerCert:     filepath.Join(pkiDir, "apiserver.crt"),
+		APIServerKey:      filepath.Join(pkiDir, "apiserver.key"),
+		KubeletClientCert: filepath.Join(pkiDir, "apiserver-kubelet-client.crt"),
+		KubeletClientKey:  filepath.Join(pkiDir, "apiserver-kubelet-client.key"),
+		ServiceAccountKey: filepath.Join(pkiDir, "sa.key"),
+	}
+	ca, err := pki.NewCA("dralab-ca")
+	if err != nil {
+		return files, err
+	}
+	if err := ca.Write(pkiDir, "ca"); err != nil {
+		return files, err
+	}
+	serving, err := ca.Issue(pki.Request{
+		CommonName: "kube-apiserver",
+		Server:     true,
+		DNSNames:   []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		IPs:        []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")},
+	})
+	if err != nil {
+		return files, err
+	}
+	if err := serving.Write(pkiDir, "apiserver"); err != nil {
+		return files, err
+	}
+	// The API server's client certificate for kubectl logs/exec on kubelets.
+	kubeletClient, err := ca.Issue(pki.Request{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}, Client: true})
+	if err != nil {
+		return files, err
+	}
+	if err := kubeletClient.Write(pkiDir, "apiserver-kubelet-client"); err != nil {
+		return files, err
+	}
+	saKey, err := pki.NewServiceAccountKey()
+	if err != nil {
+		return files, err
+	}
+	if err := os.WriteFile(files.ServiceAccountKey, saKey, 0o600); err != nil {
+		return files, err
+	}
+
+	ids := []identity{
+		{dir.Kubeconfig(), "dralab-admin", []string{"system:masters"}},
+		{dir.ComponentKubeconfig("kube-scheduler"), "system:kube-scheduler", nil},
+		{dir.ComponentKubeconfig("kube-controller-manager"), "system:kube-controller-manager", nil},
+	}
+	for _, n := range nodes {
+		ids = append(ids, identity{dir.Node(n).Kubeconfig(), "system:node:" + n, []string{"system:nodes"}})
+	}
+	for _, id := range ids {
+		pair, err := ca.Issue(pki.Request{CommonName: id.commonName, Organization: id.organization, Client: true})
+		if err != nil {
+			return files, err
+		}
+		if err := writeKubeconfig(id.kubeconfig, server, ca.CertPEM(), pair); err != nil {
+			return files, err
+		}
+	}
+	return files, nil
+}
+
+// writeKubeconfig writes a kubeconfig with embedded credentials, readable by
+// its owner only.
+func writeKubeconfig(path, server string, caPEM []byte, pair *pki.Pair) error {
+	const name = "dralab"
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
+	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: pair.CertPEM, ClientKeyData: pair.KeyPEM}
+	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+	cfg.CurrentContext = name
+	data, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return fmt.Errorf("encoding kubeconfig %s: %w", path, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return labstate.WriteFileAtomic(path, data, 0o600)
+}

@@ -1,0 +1,94 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"strings"
+	"testing"
+
+	"github.com/dralab/dralab/lab/examples"
+)
+
+func TestExamplesAreValid(t *testing.T) {
+	entries, err := fs.Glob(examples.FS, "*.yaml")
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("no examples: %v", err)
+	}
+	for _, name := range entries {
+		data, _ := examples.FS.ReadFile(name)
+		if _, err := Parse(name, data); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestDefaultHasOneNodePerTier(t *testing.T) {
+	cfg := Default()
+	if cfg.Name != DefaultName || cfg.Backend != BackendEmbedded {
+		t.Errorf("default lab = %q on %q, want %q on %q", cfg.Name, cfg.Backend, DefaultName, BackendEmbedded)
+	}
+	profiles := map[string]bool{}
+	for _, n := range cfg.Nodes {
+		if n.GPUs == nil {
+			t.Fatalf("default node %s has no GPUs", n.Name)
+		}
+		profiles[strings.SplitN(n.GPUs.Profile, "-", 2)[0]] = true
+	}
+	for _, tier := range []string{"h100", "a100", "l4"} {
+		if !profiles[tier] {
+			t.Errorf("default lab has no %s node (profiles %v)", tier, profiles)
+		}
+	}
+}
+
+func TestParseErrorsNameFileAndField(t *testing.T) {
+	const head = "apiVersion: lab.dralab.dev/v1alpha1\nkind: Lab\n"
+	cases := []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"unknown top-level field", head + "nodez: []\n", []string{`unknown field "nodez"`}},
+		{"unknown nested field", head + "nodes:\n- name: a\n  gpus: {profile: h100-80gb, count: 1, colour: red}\n", []string{`unknown field "nodes[0].gpus.colour"`}},
+		{"wrong type", head + "nodes:\n- name: a\n  gpus: {profile: h100-80gb, count: many}\n", []string{"nodes.gpus.count", "string"}},
+		{"malformed yaml", head + "nodes: [\n", []string{"yaml"}},
+		{"empty", "", []string{"empty"}},
+		{"wrong version", "apiVersion: v9\nkind: Lab\nnodes: [{name: a}]\n", []string{"apiVersion", `"v9"`}},
+		{"no nodes", head, []string{"nodes: Required"}},
+		{"bad node name", head + "nodes: [{name: Node_A}]\n", []string{"nodes[0].name", "Node_A"}},
+		{"duplicate node", head + "nodes: [{name: a}, {name: a}]\n", []string{"nodes[1].name: Duplicate"}},
+		{"two real nodes", head + "nodes: [{name: a, kind: real}, {name: b, kind: real}]\n", []string{"nodes[1].kind", "at most one real node"}},
+		{"unknown node kind", head + "nodes: [{name: a, kind: virtual}]\n", []string{"nodes[0].kind", `"virtual"`}},
+		{"zero GPUs", head + "nodes: [{name: a, gpus: {profile: l4-24gb, count: 0}}]\n", []string{"nodes[0].gpus.count"}},
+		{"no profile", head + "nodes: [{name: a, gpus: {count: 2}}]\n", []string{"nodes[0].gpus.profile: Required"}},
+		{"bad port", head + "apiServerPort: 70000\nnodes: [{name: a}]\n", []string{"apiServerPort"}},
+		{"bad backend", head + "backend: vagrant\nnodes: [{name: a}]\n", []string{"backend", `"vagrant"`}},
+		{"bad label", head + "nodes: [{name: a, labels: {'bad key!': x}}]\n", []string{"nodes[0].labels[bad key!]"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse("my-lab.yaml", []byte(c.yaml))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error does not wrap ErrInvalid: %v", err)
+			}
+			for _, w := range append(c.want, "my-lab.yaml") {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestHashChangesWithContent(t *testing.T) {
+	a, b := Default(), Default()
+	if a.Hash() != b.Hash() {
+		t.Fatal("equal configs hash differently")
+	}
+	b.Nodes[0].GPUs.Count++
+	if a.Hash() == b.Hash() {
+		t.Fatal("different configs hash the same")
+	}
+}

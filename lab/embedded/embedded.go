@@ -1,0 +1,455 @@
+// Package embedded is the embedded lab backend: a real Kubernetes control
+// plane in one detached lab process and each node a child process of it, all
+// from one dralab binary. This package only starts, queries and stops that
+// process; the process itself is `dralab lab serve`.
+package embedded
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/ui"
+	"github.com/dralab/dralab/lab/backend"
+	"github.com/dralab/dralab/lab/config"
+)
+
+// Sentinel errors for conditions a user can act on.
+var (
+	// ErrConfigMismatch: a lab of that name runs with another configuration.
+	ErrConfigMismatch = errors.New("a lab with this name is running with a different configuration")
+	// ErrPortInUse: the configured API server port is taken.
+	ErrPortInUse = errors.New("port in use")
+)
+
+// Timeouts of Up. A warm lab is Ready in seconds; these bound a broken one.
+const (
+	controlPlaneTimeout = 3 * time.Minute
+	nodesReadyTimeout   = 2 * time.Minute
+	stopTimeout         = 30 * time.Second
+)
+
+// Backend is the embedded backend.
+type Backend struct {
+	root   string
+	binary func(context.Context) (string, error)
+}
+
+var _ backend.Backend = &Backend{}
+
+// New returns the backend. Labs keep their state in root/<name>; binary
+// returns the dralab binary to run (it may build it).
+func New(root string, binary func(context.Context) (string, error)) *Backend {
+	return &Backend{root: root, binary: binary}
+}
+
+// Name implements backend.Backend.
+func (b *Backend) Name() string { return config.BackendEmbedded }
+
+// Capabilities implements backend.Backend.
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{HollowNodes: true}
+}
+
+func (b *Backend) dir(name string) labstate.Dir { return labstate.Dir(filepath.Join(b.root, name)) }
+
+// Kubeconfig implements backend.Backend.
+func (b *Backend) Kubeconfig(name string) string { return b.dir(name).Kubeconfig() }
+
+// Up implements backend.Backend.
+func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progress) (backend.UpResult, error) {
+	logger := klog.FromContext(ctx)
+	dir := b.dir(cfg.Name)
+
+	running, status, err := b.running(dir)
+	if err != nil {
+		return backend.UpResult{}, err
+	}
+	if running {
+		if status.ConfigHash != cfg.Hash() {
+			return backend.UpResult{}, fmt.Errorf("%w: lab %q (pid %d, state %s); delete it with `go run mage.go lab:down` or give the new lab another name",
+				ErrConfigMismatch, cfg.Name, status.PID, dir)
+		}
+		done := progress(fmt.Sprintf("Reusing running lab %q (pid %d)", cfg.Name, status.PID))
+		err := waitNodesReady(ctx, dir.Kubeconfig(), cfg, b.nodeLogHint(dir))
+		done(err)
+		return backend.UpResult{Reused: true}, err
+	}
+	if _, err := os.Stat(string(dir)); err == nil {
+		// State without a live lab process: a lab that crashed or was killed.
+		logger.Info("Removing stale state of a lab that no longer runs", "dir", dir)
+		if err := b.removeState(dir); err != nil {
+			return backend.UpResult{}, err
+		}
+	}
+	if cfg.APIServerPort != 0 {
+		if err := checkPortFree(cfg.APIServerPort); err != nil {
+			return backend.UpResult{}, err
+		}
+	}
+
+	done := progress("Preparing the dralab binary")
+	bin, err := b.binary(ctx)
+	done(err)
+	if err != nil {
+		return backend.UpResult{}, err
+	}
+
+	done = progress("Starting control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager)")
+	err = b.start(ctx, dir, cfg, bin)
+	done(err)
+	if err != nil {
+		return backend.UpResult{}, err
+	}
+
+	done = progress(fmt.Sprintf("Waiting for %d node(s) to be Ready", len(cfg.Nodes)))
+	err = waitNodesReady(ctx, dir.Kubeconfig(), cfg, b.nodeLogHint(dir))
+	done(err)
+	return backend.UpResult{}, err
+}
+
+// running reports whether a live lab process owns dir, with its status.
+func (b *Backend) running(dir labstate.Dir) (bool, *labstate.Status, error) {
+	pid, err := dir.ReadPID()
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil, nil
+	}
+	if err != nil {
+		return false, nil, err
+	}
+	if !labstate.Alive(pid) {
+		return false, nil, nil
+	}
+	status, err := dir.ReadStatus()
+	if err != nil {
+		return false, nil, fmt.Errorf("lab process %d runs but its status is unreadable: %w", pid, err)
+	}
+	return true, status, nil
+}
+
+func (b *Backend) start(ctx context.Context, dir labstate.Dir, cfg *config.Config, bin string) error {
+	if err := os.MkdirAll(dir.Logs(), 0o700); err != nil {
+		return err
+	}
+	if err := os.Chmod(string(dir), 0o700); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := labstate.WriteFileAtomic(dir.Config(), data, 0o600); err != nil {
+		return err
+	}
+	logPath := dir.Log("lab")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer devNull.Close()
+	args := []string{"lab", "serve", "--state-dir=" + string(dir)}
+	if v := klog.V(1); v.Enabled() {
+		args = append(args, "--v=2")
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devNull, logFile, logFile
+	// Its own session: the lab outlives this command and its terminal.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	var last *labstate.Status
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, controlPlaneTimeout, true, func(context.Context) (bool, error) {
+		select {
+		case err := <-exited:
+			return false, fmt.Errorf("the lab process exited (%v)", err)
+		default:
+		}
+		s, err := dir.ReadStatus()
+		if err != nil {
+			return false, nil
+		}
+		last = s
+		switch s.Phase {
+		case labstate.PhaseRunning:
+			return true, nil
+		case labstate.PhaseFailed:
+			return false, errors.New(s.Message)
+		}
+		return false, nil
+	})
+	if err != nil {
+		if last == nil || last.Phase != labstate.PhaseFailed {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+		}
+		return fmt.Errorf("starting the control plane: %w\n%s", err, logTail(logPath, 15))
+	}
+	return nil
+}
+
+func (b *Backend) nodeLogHint(dir labstate.Dir) func(string) string {
+	return func(node string) string { return dir.Log("node-" + node) }
+}
+
+// waitNodesReady waits until every configured node is registered and Ready.
+func waitNodesReady(ctx context.Context, kubeconfig string, cfg *config.Config, logOf func(string) string) error {
+	client, err := newClient(kubeconfig)
+	if err != nil {
+		return err
+	}
+	want := map[string]bool{}
+	for _, n := range cfg.Nodes {
+		want[n.Name] = false
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, nodesReadyTimeout, true, func(ctx context.Context) (bool, error) {
+		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, n := range nodes.Items {
+			if _, ok := want[n.Name]; ok {
+				want[n.Name] = nodeReady(&n) == string(v1.ConditionTrue)
+			}
+		}
+		for _, ready := range want {
+			if !ready {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		var msgs []string
+		for name, ready := range want {
+			if !ready {
+				msgs = append(msgs, fmt.Sprintf("node %s is not Ready (log: %s)", name, logOf(name)))
+			}
+		}
+		slices.Sort(msgs)
+		return fmt.Errorf("waiting for nodes: %w: %s", err, strings.Join(msgs, "; "))
+	}
+	return nil
+}
+
+func nodeReady(n *v1.Node) string {
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return string(c.Status)
+		}
+	}
+	return string(v1.ConditionUnknown)
+}
+
+func newClient(kubeconfig string) (*kubernetes.Clientset, error) {
+	restConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("lab kubeconfig: %w", err)
+	}
+	restConfig.Timeout = 5 * time.Second
+	return kubernetes.NewForConfig(restConfig)
+}
+
+// Down implements backend.Backend.
+func (b *Backend) Down(ctx context.Context, name string) error {
+	dir := b.dir(name)
+	if _, err := os.Stat(string(dir)); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return b.removeState(dir)
+}
+
+// removeState stops the lab's processes, if any still run, and deletes its
+// state directory.
+func (b *Backend) removeState(dir labstate.Dir) error {
+	var pids []int
+	if pid, err := dir.ReadPID(); err == nil && labstate.Alive(pid) && isDralab(pid) {
+		pids = append(pids, pid)
+	}
+	if s, err := dir.ReadStatus(); err == nil {
+		for _, n := range s.Nodes {
+			if labstate.Alive(n.PID) && isDralab(n.PID) {
+				pids = append(pids, n.PID)
+			}
+		}
+	}
+	if len(pids) > 0 {
+		// The lab process stops its nodes itself; terminating them too
+		// only makes it faster.
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+		}
+		deadline := time.Now().Add(stopTimeout)
+		for time.Now().Before(deadline) && anyAlive(pids) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		for _, pid := range pids {
+			if labstate.Alive(pid) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		for anyAlive(pids) {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if err := os.RemoveAll(string(dir)); err != nil {
+		return fmt.Errorf("removing lab state %s: %w", dir, err)
+	}
+	return nil
+}
+
+func anyAlive(pids []int) bool {
+	return slices.ContainsFunc(pids, labstate.Alive)
+}
+
+// isDralab guards against signalling a recycled PID that now belongs to
+// another program.
+func isDralab(pid int) bool {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	args := strings.Split(string(data), "\x00")
+	return len(args) > 1 && (slices.Contains(args, "serve") || slices.Contains(args, "node"))
+}
+
+// Status implements backend.Backend.
+func (b *Backend) Status(ctx context.Context, name string) (*backend.Status, error) {
+	dir := b.dir(name)
+	st := &backend.Status{Name: name, Backend: b.Name(), Phase: backend.PhaseAbsent, StateDir: string(dir), Kubeconfig: dir.Kubeconfig()}
+	if _, err := os.Stat(string(dir)); errors.Is(err, os.ErrNotExist) {
+		return st, nil
+	}
+	running, s, err := b.running(dir)
+	if err != nil {
+		return nil, err
+	}
+	if !running {
+		st.Phase = backend.PhaseFailed
+		st.Message = "the lab process is not running (stale state: `go run mage.go lab:up` replaces it, `go run mage.go lab:down` removes it)"
+		if s, err := dir.ReadStatus(); err == nil && s.Message != "" {
+			st.Message = s.Message + "; " + st.Message
+		}
+		return st, nil
+	}
+	st.Phase, st.Message, st.PID, st.APIServer = backend.Phase(s.Phase), s.Message, s.PID, s.APIServer
+
+	ready := map[string]string{}
+	if client, err := newClient(dir.Kubeconfig()); err == nil {
+		if nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
+			for i := range nodes.Items {
+				ready[nodes.Items[i].Name] = nodeReady(&nodes.Items[i])
+			}
+		} else {
+			st.Phase, st.Message = backend.PhaseDegraded, "the API server does not answer: "+err.Error()
+		}
+	}
+	cfg, _ := config.Load(dir.Config())
+	for _, n := range s.Nodes {
+		nd := dir.Node(n.Name)
+		ns := backend.NodeStatus{Name: n.Name, Process: "running", Ready: ready[n.Name],
+			RegistrarDir: nd.PluginsRegistry(), PluginsDir: nd.Plugins(), CDIDir: nd.CDI()}
+		if ns.Ready == "" {
+			ns.Ready = "NotRegistered"
+		}
+		if !n.Running || !labstate.Alive(n.PID) {
+			ns.Process = "exited: " + n.Exit
+			if n.Exit == "" {
+				ns.Process = "gone"
+			}
+			st.Phase = backend.PhaseDegraded
+		}
+		if cfg != nil {
+			if cn, ok := cfg.Node(n.Name); ok && cn.GPUs != nil {
+				ns.Profile = fmt.Sprintf("%d× %s", cn.GPUs.Count, cn.GPUs.Profile)
+			}
+		}
+		st.Nodes = append(st.Nodes, ns)
+	}
+	return st, nil
+}
+
+// CollectLogs implements backend.Backend.
+func (b *Backend) CollectLogs(ctx context.Context, name, out string) error {
+	src := b.dir(name).Logs()
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return fmt.Errorf("lab %q has no logs: %w", name, err)
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		if err := copyFile(filepath.Join(src, e.Name()), filepath.Join(out, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+func checkPortFree(port int) error {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("%w: the lab's apiServerPort %d on 127.0.0.1 is taken by another program (%v); choose another port, or 0 for a free one", ErrPortInUse, port, err)
+	}
+	return l.Close()
+}
+
+// logTail returns the last n lines of a log file, indented, for error messages.
+func logTail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "(no log at " + path + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "last lines of " + path + ":\n    " + strings.Join(lines, "\n    ")
+}

@@ -1,0 +1,156 @@
+// Package lab is dralab's public API for clusters: create a lab from a
+// configuration, reuse it, query it, collect its logs and delete it, on the
+// backend the configuration names.
+//
+//	l, err := lab.New(lab.WithConfigFile("lab/examples/mixed.yaml"))
+//	_, err = l.Up(ctx)
+//	kubeconfig := l.Kubeconfig()
+//	err = l.Down(ctx)
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/ui"
+	"github.com/dralab/dralab/lab/backend"
+	"github.com/dralab/dralab/lab/config"
+	"github.com/dralab/dralab/lab/embedded"
+)
+
+// EnvConfig names a lab configuration file to use instead of the default.
+const EnvConfig = "DRALAB_CONFIG"
+
+// Re-exported so that users need one import.
+type (
+	Status     = backend.Status
+	NodeStatus = backend.NodeStatus
+	UpResult   = backend.UpResult
+)
+
+// Lab is one lab, running or not.
+type Lab struct {
+	cfg      *config.Config
+	source   string
+	backend  backend.Backend
+	progress ui.Progress
+	retain   bool
+}
+
+type options struct {
+	cfg        *config.Config
+	configFile string
+	stateRoot  string
+	binary     string
+	progress   ui.Progress
+	retain     bool
+}
+
+// Option configures New.
+type Option func(*options)
+
+// WithConfig uses cfg as the lab's configuration.
+func WithConfig(cfg *config.Config) Option { return func(o *options) { o.cfg = cfg } }
+
+// WithConfigFile reads the lab's configuration from a file.
+func WithConfigFile(path string) Option { return func(o *options) { o.configFile = path } }
+
+// WithStateRoot keeps labs' state under dir instead of the default
+// ($DRALAB_STATE_DIR or ~/.local/state/dralab).
+func WithStateRoot(dir string) Option { return func(o *options) { o.stateRoot = dir } }
+
+// WithBinary runs this dralab binary instead of building one.
+func WithBinary(path string) Option { return func(o *options) { o.binary = path } }
+
+// WithProgress reports long steps, e.g. to a ui.UI.
+func WithProgress(p ui.Progress) Option { return func(o *options) { o.progress = p } }
+
+// WithRetain keeps a lab that failed to come up, for debugging.
+func WithRetain(retain bool) Option { return func(o *options) { o.retain = retain } }
+
+// New returns a lab. Without WithConfig or WithConfigFile it reads the file
+// named by $DRALAB_CONFIG, else uses the default configuration.
+func New(opts ...Option) (*Lab, error) {
+	o := options{progress: ui.NoProgress}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	l := &Lab{cfg: o.cfg, source: "WithConfig", progress: o.progress, retain: o.retain}
+	if l.cfg == nil {
+		file := o.configFile
+		if file == "" {
+			file = os.Getenv(EnvConfig)
+		}
+		if file == "" {
+			l.cfg, l.source = config.Default(), "the default configuration (lab/examples/default.yaml)"
+		} else {
+			cfg, err := config.Load(file)
+			if err != nil {
+				return nil, err
+			}
+			l.cfg, l.source = cfg, file
+		}
+	}
+	root := o.stateRoot
+	if root == "" {
+		var err error
+		if root, err = labstate.Root(); err != nil {
+			return nil, err
+		}
+	}
+	binary := build.Dralab
+	if o.binary != "" {
+		binary = func(context.Context) (string, error) { return o.binary, nil }
+	}
+	switch l.cfg.Backend {
+	case config.BackendEmbedded:
+		l.backend = embedded.New(root, binary)
+	default:
+		return nil, fmt.Errorf("%w: backend %q (from %s) is not available yet", ErrUnsupported, l.cfg.Backend, l.source)
+	}
+	return l, nil
+}
+
+// ErrUnsupported means the configuration asks for something this build
+// cannot do.
+var ErrUnsupported = errors.New("unsupported")
+
+// Config is the lab's configuration.
+func (l *Lab) Config() *config.Config { return l.cfg }
+
+// ConfigSource says where the configuration came from.
+func (l *Lab) ConfigSource() string { return l.source }
+
+// Backend names the lab's backend.
+func (l *Lab) Backend() string { return l.backend.Name() }
+
+// Up brings the lab up, or reuses it when it already runs with the same
+// configuration. A lab that fails to come up is deleted unless WithRetain.
+func (l *Lab) Up(ctx context.Context) (UpResult, error) {
+	res, err := l.backend.Up(ctx, l.cfg, l.progress)
+	if err != nil && !res.Reused && !l.retain && !errors.Is(err, embedded.ErrConfigMismatch) && !errors.Is(err, embedded.ErrPortInUse) {
+		if derr := l.backend.Down(context.WithoutCancel(ctx), l.cfg.Name); derr != nil {
+			err = errors.Join(err, fmt.Errorf("cleaning up: %w", derr))
+		}
+	}
+	return res, err
+}
+
+// Down stops the lab and deletes its state; a lab that does not exist is
+// not an error.
+func (l *Lab) Down(ctx context.Context) error { return l.backend.Down(ctx, l.cfg.Name) }
+
+// Status reports the lab's state.
+func (l *Lab) Status(ctx context.Context) (*Status, error) { return l.backend.Status(ctx, l.cfg.Name) }
+
+// Kubeconfig is the path of the lab's administrator kubeconfig.
+func (l *Lab) Kubeconfig() string { return l.backend.Kubeconfig(l.cfg.Name) }
+
+// CollectLogs copies the lab's logs into dir.
+func (l *Lab) CollectLogs(ctx context.Context, dir string) error {
+	return l.backend.CollectLogs(ctx, l.cfg.Name, dir)
+}

@@ -1,0 +1,117 @@
+//go:build mage
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/magefile/mage/mg"
+
+	"github.com/dralab/dralab/internal/ui"
+	"github.com/dralab/dralab/lab"
+	"github.com/dralab/dralab/lab/config"
+)
+
+// Lab creates, inspects and deletes labs. The lab's configuration is
+// $DRALAB_CONFIG, or lab/examples/default.yaml when unset.
+type Lab mg.Namespace
+
+// Up brings up the lab, or reuses it if it already runs with the same
+// configuration. DRALAB_RETAIN=1 keeps a lab that failed to come up.
+func (Lab) Up(ctx context.Context) error {
+	u := ui.Stderr()
+	l, err := lab.New(lab.WithProgress(u.Progress()), lab.WithRetain(os.Getenv("DRALAB_RETAIN") != ""))
+	if err != nil {
+		return err
+	}
+	cfg := l.Config()
+	why := "the default; it needs no Docker"
+	if cfg.Backend != config.BackendEmbedded {
+		why = "the configuration asks for it"
+	}
+	u.Println(fmt.Sprintf("Creating lab %q (%d nodes) on the %s backend (%s), from %s", cfg.Name, len(cfg.Nodes), l.Backend(), why, l.ConfigSource()))
+	res, err := l.Up(ctx)
+	if err != nil {
+		return err
+	}
+	intro := fmt.Sprintf("Lab %q is ready.", cfg.Name)
+	if res.Reused {
+		intro = fmt.Sprintf("Lab %q was already running with this configuration; reused it.", cfg.Name)
+	}
+	u.Next(intro+" Next:",
+		"export KUBECONFIG="+l.Kubeconfig(),
+		"kubectl get nodes",
+		"kubectl api-resources --api-group=resource.k8s.io",
+		"go run mage.go lab:status    # and lab:down when done")
+	return nil
+}
+
+// Down stops every process of the lab and deletes its state.
+func (Lab) Down(ctx context.Context) error {
+	u := ui.Stderr()
+	l, err := lab.New()
+	if err != nil {
+		return err
+	}
+	done := u.Step(fmt.Sprintf("Deleting lab %q", l.Config().Name))
+	err = l.Down(ctx)
+	done(err)
+	return err
+}
+
+// Status tells whether the lab runs, and how its nodes are.
+func (Lab) Status(ctx context.Context) error {
+	l, err := lab.New()
+	if err != nil {
+		return err
+	}
+	st, err := l.Status(ctx)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "Lab:\t%s (%s backend)\n", st.Name, st.Backend)
+	fmt.Fprintf(w, "Phase:\t%s\n", st.Phase)
+	if st.Message != "" {
+		fmt.Fprintf(w, "Message:\t%s\n", st.Message)
+	}
+	if st.PID != 0 {
+		fmt.Fprintf(w, "Process:\t%d\n", st.PID)
+	}
+	if st.APIServer != "" {
+		fmt.Fprintf(w, "API server:\t%s\n", st.APIServer)
+		fmt.Fprintf(w, "Kubeconfig:\t%s\n", st.Kubeconfig)
+	}
+	fmt.Fprintf(w, "State:\t%s\n", st.StateDir)
+	w.Flush()
+	if len(st.Nodes) > 0 {
+		fmt.Println()
+		w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "NODE\tPROCESS\tREADY\tGPUS")
+		for _, n := range st.Nodes {
+			gpus := n.Profile
+			if gpus == "" {
+				gpus = "-"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", n.Name, n.Process, n.Ready, gpus)
+		}
+		w.Flush()
+	}
+	if st.Phase == "Absent" {
+		fmt.Println("\nNo lab. Create one with: go run mage.go lab:up")
+	}
+	return nil
+}
+
+// Kubeconfig prints the path of the lab's kubeconfig and nothing else.
+func (Lab) Kubeconfig() error {
+	l, err := lab.New()
+	if err != nil {
+		return err
+	}
+	fmt.Println(l.Kubeconfig())
+	return nil
+}
