@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/e2e-framework/klient/wait"
 	"sigs.k8s.io/e2e-framework/klient/wait/conditions"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
@@ -92,7 +93,7 @@ func TestKubeletPlugin(t *testing.T) {
 						Name: "ctr", Image: "registry.k8s.io/pause:3.10",
 						Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "dev"}}},
 					}},
-					ResourceClaims: []v1.PodResourceClaim{{Name: "dev", ResourceClaimTemplateName: ptr("one-device")}},
+					ResourceClaims: []v1.PodResourceClaim{{Name: "dev", ResourceClaimTemplateName: ptr.To("one-device")}},
 				},
 			}
 			if _, err := s.client.CoreV1().Pods(s.namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -142,7 +143,7 @@ func TestKubeletPlugin(t *testing.T) {
 		}).
 		Assess("deleting the pod unprepares the claim", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			s := get(ctx)
-			if err := s.client.CoreV1().Pods(s.namespace).Delete(ctx, "consumer", metav1.DeleteOptions{GracePeriodSeconds: ptr[int64](0)}); err != nil {
+			if err := s.client.CoreV1().Pods(s.namespace).Delete(ctx, "consumer", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 				t.Fatal(err)
 			}
 			err := wait.For(func(context.Context) (bool, error) {
@@ -158,6 +159,9 @@ func TestKubeletPlugin(t *testing.T) {
 			s, ok := ctx.Value(key{}).(*state)
 			if !ok {
 				return ctx
+			}
+			if t.Failed() {
+				dumpDiagnostics(ctx, t, s.client, s.namespace)
 			}
 			_ = s.client.CoreV1().Namespaces().Delete(ctx, s.namespace, metav1.DeleteOptions{})
 			_ = s.client.ResourceV1().DeviceClasses().Delete(ctx, driver, metav1.DeleteOptions{})
@@ -175,5 +179,3 @@ func containsLine(text, line string) bool {
 	}
 	return false
 }
-
-func ptr[T any](v T) *T { return &v }

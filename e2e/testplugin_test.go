@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 
@@ -42,13 +43,17 @@ func startTestPlugin(ctx context.Context, client kubernetes.Interface, driver st
 	if err != nil {
 		return nil, err
 	}
+	pluginDir := filepath.Join(node.PluginsDir, driver)
+	if err := os.MkdirAll(pluginDir, 0o750); err != nil {
+		return nil, err
+	}
 	p := &testPlugin{driver: driver, node: node.Name, cdi: cache, prepared: map[types.UID]int{}, unprepared: map[types.UID]int{}}
 	helper, err := kubeletplugin.Start(ctx, p,
 		kubeletplugin.KubeClient(client),
 		kubeletplugin.NodeName(node.Name),
 		kubeletplugin.DriverName(driver),
 		kubeletplugin.RegistrarDirectoryPath(node.RegistrarDir),
-		kubeletplugin.PluginDataDirectoryPath(filepath.Join(node.PluginsDir, driver)),
+		kubeletplugin.PluginDataDirectoryPath(pluginDir),
 		kubeletplugin.HealthService(false),
 	)
 	if err != nil {

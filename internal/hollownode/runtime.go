@@ -42,6 +42,8 @@ func newRuntime(cdiDir string) (*runtime, error) {
 			{Type: runtimeapi.NetworkReady, Status: true},
 		},
 	}
+	// The kubelet rejects an image whose size is unknown (zero).
+	r.ImageService.SetFakeImageSize(4 << 20)
 	runtimeapi.RegisterRuntimeServiceServer(r.server, r)
 	runtimeapi.RegisterImageServiceServer(r.server, r)
 	return r, nil

@@ -1,0 +1,58 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+)
+
+// dumpDiagnostics writes what explains a failure (pods, events, claims,
+// slices, classes) to $ARTIFACTS/<test>/ or the test log, and copies the
+// lab's logs when the suite started the lab.
+func dumpDiagnostics(ctx context.Context, t *testing.T, client kubernetes.Interface, namespace string) {
+	t.Helper()
+	var b strings.Builder
+	add := func(title string, obj any, err error) {
+		if err != nil {
+			fmt.Fprintf(&b, "### %s: %v\n", title, err)
+			return
+		}
+		data, _ := yaml.Marshal(obj)
+		fmt.Fprintf(&b, "### %s\n%s\n", title, data)
+	}
+	pods, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+	add("pods", pods, err)
+	events, err := client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{})
+	if err == nil {
+		for _, e := range events.Items {
+			fmt.Fprintf(&b, "event: %s %s/%s %s: %s\n", e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+		}
+	}
+	claims, err := client.ResourceV1().ResourceClaims(namespace).List(ctx, metav1.ListOptions{})
+	add("resourceclaims", claims, err)
+	slices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	add("resourceslices", slices, err)
+	classes, err := client.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
+	add("deviceclasses", classes, err)
+
+	dir := os.Getenv("ARTIFACTS")
+	if dir == "" {
+		t.Logf("diagnostics:\n%s", b.String())
+		return
+	}
+	dir = filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_"))
+	if err := os.MkdirAll(dir, 0o755); err == nil {
+		_ = os.WriteFile(filepath.Join(dir, "cluster.yaml"), []byte(b.String()), 0o644)
+		if theLab != nil {
+			_ = theLab.CollectLogs(ctx, filepath.Join(dir, "lab-logs"))
+		}
+		t.Logf("diagnostics written to %s", dir)
+	}
+}
