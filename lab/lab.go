@@ -80,7 +80,11 @@ func New(opts ...Option) (*Lab, error) {
 		opt(&o)
 	}
 	l := &Lab{cfg: o.cfg, source: "WithConfig", progress: o.progress, retain: o.retain}
-	if l.cfg == nil {
+	if l.cfg != nil {
+		if err := l.cfg.Complete(); err != nil {
+			return nil, fmt.Errorf("%w: %w", config.ErrInvalid, err)
+		}
+	} else {
 		file := o.configFile
 		if file == "" {
 			file = os.Getenv(EnvConfig)

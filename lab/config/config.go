@@ -124,11 +124,20 @@ func Parse(source string, data []byte) (*Config, error) {
 	if len(strict) > 0 {
 		return nil, fmt.Errorf("%w %s: %w", ErrInvalid, source, errors.Join(strict...))
 	}
-	cfg.setDefaults()
-	if errs := cfg.validate(); len(errs) > 0 {
-		return nil, fmt.Errorf("%w %s: %w", ErrInvalid, source, errs.ToAggregate())
+	if err := cfg.Complete(); err != nil {
+		return nil, fmt.Errorf("%w %s: %w", ErrInvalid, source, err)
 	}
 	return &cfg, nil
+}
+
+// Complete sets defaults and validates; configurations built in code need
+// it, those from Parse and Load have had it.
+func (c *Config) Complete() error {
+	c.setDefaults()
+	if errs := c.validate(); len(errs) > 0 {
+		return errs.ToAggregate()
+	}
+	return nil
 }
 
 func (c *Config) setDefaults() {
