@@ -34,7 +34,7 @@ func BenchmarkUp(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var cpRSS, nodeRSS float64
+	var cpRSS, nodeRSS, driverRSS float64
 	b.ResetTimer()
 	for range b.N {
 		if _, err := l.Up(ctx); err != nil {
@@ -50,8 +50,20 @@ func BenchmarkUp(b *testing.B) {
 			b.Fatal(err)
 		}
 		cpRSS += rssMiB(b, s.PID)
-		for _, n := range s.Nodes {
-			nodeRSS += rssMiB(b, n.PID) / float64(len(s.Nodes))
+		nodes, drivers := 0.0, 0.0
+		for _, p := range s.Processes {
+			if p.Role == labstate.RoleNode {
+				nodes++
+			} else {
+				drivers++
+			}
+		}
+		for _, p := range s.Processes {
+			if p.Role == labstate.RoleNode {
+				nodeRSS += rssMiB(b, p.PID) / nodes
+			} else {
+				driverRSS += rssMiB(b, p.PID) / drivers
+			}
 		}
 		if err := l.Down(ctx); err != nil {
 			b.Fatal(err)
@@ -62,7 +74,8 @@ func BenchmarkUp(b *testing.B) {
 	n := float64(b.N)
 	b.ReportMetric(cpRSS/n, "MiB-rss-controlplane")
 	b.ReportMetric(nodeRSS/n, "MiB-rss-per-node")
-	b.ReportMetric((cpRSS+nodeRSS*float64(len(cfg.Nodes)))/n, "MiB-rss-total")
+	b.ReportMetric(driverRSS/n, "MiB-rss-per-driver")
+	b.ReportMetric((cpRSS+(nodeRSS+driverRSS)*float64(len(cfg.Nodes)))/n, "MiB-rss-total")
 }
 
 func rssMiB(tb testing.TB, pid int) float64 {

@@ -78,8 +78,8 @@ func labProcesses(t *testing.T, st *lab.Status) ([]int, []int) {
 		t.Fatal(err)
 	}
 	pids := []int{s.PID}
-	for _, n := range s.Nodes {
-		pids = append(pids, n.PID)
+	for _, p := range s.Processes {
+		pids = append(pids, p.PID)
 	}
 	return pids, listeningPorts(t, pids)
 }
@@ -142,8 +142,8 @@ func TestUpReuseDown(t *testing.T) {
 		t.Fatalf("status = %s with %d nodes, want Running with 2", st.Phase, len(st.Nodes))
 	}
 	for _, n := range st.Nodes {
-		if n.Ready != "True" || n.Process != "running" {
-			t.Errorf("node %s: ready %s, process %s", n.Name, n.Ready, n.Process)
+		if n.Ready != "True" || !strings.HasPrefix(n.Process, "running") || !strings.HasPrefix(n.Driver, "running") {
+			t.Errorf("node %s: ready %s, process %s, driver %s", n.Name, n.Ready, n.Process, n.Driver)
 		}
 	}
 	info, err := os.Stat(l.Kubeconfig())

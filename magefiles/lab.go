@@ -90,13 +90,13 @@ func (Lab) Status(ctx context.Context) error {
 	if len(st.Nodes) > 0 {
 		fmt.Println()
 		w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "NODE\tPROCESS\tREADY\tGPUS")
+		fmt.Fprintln(w, "NODE\tREADY\tPROCESS\tGPUS\tDRIVER")
 		for _, n := range st.Nodes {
-			gpus := n.Profile
+			gpus, driver := n.Profile, n.Driver
 			if gpus == "" {
-				gpus = "-"
+				gpus, driver = "-", "-"
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", n.Name, n.Process, n.Ready, gpus)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", n.Name, n.Ready, n.Process, gpus, driver)
 		}
 		w.Flush()
 	}

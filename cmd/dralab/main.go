@@ -15,6 +15,8 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/grpclog"
 	"k8s.io/klog/v2"
+
+	"github.com/dralab/dralab/drivers/gpu/driverapp"
 )
 
 func main() {
@@ -43,6 +45,8 @@ func newRootCommand() *cobra.Command {
 	// gRPC's own logger repeats what the components already log.
 	grpclog.SetLoggerV2(grpclog.NewLoggerV2(io.Discard, io.Discard, io.Discard))
 
-	root.AddCommand(newLabCommand(), newNodeCommand())
+	driver := driverapp.NewCommand(false)
+	driver.Use = "driver"
+	root.AddCommand(newLabCommand(), newNodeCommand(), driver)
 	return root
 }

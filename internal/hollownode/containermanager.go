@@ -26,13 +26,20 @@ import (
 // prepared.
 type draContainerManager struct {
 	cm.ContainerManager
-	dra *dra.Manager
+	dra           *dra.Manager
+	devicePlugins *devicePlugins
 }
 
 var _ cm.ContainerManager = &draContainerManager{}
 
-func newDRAContainerManager(logger klog.Logger, stub cm.ContainerManager, dm *dra.Manager) *draContainerManager {
-	return &draContainerManager{ContainerManager: stub, dra: dm}
+func newDRAContainerManager(stub cm.ContainerManager, dm *dra.Manager, dp *devicePlugins) *draContainerManager {
+	return &draContainerManager{ContainerManager: stub, dra: dm, devicePlugins: dp}
+}
+
+// GetDevicePluginResourceCapacity reports what registered device plugins
+// serve, for the node's capacity and allocatable.
+func (m *draContainerManager) GetDevicePluginResourceCapacity(klog.Logger) (v1.ResourceList, v1.ResourceList, []string) {
+	return m.devicePlugins.capacity()
 }
 
 func (m *draContainerManager) Start(ctx context.Context, node *v1.Node, activePods cm.ActivePodsFunc, getNode cm.GetNodeFunc, sourcesReady config.SourcesReady, podStatusProvider status.PodStatusProvider, runtimeService internalapi.RuntimeService, localStorageCapacityIsolation bool) error {

@@ -105,7 +105,12 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("creating the DRA manager: %w", err)
 	}
-	containerManager := newDRAContainerManager(logger, cm.NewStubContainerManager(), draManager)
+	devicePlugins, err := startDevicePlugins(ctx, o.Dir.DevicePlugins())
+	if err != nil {
+		return err
+	}
+	defer devicePlugins.stop()
+	containerManager := newDRAContainerManager(cm.NewStubContainerManager(), draManager, devicePlugins)
 
 	hk := kubemark.NewHollowKubelet(flags, config, client, heartbeatClient,
 		&cadvisortest.Fake{NodeName: o.Name}, imageService, runtimeService, containerManager)

@@ -84,10 +84,14 @@ func Run(ctx context.Context, o Options) (err error) {
 
 	// Nodes start while the control plane does: their kubelets retry until
 	// the API answers, and their own start-up overlaps with it.
-	nodes := newSupervisor(o, pkiFiles.CACert)
-	defer nodes.stopAll(10 * time.Second)
+	procs := newSupervisor(o)
+	defer procs.stopAll(10 * time.Second)
 	for _, n := range cfg.Nodes {
-		if err := nodes.start(ctx, n); err != nil {
+		args, err := nodeArgs(dir, n, pkiFiles.CACert, o.Verbosity)
+		if err == nil {
+			err = procs.start(ctx, labstate.RoleNode, n.Name, args, false)
+		}
+		if err != nil {
 			listener.Close()
 			return err
 		}
@@ -108,8 +112,20 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	defer cp.Stop()
 
+	if err := applyDeviceClasses(ctx, dir, cfg); err != nil {
+		return err
+	}
+	for _, n := range cfg.Nodes {
+		if n.GPUs == nil {
+			continue
+		}
+		if err := procs.start(ctx, labstate.RoleDriver, n.Name, driverArgs(dir, n, o.Verbosity), true); err != nil {
+			return err
+		}
+	}
+
 	status.Phase = labstate.PhaseRunning
-	status.Nodes = nodes.statuses()
+	status.Processes = procs.statuses()
 	report()
 	logger.Info("Lab running", "apiServer", server)
 
@@ -117,120 +133,197 @@ func Run(ctx context.Context, o Options) (err error) {
 		select {
 		case <-ctx.Done():
 			status.Phase = labstate.PhaseStopping
-			status.Nodes = nodes.statuses()
+			status.Processes = procs.statuses()
 			report()
 			return nil
 		case err := <-cp.Errors():
 			return err
-		case <-nodes.changed:
-			status.Nodes = nodes.statuses()
+		case <-procs.changed:
+			status.Processes = procs.statuses()
 			report()
 		}
 	}
 }
 
-// supervisor runs node processes.
+// supervisor runs the lab's child processes: one node per configured node
+// and, beside each GPU node, its driver. A driver that dies is restarted,
+// as a DaemonSet would; a node that dies is reported.
 type supervisor struct {
 	opts    Options
-	caCert  string
 	mu      sync.Mutex
-	nodes   []*nodeProcess
+	procs   []*process
 	changed chan struct{}
+	wg      sync.WaitGroup
 }
 
-type nodeProcess struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-	exit string
+type process struct {
+	role, node string
+	args       []string
+	restart    bool
+
+	// Guarded by supervisor.mu.
+	cmd      *exec.Cmd
+	running  bool
+	restarts int
+	exit     string
+	stopping bool
 }
 
-func newSupervisor(o Options, caCert string) *supervisor {
-	return &supervisor{opts: o, caCert: caCert, changed: make(chan struct{}, 1)}
+func newSupervisor(o Options) *supervisor {
+	return &supervisor{opts: o, changed: make(chan struct{}, 1)}
 }
 
-func (s *supervisor) start(ctx context.Context, n config.Node) error {
-	port, err := freePort()
-	if err != nil {
+// start runs a process; when it ends on its own and restart is set, it is
+// started again after a second.
+func (s *supervisor) start(ctx context.Context, role, node string, args []string, restart bool) error {
+	p := &process{role: role, node: node, args: args, restart: restart}
+	if err := s.spawn(ctx, p); err != nil {
 		return err
 	}
-	logFile, err := os.OpenFile(s.opts.Dir.Log("node-"+n.Name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	s.mu.Lock()
+	s.procs = append(s.procs, p)
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *supervisor) spawn(ctx context.Context, p *process) error {
+	logFile, err := os.OpenFile(s.opts.Dir.Log(p.role+"-"+p.node), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer logFile.Close()
-	args := []string{"node",
-		"--state-dir=" + string(s.opts.Dir),
-		"--name=" + n.Name,
-		"--port=" + strconv.Itoa(port),
-		"--ca-cert=" + s.caCert,
-		"--v=" + strconv.Itoa(s.opts.Verbosity),
-	}
-	for k, v := range nodeLabels(n) {
-		args = append(args, "--label="+k+"="+v)
-	}
-	cmd := exec.Command(s.opts.Executable, args...)
+	cmd := exec.Command(s.opts.Executable, p.args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// A node never outlives its lab, even when the lab is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	// A child never outlives its lab, even when the lab is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting node %s: %w", n.Name, err)
+		return fmt.Errorf("starting %s of node %s: %w", p.role, p.node, err)
 	}
-	klog.FromContext(ctx).V(1).Info("Started node", "node", n.Name, "pid", cmd.Process.Pid, "port", port)
-	p := &nodeProcess{name: n.Name, cmd: cmd, done: make(chan struct{})}
+	klog.FromContext(ctx).V(1).Info("Started process", "role", p.role, "node", p.node, "pid", cmd.Process.Pid)
 	s.mu.Lock()
-	s.nodes = append(s.nodes, p)
+	p.cmd, p.running = cmd, true
 	s.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
-		s.mu.Lock()
-		p.exit = "exited"
-		if err != nil {
-			p.exit = err.Error()
-		}
-		s.mu.Unlock()
-		close(p.done)
-		klog.FromContext(ctx).Info("Node process ended", "node", n.Name, "exit", p.exit)
-		select {
-		case s.changed <- struct{}{}:
-		default:
-		}
-	}()
+	s.wg.Add(1)
+	go s.wait(ctx, p, cmd)
 	return nil
 }
 
-func (s *supervisor) statuses() []labstate.NodeStatus {
+func (s *supervisor) wait(ctx context.Context, p *process, cmd *exec.Cmd) {
+	defer s.wg.Done()
+	err := cmd.Wait()
+	s.mu.Lock()
+	p.running = false
+	p.exit = "exited"
+	if err != nil {
+		p.exit = err.Error()
+	}
+	again := p.restart && !p.stopping && ctx.Err() == nil
+	s.mu.Unlock()
+	klog.FromContext(ctx).Info("Process ended", "role", p.role, "node", p.node, "exit", p.exit, "restart", again)
+	s.notify()
+	if !again {
+		return
+	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(time.Second):
+	}
+	s.mu.Lock()
+	stopping := p.stopping
+	if !stopping {
+		p.restarts++
+	}
+	s.mu.Unlock()
+	if stopping {
+		return
+	}
+	if err := s.spawn(ctx, p); err != nil {
+		klog.FromContext(ctx).Error(err, "Restarting process", "role", p.role, "node", p.node)
+	}
+	s.notify()
+}
+
+func (s *supervisor) notify() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (s *supervisor) statuses() []labstate.ProcessStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []labstate.NodeStatus
-	for _, p := range s.nodes {
-		st := labstate.NodeStatus{Name: p.name, PID: p.cmd.Process.Pid, Running: p.exit == "", Exit: p.exit}
-		out = append(out, st)
+	out := make([]labstate.ProcessStatus, 0, len(s.procs))
+	for _, p := range s.procs {
+		out = append(out, labstate.ProcessStatus{Role: p.role, Node: p.node, PID: p.cmd.Process.Pid, Running: p.running, Restarts: p.restarts, Exit: p.exit})
 	}
 	return out
 }
 
-// stopAll asks every node to stop, and kills those that have not within grace.
+// stopAll asks every process to stop and kills those still running after
+// grace. Drivers stop first, so that none outlives its kubelet's view.
 func (s *supervisor) stopAll(grace time.Duration) {
 	s.mu.Lock()
-	nodes := append([]*nodeProcess(nil), s.nodes...)
-	s.mu.Unlock()
-	for _, p := range nodes {
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
-	}
-	deadline := time.After(grace)
-	for _, p := range nodes {
-		select {
-		case <-p.done:
-		case <-deadline:
-			for _, q := range nodes {
-				_ = syscall.Kill(-q.cmd.Process.Pid, syscall.SIGKILL)
-			}
-			for _, q := range nodes {
-				<-q.done
-			}
-			return
+	for _, p := range s.procs {
+		p.stopping = true
+		if p.running {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		}
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		s.mu.Lock()
+		for _, p := range s.procs {
+			if p.running {
+				_ = p.cmd.Process.Kill()
+			}
+		}
+		s.mu.Unlock()
+		<-done
+	}
+}
+
+// nodeArgs runs a hollow node.
+func nodeArgs(dir labstate.Dir, n config.Node, caCert string, verbosity int) ([]string, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"node",
+		"--state-dir=" + string(dir),
+		"--name=" + n.Name,
+		"--port=" + strconv.Itoa(port),
+		"--ca-cert=" + caCert,
+		"--v=" + strconv.Itoa(verbosity),
+	}
+	for k, v := range nodeLabels(n) {
+		args = append(args, "--label="+k+"="+v)
+	}
+	return args, nil
+}
+
+// driverArgs runs the GPU driver of a node, with the node's own
+// credentials: the Node authorizer lets it write its own ResourceSlices and
+// read the claims of its pods, nothing more.
+func driverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
+	nd := dir.Node(n.Name)
+	return []string{"driver",
+		"--node-name=" + n.Name,
+		"--kubeconfig=" + nd.Kubeconfig(),
+		"--mode=" + n.GPUs.Mode,
+		"--profile=" + n.GPUs.Profile,
+		"--gpus=" + strconv.Itoa(n.GPUs.Count),
+		"--kubelet-registrar-dir=" + nd.PluginsRegistry(),
+		"--kubelet-plugins-dir=" + nd.Plugins(),
+		"--kubelet-device-plugins-dir=" + nd.DevicePlugins(),
+		"--cdi-dir=" + nd.CDI(),
+		"--checkpoint-dir=" + nd.DriverCheckpoint(),
+		"--v=" + strconv.Itoa(verbosity),
 	}
 }
 

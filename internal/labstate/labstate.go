@@ -97,6 +97,12 @@ func (n NodeDir) Kubeconfig() string { return n.path("kubelet.kubeconfig") }
 // CertDir is the kubelet's --cert-dir.
 func (n NodeDir) CertDir() string { return n.path("pki") }
 
+// DevicePlugins is the kubelet's device-plugin directory.
+func (n NodeDir) DevicePlugins() string { return n.path("kubelet", "device-plugins") }
+
+// DriverCheckpoint is the directory of the GPU driver's checkpoint.
+func (n NodeDir) DriverCheckpoint() string { return n.path("driver") }
+
 // CRISocket is the node's container runtime endpoint.
 func (n NodeDir) CRISocket() string { return n.path("cri.sock") }
 
@@ -115,17 +121,37 @@ type Status struct {
 	PID        int          `json:"pid"`
 	ConfigHash string       `json:"configHash"`
 	APIServer  string       `json:"apiServer,omitempty"`
-	StartedAt  time.Time    `json:"startedAt"`
-	Nodes      []NodeStatus `json:"nodes,omitempty"`
+	StartedAt  time.Time       `json:"startedAt"`
+	Processes  []ProcessStatus `json:"processes,omitempty"`
 }
 
-// NodeStatus is the state of one node process.
-type NodeStatus struct {
-	Name    string `json:"name"`
+// Process roles.
+const (
+	RoleNode   = "node"
+	RoleDriver = "driver"
+)
+
+// ProcessStatus is the state of one child process of the lab.
+type ProcessStatus struct {
+	// Role is "node" or "driver"; Node names the node either serves.
+	Role    string `json:"role"`
+	Node    string `json:"node"`
 	PID     int    `json:"pid,omitempty"`
 	Running bool   `json:"running"`
-	// Exit says how the node process ended, when it did.
+	// Restarts counts restarts after the process ended on its own.
+	Restarts int `json:"restarts,omitempty"`
+	// Exit says how the process last ended, when it did.
 	Exit string `json:"exit,omitempty"`
+}
+
+// Process returns the status of a node's process of a role.
+func (s *Status) Process(role, node string) (ProcessStatus, bool) {
+	for _, p := range s.Processes {
+		if p.Role == role && p.Node == node {
+			return p, true
+		}
+	}
+	return ProcessStatus{}, false
 }
 
 // WriteStatus replaces the status file atomically.

@@ -42,12 +42,12 @@ func TestStatusRoundTrip(t *testing.T) {
 	if _, err := d.ReadStatus(); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("ReadStatus without a file = %v", err)
 	}
-	in := &Status{Phase: PhaseRunning, PID: 42, Nodes: []NodeStatus{{Name: "a", PID: 43, Running: true}}}
+	in := &Status{Phase: PhaseRunning, PID: 42, Processes: []ProcessStatus{{Role: RoleNode, Node: "a", PID: 43, Running: true}}}
 	if err := d.WriteStatus(in); err != nil {
 		t.Fatal(err)
 	}
 	out, err := d.ReadStatus()
-	if err != nil || out.Phase != PhaseRunning || out.PID != 42 || len(out.Nodes) != 1 || out.Nodes[0].Name != "a" {
+	if err != nil || out.Phase != PhaseRunning || out.PID != 42 || len(out.Processes) != 1 || out.Processes[0].Node != "a" {
 		t.Fatalf("ReadStatus = %+v, %v", out, err)
 	}
 	// Atomic writes leave no temporary files behind.

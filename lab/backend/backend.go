@@ -74,8 +74,10 @@ type Status struct {
 // NodeStatus is one node's state.
 type NodeStatus struct {
 	Name string
-	// Process says whether the node's process runs, for the embedded backend.
+	// Process and Driver say whether the node's process and its GPU
+	// driver's run, for the embedded backend.
 	Process string
+	Driver  string
 	// Ready is the node's Ready condition as the API server has it, or
 	// "Unknown" when the API cannot be reached.
 	Ready string

@@ -12,7 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 
+	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/lab/examples"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -80,7 +82,17 @@ type GPUs struct {
 	Profile string `json:"profile"`
 	// Count is the number of GPUs.
 	Count int `json:"count"`
+	// Mode is how the node's driver serves them: "dra" (the default,
+	// ResourceSlices and claims) or "device-plugin" (an extended resource
+	// count, the way GPU device plugins work). Never both on one node.
+	Mode string `json:"mode,omitempty"`
 }
+
+// GPU modes.
+const (
+	GPUModeDRA          = "dra"
+	GPUModeDevicePlugin = "device-plugin"
+)
 
 // Default returns the default lab: one node per GPU tier.
 func Default() *Config {
@@ -148,8 +160,12 @@ func (c *Config) setDefaults() {
 		c.Backend = BackendEmbedded
 	}
 	for i := range c.Nodes {
-		if c.Nodes[i].Kind == "" {
-			c.Nodes[i].Kind = NodeHollow
+		n := &c.Nodes[i]
+		if n.Kind == "" {
+			n.Kind = NodeHollow
+		}
+		if n.GPUs != nil && n.GPUs.Mode == "" {
+			n.GPUs.Mode = GPUModeDRA
 		}
 	}
 }
@@ -209,6 +225,11 @@ func (c *Config) validate() field.ErrorList {
 			gp := p.Child("gpus")
 			if n.GPUs.Profile == "" {
 				errs = append(errs, field.Required(gp.Child("profile"), "name a GPU profile, e.g. h100-80gb"))
+			} else if known := fakegpu.BuiltinNames(); !slices.Contains(known, n.GPUs.Profile) {
+				errs = append(errs, field.NotSupported(gp.Child("profile"), n.GPUs.Profile, known))
+			}
+			if n.GPUs.Mode != GPUModeDRA && n.GPUs.Mode != GPUModeDevicePlugin {
+				errs = append(errs, field.NotSupported(gp.Child("mode"), n.GPUs.Mode, []string{GPUModeDRA, GPUModeDevicePlugin}))
 			}
 			if n.GPUs.Count < 1 || n.GPUs.Count > MaxGPUsPerNode {
 				errs = append(errs, field.Invalid(gp.Child("count"), n.GPUs.Count, fmt.Sprintf("must be between 1 and %d", MaxGPUsPerNode)))

@@ -62,6 +62,8 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"no profile", head + "nodes: [{name: a, gpus: {count: 2}}]\n", []string{"nodes[0].gpus.profile: Required"}},
 		{"bad port", head + "apiServerPort: 70000\nnodes: [{name: a}]\n", []string{"apiServerPort"}},
 		{"bad backend", head + "backend: vagrant\nnodes: [{name: a}]\n", []string{"backend", `"vagrant"`}},
+		{"unknown profile", head + "nodes: [{name: a, gpus: {profile: h200-141gb, count: 1}}]\n", []string{"nodes[0].gpus.profile", `"h200-141gb"`, "h100-80gb"}},
+		{"unknown mode", head + "nodes: [{name: a, gpus: {profile: l4-24gb, count: 1, mode: both}}]\n", []string{"nodes[0].gpus.mode", `"both"`}},
 		{"bad label", head + "nodes: [{name: a, labels: {'bad key!': x}}]\n", []string{"nodes[0].labels[bad key!]"}},
 	}
 	for _, c := range cases {

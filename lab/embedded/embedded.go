@@ -21,12 +21,14 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab/backend"
@@ -121,7 +123,7 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 		return backend.UpResult{}, err
 	}
 
-	done = progress(fmt.Sprintf("Waiting for %d node(s) to be Ready", len(cfg.Nodes)))
+	done = progress(fmt.Sprintf("Waiting for %d node(s) to be Ready with their GPUs published", len(cfg.Nodes)))
 	err = waitNodesReady(ctx, dir.Kubeconfig(), cfg, b.nodeLogHint(dir))
 	done(err)
 	return backend.UpResult{}, err
@@ -218,44 +220,69 @@ func (b *Backend) nodeLogHint(dir labstate.Dir) func(string) string {
 	return func(node string) string { return dir.Log("node-" + node) }
 }
 
-// waitNodesReady waits until every configured node is registered and Ready.
+// waitNodesReady waits until every configured node is registered and
+// Ready and its GPUs are published: as ResourceSlices of the GPU driver for
+// DRA nodes, as allocatable extended resources for device-plugin nodes.
 func waitNodesReady(ctx context.Context, kubeconfig string, cfg *config.Config, logOf func(string) string) error {
 	client, err := newClient(kubeconfig)
 	if err != nil {
 		return err
 	}
-	want := map[string]bool{}
-	for _, n := range cfg.Nodes {
-		want[n.Name] = false
-	}
+	missing := map[string]string{}
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, nodesReadyTimeout, true, func(ctx context.Context) (bool, error) {
 		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
 		}
-		for _, n := range nodes.Items {
-			if _, ok := want[n.Name]; ok {
-				want[n.Name] = nodeReady(&n) == string(v1.ConditionTrue)
-			}
+		sliceList, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
 		}
-		for _, ready := range want {
-			if !ready {
-				return false, nil
-			}
-		}
-		return true, nil
+		missing = nodesNotReady(cfg, nodes.Items, sliceList.Items)
+		return len(missing) == 0, nil
 	})
 	if err != nil {
 		var msgs []string
-		for name, ready := range want {
-			if !ready {
-				msgs = append(msgs, fmt.Sprintf("node %s is not Ready (log: %s)", name, logOf(name)))
-			}
+		for name, why := range missing {
+			msgs = append(msgs, fmt.Sprintf("node %s %s (log: %s)", name, why, logOf(name)))
 		}
 		slices.Sort(msgs)
 		return fmt.Errorf("waiting for nodes: %w: %s", err, strings.Join(msgs, "; "))
 	}
 	return nil
+}
+
+// nodesNotReady says, per configured node, what it still lacks.
+func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.ResourceSlice) map[string]string {
+	byName := map[string]*v1.Node{}
+	for i := range nodes {
+		byName[nodes[i].Name] = &nodes[i]
+	}
+	published := map[string]int{}
+	for _, s := range rs {
+		if s.Spec.Driver == gpu.DriverName {
+			published[s.Spec.Pool.Name] += len(s.Spec.Devices)
+		}
+	}
+	missing := map[string]string{}
+	for _, n := range cfg.Nodes {
+		node, ok := byName[n.Name]
+		switch {
+		case !ok:
+			missing[n.Name] = "is not registered"
+		case nodeReady(node) != string(v1.ConditionTrue):
+			missing[n.Name] = "is not Ready"
+		case n.GPUs == nil:
+		case n.GPUs.Mode == config.GPUModeDRA && published[n.Name] != n.GPUs.Count:
+			missing[n.Name] = fmt.Sprintf("has %d of its %d GPUs in ResourceSlices", published[n.Name], n.GPUs.Count)
+		case n.GPUs.Mode == config.GPUModeDevicePlugin:
+			q := node.Status.Allocatable[v1.ResourceName(gpu.ExtendedResource)]
+			if q.Value() != int64(n.GPUs.Count) {
+				missing[n.Name] = fmt.Sprintf("has %d of its %d GPUs allocatable as %s", q.Value(), n.GPUs.Count, gpu.ExtendedResource)
+			}
+		}
+	}
+	return missing
 }
 
 func nodeReady(n *v1.Node) string {
@@ -293,9 +320,9 @@ func (b *Backend) removeState(dir labstate.Dir) error {
 		pids = append(pids, pid)
 	}
 	if s, err := dir.ReadStatus(); err == nil {
-		for _, n := range s.Nodes {
-			if labstate.Alive(n.PID) && isDralab(n.PID) {
-				pids = append(pids, n.PID)
+		for _, p := range s.Processes {
+			if labstate.Alive(p.PID) && isDralab(p.PID) {
+				pids = append(pids, p.PID)
 			}
 		}
 	}
@@ -370,29 +397,51 @@ func (b *Backend) Status(ctx context.Context, name string) (*backend.Status, err
 			st.Phase, st.Message = backend.PhaseDegraded, "the API server does not answer: "+err.Error()
 		}
 	}
-	cfg, _ := config.Load(dir.Config())
-	for _, n := range s.Nodes {
+	cfg, err := config.Load(dir.Config())
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range cfg.Nodes {
 		nd := dir.Node(n.Name)
-		ns := backend.NodeStatus{Name: n.Name, Process: "running", Ready: ready[n.Name],
+		ns := backend.NodeStatus{Name: n.Name, Ready: ready[n.Name],
 			RegistrarDir: nd.PluginsRegistry(), PluginsDir: nd.Plugins(), CDIDir: nd.CDI()}
 		if ns.Ready == "" {
 			ns.Ready = "NotRegistered"
 		}
-		if !n.Running || !labstate.Alive(n.PID) {
-			ns.Process = "exited: " + n.Exit
-			if n.Exit == "" {
-				ns.Process = "gone"
-			}
+		var ok bool
+		if ns.Process, ok = processState(s, labstate.RoleNode, n.Name); !ok {
 			st.Phase = backend.PhaseDegraded
 		}
-		if cfg != nil {
-			if cn, ok := cfg.Node(n.Name); ok && cn.GPUs != nil {
-				ns.Profile = fmt.Sprintf("%d× %s", cn.GPUs.Count, cn.GPUs.Profile)
+		if n.GPUs != nil {
+			ns.Profile = fmt.Sprintf("%d× %s (%s)", n.GPUs.Count, n.GPUs.Profile, n.GPUs.Mode)
+			if ns.Driver, ok = processState(s, labstate.RoleDriver, n.Name); !ok {
+				st.Phase = backend.PhaseDegraded
 			}
 		}
 		st.Nodes = append(st.Nodes, ns)
 	}
 	return st, nil
+}
+
+// processState describes a node's process of a role, and whether it runs.
+// A lab still starting has not started drivers yet.
+func processState(s *labstate.Status, role, node string) (string, bool) {
+	p, found := s.Process(role, node)
+	switch {
+	case !found && s.Phase == labstate.PhaseStarting:
+		return "starting", true
+	case !found:
+		return "not started", false
+	case p.Running && labstate.Alive(p.PID):
+		if p.Restarts > 0 {
+			return fmt.Sprintf("running (pid %d, %d restarts, last: %s)", p.PID, p.Restarts, p.Exit), true
+		}
+		return fmt.Sprintf("running (pid %d)", p.PID), true
+	case p.Exit != "":
+		return "exited: " + p.Exit, false
+	default:
+		return "gone", false
+	}
 }
 
 // CollectLogs implements backend.Backend.

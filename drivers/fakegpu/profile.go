@@ -1,0 +1,188 @@
+// Package fakegpu is the inventory of dralab's fake GPU driver: GPUs that
+// do not exist, described by GPU profiles (data files, one per model) with
+// the attribute names NVIDIA's DRA driver publishes, so that a claim written
+// for the fake driver works unchanged against the NVML driver.
+package fakegpu
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/blang/semver/v4"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+// Profile file identity.
+const (
+	ProfileAPIVersion = "fakegpu.dralab.dev/v1alpha1"
+	ProfileKind       = "GPUProfile"
+)
+
+// Profile describes a GPU model.
+type Profile struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Name is how lab configurations refer to the profile, e.g. "h100-80gb".
+	Name string `json:"name"`
+	// Tier groups models a workload treats alike: h100, a100, l4.
+	Tier string `json:"tier"`
+	// The attributes, as NVML reports them.
+	ProductName           string `json:"productName"`
+	Brand                 string `json:"brand"`
+	Architecture          string `json:"architecture"`
+	CUDAComputeCapability string `json:"cudaComputeCapability"`
+	DriverVersion         string `json:"driverVersion"`
+	CUDADriverVersion     string `json:"cudaDriverVersion"`
+	// Memory is the device's memory, e.g. 81559Mi.
+	Memory resource.Quantity `json:"memory"`
+}
+
+//go:embed profiles/*.yaml
+var builtin embed.FS
+
+// ErrUnknownProfile means no profile has the name asked for.
+var ErrUnknownProfile = errors.New("unknown GPU profile")
+
+// Builtin returns the profiles shipped with dralab, by name.
+func Builtin() (map[string]*Profile, error) {
+	files, err := fs.Glob(builtin, "profiles/*.yaml")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]*Profile{}
+	for _, f := range files {
+		data, err := builtin.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		p, err := ParseProfile("drivers/fakegpu/"+f, data)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := out[p.Name]; dup {
+			return nil, fmt.Errorf("two built-in profiles are named %q", p.Name)
+		}
+		out[p.Name] = p
+	}
+	return out, nil
+}
+
+// BuiltinNames lists the built-in profiles' names, sorted.
+func BuiltinNames() []string {
+	profiles, err := Builtin()
+	if err != nil {
+		return nil
+	}
+	names := make([]string, 0, len(profiles))
+	for n := range profiles {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// LookupProfile returns a built-in profile by name.
+func LookupProfile(name string) (*Profile, error) {
+	profiles, err := Builtin()
+	if err != nil {
+		return nil, err
+	}
+	if p, ok := profiles[name]; ok {
+		return p, nil
+	}
+	return nil, fmt.Errorf("%w %q; built-in profiles: %s (or give a profile file)", ErrUnknownProfile, name, strings.Join(BuiltinNames(), ", "))
+}
+
+// LoadProfile reads a profile file.
+func LoadProfile(file string) (*Profile, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("reading GPU profile: %w", err)
+	}
+	return ParseProfile(file, data)
+}
+
+// ParseProfile decodes a profile strictly and validates it; errors name
+// source and the field.
+func ParseProfile(source string, data []byte) (*Profile, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, fmt.Errorf("GPU profile %s: the file is empty", source)
+	}
+	jsonData, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("GPU profile %s: %w", source, err)
+	}
+	var p Profile
+	strict, err := sigsjson.UnmarshalStrict(jsonData, &p)
+	if err != nil {
+		return nil, fmt.Errorf("GPU profile %s: %w", source, err)
+	}
+	if len(strict) > 0 {
+		return nil, fmt.Errorf("GPU profile %s: %w", source, errors.Join(strict...))
+	}
+	if errs := p.validate(); len(errs) > 0 {
+		return nil, fmt.Errorf("GPU profile %s: %w", source, errs.ToAggregate())
+	}
+	return &p, nil
+}
+
+func (p *Profile) validate() field.ErrorList {
+	var errs field.ErrorList
+	if p.APIVersion != ProfileAPIVersion {
+		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), p.APIVersion, []string{ProfileAPIVersion}))
+	}
+	if p.Kind != ProfileKind {
+		errs = append(errs, field.NotSupported(field.NewPath("kind"), p.Kind, []string{ProfileKind}))
+	}
+	for name, v := range map[string]string{"name": p.Name, "tier": p.Tier, "productName": p.ProductName, "brand": p.Brand, "architecture": p.Architecture} {
+		if v == "" {
+			errs = append(errs, field.Required(field.NewPath(name), ""))
+		}
+	}
+	for name, v := range map[string]string{"cudaComputeCapability": p.CUDAComputeCapability, "driverVersion": p.DriverVersion, "cudaDriverVersion": p.CUDADriverVersion} {
+		if _, err := NormalizeVersion(v); err != nil {
+			errs = append(errs, field.Invalid(field.NewPath(name), v, err.Error()))
+		}
+	}
+	if p.Memory.Sign() <= 0 {
+		errs = append(errs, field.Invalid(field.NewPath("memory"), p.Memory.String(), "must be positive, e.g. 81559Mi"))
+	}
+	return errs
+}
+
+// NormalizeVersion turns a driver-style version into semantic version
+// form, as DRA version attributes require: "9.0" → "9.0.0",
+// "550.127.05" → "550.127.5" (semver forbids leading zeros).
+func NormalizeVersion(v string) (string, error) {
+	if v == "" {
+		return "", errors.New("empty version")
+	}
+	parts := strings.Split(v, ".")
+	if len(parts) > 3 {
+		return "", fmt.Errorf("%q has more than three parts", v)
+	}
+	for len(parts) < 3 {
+		parts = append(parts, "0")
+	}
+	for i, p := range parts {
+		trimmed := strings.TrimLeft(p, "0")
+		if trimmed == "" {
+			trimmed = "0"
+		}
+		parts[i] = trimmed
+	}
+	out := strings.Join(parts, ".")
+	if _, err := semver.Parse(out); err != nil {
+		return "", fmt.Errorf("%q is not a version: %w", v, err)
+	}
+	return out, nil
+}

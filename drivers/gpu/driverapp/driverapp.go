@@ -1,0 +1,216 @@
+// Package driverapp is the command of dralab's GPU driver, shared by the
+// standalone cmd/dralab-driver (the image a cluster runs as a DaemonSet)
+// and the lab binary's `dralab driver` (what the embedded lab runs beside
+// each node). Every flag has an environment-variable twin.
+package driverapp
+
+import (
+	"context"
+	goflag "flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/dralab/dralab/drivers/fakegpu"
+	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/drivers/kit"
+)
+
+// Modes.
+const (
+	ModeDRA          = "dra"
+	ModeDevicePlugin = "device-plugin"
+)
+
+// Options are the driver's settings.
+type Options struct {
+	NodeName         string
+	Kubeconfig       string
+	Mode             string
+	Inventory        string
+	Profile          string
+	ProfileFile      string
+	GPUs             int
+	RegistrarDir     string
+	PluginsDir       string
+	DevicePluginsDir string
+	CDIDir           string
+	CheckpointDir    string
+}
+
+// EnvPrefix prefixes every flag's environment-variable twin.
+const EnvPrefix = "DRALAB_"
+
+// NewCommand returns the driver command. withLogFlags adds klog's -v, for
+// a standalone binary; under a parent command that has it, leave it out.
+func NewCommand(withLogFlags bool) *cobra.Command {
+	o := Options{}
+	cmd := &cobra.Command{
+		Use:   "dralab-driver",
+		Short: "dralab's GPU driver (" + gpu.DriverName + "): a DRA kubelet plugin, or a device plugin in counting mode",
+		Long: `dralab's GPU driver publishes a node's GPUs as DRA ResourceSlices and prepares claims
+with CDI specs (--mode=dra), or serves them through the kubelet's device-plugin API as the
+extended resource ` + gpu.ExtendedResource + ` (--mode=device-plugin), the way GPU device plugins count.
+Never run both modes on one node: the two allocators would hand out the same GPUs.
+
+Every flag can also be set through the environment variable named in brackets.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			return applyEnv(cmd.Flags())
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return Run(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.NodeName, "node-name", "", "the node this driver serves (required)")
+	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
+	f.StringVar(&o.Mode, "mode", ModeDRA, "dra or device-plugin")
+	f.StringVar(&o.Inventory, "inventory", "fake", "where devices come from: fake (GPU profiles)")
+	f.StringVar(&o.Profile, "profile", "", "built-in GPU profile of a fake inventory: "+strings.Join(fakegpu.BuiltinNames(), ", "))
+	f.StringVar(&o.ProfileFile, "profile-file", "", "GPU profile file of a fake inventory, instead of --profile")
+	f.IntVar(&o.GPUs, "gpus", 0, "number of fake GPUs")
+	f.StringVar(&o.RegistrarDir, "kubelet-registrar-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registration directory")
+	f.StringVar(&o.PluginsDir, "kubelet-plugins-dir", "/var/lib/kubelet/plugins", "parent of the driver's DRA socket directory")
+	f.StringVar(&o.DevicePluginsDir, "kubelet-device-plugins-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory (device-plugin mode)")
+	f.StringVar(&o.CDIDir, "cdi-dir", "/var/run/cdi", "where CDI specs are written for the container runtime")
+	f.StringVar(&o.CheckpointDir, "checkpoint-dir", "/var/lib/dralab-driver", "where the checkpoint of prepared claims is kept")
+	if withLogFlags {
+		klogFlags := goflag.NewFlagSet("klog", goflag.ContinueOnError)
+		klog.InitFlags(klogFlags)
+		f.AddGoFlag(klogFlags.Lookup("v"))
+	}
+	f.VisitAll(func(fl *pflag.Flag) {
+		fl.Usage += fmt.Sprintf(" [$%s]", envName(fl.Name))
+	})
+	return cmd
+}
+
+func envName(flag string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// applyEnv sets every flag not given on the command line from its
+// environment twin.
+func applyEnv(fs *pflag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(fl *pflag.Flag) {
+		if err != nil || fl.Changed {
+			return
+		}
+		if v, ok := os.LookupEnv(envName(fl.Name)); ok {
+			if serr := fs.Set(fl.Name, v); serr != nil {
+				err = fmt.Errorf("$%s: %w", envName(fl.Name), serr)
+			}
+		}
+	})
+	return err
+}
+
+// Run runs the driver until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	logger := klog.FromContext(ctx).WithValues("node", o.NodeName)
+	ctx = klog.NewContext(ctx, logger)
+	if o.NodeName == "" {
+		return fmt.Errorf("--node-name (or $%s) is required", envName("node-name"))
+	}
+	inv, err := inventory(o)
+	if err != nil {
+		return err
+	}
+	switch o.Mode {
+	case ModeDRA:
+		client, err := kubeClient(o.Kubeconfig)
+		if err != nil {
+			return err
+		}
+		d, err := kit.Start(ctx, kit.Options{
+			DriverName:     gpu.DriverName,
+			NodeName:       o.NodeName,
+			KubeClient:     client,
+			RegistrarDir:   o.RegistrarDir,
+			PluginDir:      filepath.Join(o.PluginsDir, gpu.DriverName),
+			CDIDir:         o.CDIDir,
+			CheckpointPath: filepath.Join(o.CheckpointDir, "checkpoint.json"),
+			CDIKind:        gpu.CDIKind,
+			EnvPrefix:      gpu.EnvPrefix,
+			Inventory:      inv,
+		})
+		if err != nil {
+			return err
+		}
+		defer d.Stop()
+	case ModeDevicePlugin:
+		p, err := kit.StartDevicePlugin(ctx, kit.DevicePluginOptions{
+			ResourceName: gpu.ExtendedResource,
+			Dir:          o.DevicePluginsDir,
+			Socket:       "dralab-gpu.sock",
+			EnvPrefix:    gpu.EnvPrefix,
+			Inventory:    inv,
+		})
+		if err != nil {
+			return err
+		}
+		defer p.Stop()
+	default:
+		return fmt.Errorf("--mode %q: want %s or %s", o.Mode, ModeDRA, ModeDevicePlugin)
+	}
+	logger.Info("Driver running", "mode", o.Mode)
+	<-ctx.Done()
+	logger.Info("Driver stopping")
+	return nil
+}
+
+func inventory(o Options) (kit.Inventory, error) {
+	if o.Inventory != "fake" {
+		return nil, fmt.Errorf("--inventory %q: want fake", o.Inventory)
+	}
+	var (
+		p   *fakegpu.Profile
+		err error
+	)
+	switch {
+	case o.Profile != "" && o.ProfileFile != "":
+		return nil, fmt.Errorf("give --profile or --profile-file, not both")
+	case o.ProfileFile != "":
+		p, err = fakegpu.LoadProfile(o.ProfileFile)
+	case o.Profile != "":
+		p, err = fakegpu.LookupProfile(o.Profile)
+	default:
+		return nil, fmt.Errorf("a fake inventory needs --profile or --profile-file")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if o.GPUs < 1 {
+		return nil, fmt.Errorf("--gpus %d: a fake inventory needs at least one GPU", o.GPUs)
+	}
+	return &fakegpu.Inventory{Node: o.NodeName, Profile: p, Count: o.GPUs}, nil
+}
+
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("API client: %w", err)
+	}
+	cfg.UserAgent = gpu.DriverName
+	return kubernetes.NewForConfig(cfg)
+}

@@ -1,0 +1,91 @@
+package gpu_test
+
+import (
+	"context"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/utils/ptr"
+
+	"github.com/dralab/dralab/drivers/fakegpu"
+	"github.com/dralab/dralab/drivers/gpu"
+)
+
+// matches evaluates a class's selectors against a device the way the
+// scheduler's allocator does.
+func matches(t *testing.T, class resourceapi.DeviceClass, dev cel.Device) bool {
+	t.Helper()
+	for _, s := range class.Spec.Selectors {
+		res := cel.GetCompiler(cel.Features{}).CompileCELExpression(s.CEL.Expression, cel.Options{})
+		if res.Error != nil {
+			t.Fatalf("class %s: %v", class.Name, res.Error)
+		}
+		// The API server rejects selectors whose worst-case cost exceeds this.
+		if res.MaxCost > resourceapi.CELSelectorExpressionMaxCost {
+			t.Fatalf("class %s: selector %q costs up to %d, over the API's limit %d", class.Name, s.CEL.Expression, res.MaxCost, resourceapi.CELSelectorExpressionMaxCost)
+		}
+		ok, _, err := res.DeviceMatches(context.Background(), dev)
+		if err != nil {
+			t.Fatalf("class %s on %v: %v", class.Name, dev.Attributes, err)
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func product(driver, name string) cel.Device {
+	d := cel.Device{Driver: driver, Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}}
+	if name != "" {
+		d.Attributes["productName"] = resourceapi.DeviceAttribute{StringValue: ptr.To(name)}
+	}
+	return d
+}
+
+func TestTierClassesSelectTheirProfiles(t *testing.T) {
+	classes := map[string]resourceapi.DeviceClass{}
+	for _, c := range gpu.DeviceClasses() {
+		classes[c.Name] = c
+	}
+	if len(classes) != 4 {
+		t.Fatalf("classes: %v", classes)
+	}
+	profiles, err := fakegpu.Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range profiles {
+		dev := product(gpu.DriverName, p.ProductName)
+		if !matches(t, classes[gpu.ClassAny], dev) {
+			t.Errorf("class %s does not match %s", gpu.ClassAny, p.Name)
+		}
+		for _, tier := range gpu.Tiers {
+			got, want := matches(t, classes[tier.ClassName()], dev), tier.Name == p.Tier
+			if got != want {
+				t.Errorf("class %s matches %s (%s): %v, want %v", tier.ClassName(), p.Name, p.ProductName, got, want)
+			}
+		}
+	}
+	// Real product names: NVML's, including look-alikes.
+	for name, tier := range map[string]string{
+		"NVIDIA H100 NVL": "h100", "NVIDIA H100 PCIe": "h100", "NVIDIA A100-PCIE-40GB": "a100",
+		"NVIDIA L40S": "", "NVIDIA H200": "", "NVIDIA A10": "",
+	} {
+		for _, t2 := range gpu.Tiers {
+			if got := matches(t, classes[t2.ClassName()], product(gpu.DriverName, name)); got != (t2.Name == tier) {
+				t.Errorf("class %s on %q = %v", t2.ClassName(), name, got)
+			}
+		}
+	}
+	// Another driver's device, or one without a product name, matches no
+	// tier and makes no selector fail.
+	for _, dev := range []cel.Device{product("other.example.com", "NVIDIA H100 80GB HBM3"), product(gpu.DriverName, "")} {
+		for _, tier := range gpu.Tiers {
+			if matches(t, classes[tier.ClassName()], dev) {
+				t.Errorf("class %s matches %+v", tier.ClassName(), dev)
+			}
+		}
+	}
+}

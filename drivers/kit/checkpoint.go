@@ -1,0 +1,151 @@
+package kit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"k8s.io/apimachinery/pkg/types"
+	sigsjson "sigs.k8s.io/json"
+)
+
+// CheckpointVersion is the version of the checkpoint format.
+const CheckpointVersion = "dralab.dev/checkpoint/v1"
+
+// ErrCorruptCheckpoint means the checkpoint file cannot be trusted. The
+// driver refuses to start rather than forget or double-prepare claims.
+var ErrCorruptCheckpoint = errors.New("corrupt checkpoint")
+
+// Checkpoint is what a driver remembers across restarts: every claim it
+// has prepared and not yet unprepared.
+type Checkpoint struct {
+	Version string `json:"version"`
+	Driver  string `json:"driver"`
+	Node    string `json:"node"`
+	// Claims are keyed by claim UID.
+	Claims map[types.UID]*PreparedClaim `json:"claims"`
+}
+
+// PreparedClaim is one prepared claim.
+type PreparedClaim struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// CDISpec is the claim's CDI spec file name in the CDI directory.
+	CDISpec string           `json:"cdiSpec"`
+	Devices []PreparedDevice `json:"devices"`
+}
+
+// PreparedDevice is one device of a prepared claim.
+type PreparedDevice struct {
+	Requests     []string `json:"requests"`
+	Pool         string   `json:"pool"`
+	Device       string   `json:"device"`
+	CDIDeviceIDs []string `json:"cdiDeviceIDs"`
+	// Shared is true for admin access and shared (consumable capacity)
+	// allocations, which may hold the device together with other claims.
+	Shared bool `json:"shared,omitempty"`
+}
+
+func newCheckpoint(driver, node string) *Checkpoint {
+	return &Checkpoint{Version: CheckpointVersion, Driver: driver, Node: node, Claims: map[types.UID]*PreparedClaim{}}
+}
+
+// loadCheckpoint reads a checkpoint; a missing file is an empty checkpoint.
+// A file that does not decode strictly, has another version, or belongs to
+// another driver or node is ErrCorruptCheckpoint, naming the file.
+func loadCheckpoint(path, driver, node string) (*Checkpoint, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return newCheckpoint(driver, node), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading checkpoint: %w", err)
+	}
+	corrupt := func(why string, args ...any) error {
+		return fmt.Errorf("%w %s: %s; move the file away to start with no prepared claims (the kubelet will prepare running pods' claims again)",
+			ErrCorruptCheckpoint, path, fmt.Sprintf(why, args...))
+	}
+	var cp Checkpoint
+	strict, err := sigsjson.UnmarshalStrict(data, &cp)
+	if err != nil {
+		return nil, corrupt("%v", err)
+	}
+	if len(strict) > 0 {
+		return nil, corrupt("%v", errors.Join(strict...))
+	}
+	if cp.Version != CheckpointVersion {
+		return nil, corrupt("version %q, want %q", cp.Version, CheckpointVersion)
+	}
+	if cp.Driver != driver || cp.Node != node {
+		return nil, corrupt("it belongs to driver %q on node %q, not %q on %q", cp.Driver, cp.Node, driver, node)
+	}
+	if cp.Claims == nil {
+		cp.Claims = map[types.UID]*PreparedClaim{}
+	}
+	for uid, c := range cp.Claims {
+		if c == nil || c.CDISpec == "" {
+			return nil, corrupt("claim %s has no CDI spec", uid)
+		}
+	}
+	return &cp, nil
+}
+
+// save writes the checkpoint atomically: a crash leaves the old file or
+// the new one, never a torn one.
+func (cp *Checkpoint) save(path string) error {
+	data, err := json.MarshalIndent(cp, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, data)
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	// Make the rename durable.
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// holder returns another claim that holds the device exclusively while the
+// caller wants it exclusively too: the one conflict a driver must refuse.
+// Admin access and shared allocations coexist with anything.
+func (cp *Checkpoint) holder(pool, device string, uid types.UID, shared bool) (types.UID, *PreparedClaim) {
+	for other, c := range cp.Claims {
+		if other == uid {
+			continue
+		}
+		for _, d := range c.Devices {
+			if d.Pool == pool && d.Device == device && !shared && !d.Shared {
+				return other, c
+			}
+		}
+	}
+	return "", nil
+}

@@ -1,0 +1,358 @@
+// Package kit is what every dralab DRA driver shares: an inventory of
+// devices is published as ResourceSlices through
+// k8s.io/dynamic-resource-allocation/kubeletplugin, and claims are prepared
+// by writing one CDI spec per claim with the CDI library and remembered in
+// an atomically written checkpoint, so that a restarted driver neither
+// forgets a prepared claim nor prepares one twice. Drivers differ only in
+// their Inventory.
+package kit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// Device is one device of an inventory.
+type Device struct {
+	// API is the device as published in the node's ResourceSlice.
+	API resourceapi.Device
+	// Env is what the device sets in a container, keyed by suffix: a
+	// prepared device n of a claim sets <EnvPrefix>_<n>=<Env[""]> and
+	// <EnvPrefix>_<n>_<key>=<value> for the other keys.
+	Env map[string]string
+	// DeviceNodes are host device files the container gets.
+	DeviceNodes []string
+}
+
+// Inventory lists a node's devices.
+type Inventory interface {
+	// Devices returns the devices in a stable order with stable names.
+	Devices(ctx context.Context) ([]Device, error)
+}
+
+// Options configure a driver on one node.
+type Options struct {
+	DriverName string
+	NodeName   string
+	KubeClient kubernetes.Interface
+	// RegistrarDir is the kubelet's plugin registration directory;
+	// PluginDir holds the driver's DRA socket.
+	RegistrarDir string
+	PluginDir    string
+	// CDIDir is the CDI spec directory the container runtime reads.
+	CDIDir string
+	// CheckpointPath is the checkpoint file; it must survive restarts.
+	CheckpointPath string
+	// CDIKind is the CDI device kind, "vendor/class".
+	CDIKind string
+	// EnvPrefix names the per-device environment variables.
+	EnvPrefix string
+	Inventory Inventory
+}
+
+// Driver is a running DRA kubelet plugin.
+type Driver struct {
+	opts    Options
+	helper  *kubeletplugin.Helper
+	cdi     *cdi.Cache
+	devices map[string]Device
+
+	mu sync.Mutex
+	cp *Checkpoint
+}
+
+// Start enumerates the inventory, loads the checkpoint, registers with the
+// kubelet and publishes the node's ResourceSlice.
+func Start(ctx context.Context, opts Options) (*Driver, error) {
+	d, err := newDriver(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(opts.PluginDir, 0o750); err != nil {
+		return nil, err
+	}
+	d.helper, err = kubeletplugin.Start(ctx, d,
+		kubeletplugin.KubeClient(opts.KubeClient),
+		kubeletplugin.NodeName(opts.NodeName),
+		kubeletplugin.DriverName(opts.DriverName),
+		kubeletplugin.RegistrarDirectoryPath(opts.RegistrarDir),
+		kubeletplugin.PluginDataDirectoryPath(opts.PluginDir),
+		kubeletplugin.HealthService(false),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("starting the kubelet plugin: %w", err)
+	}
+	if err := d.helper.PublishResources(ctx, d.resources()); err != nil {
+		d.helper.Stop()
+		return nil, fmt.Errorf("publishing ResourceSlices: %w", err)
+	}
+	return d, nil
+}
+
+// newDriver prepares everything but the kubelet plugin: what unit tests of
+// Prepare and Unprepare need.
+func newDriver(ctx context.Context, opts Options) (*Driver, error) {
+	for name, v := range map[string]string{"driver name": opts.DriverName, "node name": opts.NodeName, "CDI directory": opts.CDIDir, "checkpoint path": opts.CheckpointPath, "CDI kind": opts.CDIKind} {
+		if v == "" {
+			return nil, fmt.Errorf("driver options: %s is empty", name)
+		}
+	}
+	if opts.EnvPrefix == "" {
+		opts.EnvPrefix = "DEVICE"
+	}
+	devs, err := opts.Inventory.Devices(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("enumerating devices: %w", err)
+	}
+	d := &Driver{opts: opts, devices: map[string]Device{}}
+	for _, dev := range devs {
+		if _, dup := d.devices[dev.API.Name]; dup {
+			return nil, fmt.Errorf("inventory lists device %q twice", dev.API.Name)
+		}
+		d.devices[dev.API.Name] = dev
+	}
+	if err := os.MkdirAll(opts.CDIDir, 0o755); err != nil {
+		return nil, err
+	}
+	d.cdi, err = cdi.NewCache(cdi.WithSpecDirs(opts.CDIDir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		return nil, fmt.Errorf("CDI directory %s: %w", opts.CDIDir, err)
+	}
+	d.cp, err = loadCheckpoint(opts.CheckpointPath, opts.DriverName, opts.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).Info("Driver ready", "driver", opts.DriverName, "node", opts.NodeName, "devices", len(d.devices), "preparedClaims", len(d.cp.Claims))
+	return d, nil
+}
+
+// Stop unregisters from the kubelet and stops serving. Published slices
+// stay: the kubelet or the control plane removes them when the node goes.
+func (d *Driver) Stop() {
+	if d.helper != nil {
+		d.helper.Stop()
+	}
+}
+
+// resources is the node's single pool, named after the node.
+func (d *Driver) resources() resourceslice.DriverResources {
+	names := make([]string, 0, len(d.devices))
+	for n := range d.devices {
+		names = append(names, n)
+	}
+	sortDeviceNames(names)
+	devs := make([]resourceapi.Device, 0, len(names))
+	for _, n := range names {
+		devs = append(devs, d.devices[n].API)
+	}
+	return resourceslice.DriverResources{
+		Pools: map[string]resourceslice.Pool{d.opts.NodeName: {Slices: []resourceslice.Slice{{Devices: devs}}}},
+	}
+}
+
+// PreparedClaims returns the UIDs of the prepared claims.
+func (d *Driver) PreparedClaims() []types.UID {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var uids []types.UID
+	for uid := range d.cp.Claims {
+		uids = append(uids, uid)
+	}
+	return uids
+}
+
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin.
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	for _, claim := range claims {
+		devices, err := d.prepare(ctx, claim)
+		results[claim.UID] = kubeletplugin.PrepareResult{Devices: devices, Err: err}
+	}
+	return results, nil
+}
+
+func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "uid", claim.UID)
+	if prepared, ok := d.cp.Claims[claim.UID]; ok {
+		// Idempotent: the kubelet asks again after its own restart.
+		if err := d.ensureSpec(claim.UID, prepared); err != nil {
+			return nil, err
+		}
+		logger.V(2).Info("Claim already prepared")
+		return toPluginDevices(prepared.Devices), nil
+	}
+	if claim.Status.Allocation == nil {
+		return nil, fmt.Errorf("claim %s is not allocated", klog.KObj(claim))
+	}
+	spec := &cdispec.Spec{Version: cdispec.CurrentVersion, Kind: d.opts.CDIKind}
+	prepared := &PreparedClaim{Namespace: claim.Namespace, Name: claim.Name}
+	n := 0
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver != d.opts.DriverName {
+			continue
+		}
+		if r.Pool != d.opts.NodeName {
+			return nil, fmt.Errorf("claim %s: device %s is in pool %q, not in this node's pool %q", klog.KObj(claim), r.Device, r.Pool, d.opts.NodeName)
+		}
+		dev, ok := d.devices[r.Device]
+		if !ok {
+			return nil, fmt.Errorf("claim %s: device %q is not in this node's inventory", klog.KObj(claim), r.Device)
+		}
+		shared := (r.AdminAccess != nil && *r.AdminAccess) || r.ShareID != nil
+		if uid, other := d.cp.holder(r.Pool, r.Device, claim.UID, shared); other != nil {
+			return nil, fmt.Errorf("claim %s: device %s is already prepared for claim %s/%s (%s); refusing to hand it out twice",
+				klog.KObj(claim), r.Device, other.Namespace, other.Name, uid)
+		}
+		name := string(claim.UID) + "-" + r.Device
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: name, ContainerEdits: d.edits(n, dev)})
+		prepared.Devices = append(prepared.Devices, PreparedDevice{
+			Requests: []string{r.Request}, Pool: r.Pool, Device: r.Device,
+			CDIDeviceIDs: []string{d.opts.CDIKind + "=" + name}, Shared: shared,
+		})
+		n++
+	}
+	specName, err := cdi.GenerateNameForTransientSpec(spec, string(claim.UID))
+	if err != nil {
+		return nil, err
+	}
+	prepared.CDISpec = specName + ".json"
+	if err := d.cdi.WriteSpec(spec, prepared.CDISpec); err != nil {
+		return nil, fmt.Errorf("writing CDI spec for claim %s: %w", klog.KObj(claim), err)
+	}
+	d.cp.Claims[claim.UID] = prepared
+	if err := d.cp.save(d.opts.CheckpointPath); err != nil {
+		delete(d.cp.Claims, claim.UID)
+		_ = d.removeSpec(prepared.CDISpec)
+		return nil, fmt.Errorf("checkpointing claim %s: %w", klog.KObj(claim), err)
+	}
+	logger.V(1).Info("Prepared claim", "devices", len(prepared.Devices))
+	return toPluginDevices(prepared.Devices), nil
+}
+
+// edits are a device's container edits as the n-th device of its claim.
+func (d *Driver) edits(n int, dev Device) cdispec.ContainerEdits {
+	var edits cdispec.ContainerEdits
+	for _, kv := range deviceEnv(d.opts.EnvPrefix, n, dev) {
+		edits.Env = append(edits.Env, kv[0]+"="+kv[1])
+	}
+	for _, path := range dev.DeviceNodes {
+		edits.DeviceNodes = append(edits.DeviceNodes, &cdispec.DeviceNode{Path: path})
+	}
+	return edits
+}
+
+// ensureSpec rewrites a prepared claim's CDI spec if it went missing.
+func (d *Driver) ensureSpec(uid types.UID, c *PreparedClaim) error {
+	if _, err := os.Stat(filepath.Join(d.opts.CDIDir, c.CDISpec)); err == nil {
+		return nil
+	}
+	spec := &cdispec.Spec{Version: cdispec.CurrentVersion, Kind: d.opts.CDIKind}
+	for i, pd := range c.Devices {
+		dev, ok := d.devices[pd.Device]
+		if !ok {
+			return fmt.Errorf("prepared claim %s uses device %q, which is no longer in the inventory", uid, pd.Device)
+		}
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: string(uid) + "-" + pd.Device, ContainerEdits: d.edits(i, dev)})
+	}
+	return d.cdi.WriteSpec(spec, c.CDISpec)
+}
+
+func (d *Driver) removeSpec(name string) error {
+	err := d.cdi.RemoveSpec(name)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin. Unknown
+// claims are not an error: unprepare is idempotent.
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	results := make(map[types.UID]error, len(claims))
+	for _, c := range claims {
+		results[c.UID] = d.unprepare(ctx, c)
+	}
+	return results, nil
+}
+
+func (d *Driver) unprepare(ctx context.Context, c kubeletplugin.NamespacedObject) error {
+	prepared, ok := d.cp.Claims[c.UID]
+	if !ok {
+		return nil
+	}
+	if err := d.removeSpec(prepared.CDISpec); err != nil {
+		return fmt.Errorf("removing CDI spec of claim %s: %w", c.NamespacedName, err)
+	}
+	delete(d.cp.Claims, c.UID)
+	if err := d.cp.save(d.opts.CheckpointPath); err != nil {
+		d.cp.Claims[c.UID] = prepared
+		return fmt.Errorf("checkpointing claim %s: %w", c.NamespacedName, err)
+	}
+	klog.FromContext(ctx).V(1).Info("Unprepared claim", "claim", c.NamespacedName, "uid", c.UID)
+	return nil
+}
+
+// HandleError implements kubeletplugin.DRAPlugin.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	runtime.HandleErrorWithContext(ctx, err, msg)
+}
+
+// WatchHealthStatus implements kubeletplugin.DRAPlugin; the health service
+// is off, so the kubelet never calls it.
+func (d *Driver) WatchHealthStatus(ctx context.Context, _ chan<- kubeletplugin.DeviceHealthReport) error {
+	<-ctx.Done()
+	return nil
+}
+
+func toPluginDevices(in []PreparedDevice) []kubeletplugin.Device {
+	out := make([]kubeletplugin.Device, 0, len(in))
+	for _, d := range in {
+		out = append(out, kubeletplugin.Device{Requests: d.Requests, PoolName: d.Pool, DeviceName: d.Device, CDIDeviceIDs: d.CDIDeviceIDs})
+	}
+	return out
+}
+
+// sortDeviceNames orders names like gpu-2 before gpu-10.
+func sortDeviceNames(names []string) {
+	sort.Slice(names, func(i, j int) bool {
+		pi, ni := splitIndex(names[i])
+		pj, nj := splitIndex(names[j])
+		if pi != pj {
+			return pi < pj
+		}
+		return ni < nj
+	})
+}
+
+func splitIndex(name string) (string, int) {
+	i := strings.LastIndexByte(name, '-')
+	if i < 0 {
+		return name, -1
+	}
+	n, err := strconv.Atoi(name[i+1:])
+	if err != nil {
+		return name, -1
+	}
+	return name[:i], n
+}

@@ -1,0 +1,349 @@
+package kit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	"k8s.io/utils/ptr"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+)
+
+const (
+	testDriver = "gpu.test.dev"
+	testNode   = "node-a"
+)
+
+type staticInventory []Device
+
+func (s staticInventory) Devices(context.Context) ([]Device, error) { return s, nil }
+
+func testDevices(n int) staticInventory {
+	var devs staticInventory
+	for i := range n {
+		name := fmt.Sprintf("gpu-%d", i)
+		devs = append(devs, Device{
+			API: resourceapi.Device{Name: name},
+			Env: map[string]string{"": name, "UUID": "uuid-" + name},
+		})
+	}
+	return devs
+}
+
+type harness struct {
+	t      *testing.T
+	dir    string
+	opts   Options
+	client *fake.Clientset
+	driver *Driver
+	conn   drapb.DRAPluginClient
+}
+
+// newHarness starts a driver with its real kubelet plugin server, and acts
+// as the kubelet: it calls NodePrepareResources and NodeUnprepareResources
+// over the driver's socket, with claims from a fake API server.
+func newHarness(t *testing.T, devices int) *harness {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "kit-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	// The slice controller makes the node own its ResourceSlice.
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: "node-uid"}}
+	h := &harness{t: t, dir: dir, client: fake.NewClientset(node)}
+	h.opts = Options{
+		DriverName: testDriver, NodeName: testNode, KubeClient: h.client,
+		RegistrarDir: filepath.Join(dir, "registry"), PluginDir: filepath.Join(dir, "plugin"),
+		CDIDir: filepath.Join(dir, "cdi"), CheckpointPath: filepath.Join(dir, "state", "checkpoint.json"),
+		CDIKind: "test.dev/gpu", EnvPrefix: "GPU_DEVICE", Inventory: testDevices(devices),
+	}
+	if err := os.MkdirAll(h.opts.RegistrarDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	return h
+}
+
+func (h *harness) start() {
+	h.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	h.t.Cleanup(cancel)
+	d, err := Start(ctx, h.opts)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(d.Stop)
+	h.driver = d
+	conn, err := grpc.NewClient("unix://"+filepath.Join(h.opts.PluginDir, "dra.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { conn.Close() })
+	h.conn = drapb.NewDRAPluginClient(conn)
+}
+
+// restart stops the driver and starts a new one on the same checkpoint.
+func (h *harness) restart() {
+	h.driver.Stop()
+	h.start()
+}
+
+// claim creates an allocated claim in the fake API server.
+func (h *harness) claim(name string, devices ...string) *resourceapi.ResourceClaim {
+	h.t.Helper()
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name)}}
+	c.Status.Allocation = &resourceapi.AllocationResult{}
+	for _, d := range devices {
+		shared := strings.HasPrefix(d, "admin:")
+		d = strings.TrimPrefix(d, "admin:")
+		r := resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: testDriver, Pool: testNode, Device: d}
+		if shared {
+			r.AdminAccess = ptr.To(true)
+		}
+		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results, r)
+	}
+	c, err := h.client.ResourceV1().ResourceClaims("ns").Create(context.Background(), c, metav1.CreateOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return c
+}
+
+func (h *harness) prepare(claims ...*resourceapi.ResourceClaim) map[string]*drapb.NodePrepareResourceResponse {
+	h.t.Helper()
+	req := &drapb.NodePrepareResourcesRequest{}
+	for _, c := range claims {
+		req.Claims = append(req.Claims, &drapb.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
+	}
+	resp, err := h.conn.NodePrepareResources(context.Background(), req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return resp.Claims
+}
+
+func (h *harness) unprepare(claims ...*resourceapi.ResourceClaim) map[string]*drapb.NodeUnprepareResourceResponse {
+	h.t.Helper()
+	req := &drapb.NodeUnprepareResourcesRequest{}
+	for _, c := range claims {
+		req.Claims = append(req.Claims, &drapb.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
+	}
+	resp, err := h.conn.NodeUnprepareResources(context.Background(), req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return resp.Claims
+}
+
+func (h *harness) specFiles() []string {
+	entries, _ := os.ReadDir(h.opts.CDIDir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// containerEnv resolves CDI device IDs as a container runtime would.
+func (h *harness) containerEnv(ids []string) []string {
+	h.t.Helper()
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(h.opts.CDIDir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	spec := &oci.Spec{Process: &oci.Process{}}
+	if _, err := cache.InjectDevices(spec, ids...); err != nil {
+		h.t.Fatalf("CDI devices %v do not resolve: %v", ids, err)
+	}
+	return spec.Process.Env
+}
+
+func TestPrepareWritesCDISpecAndIsIdempotent(t *testing.T) {
+	h := newHarness(t, 4)
+	c := h.claim("one", "gpu-2", "gpu-3")
+	first := h.prepare(c)[string(c.UID)]
+	if first.Error != "" || len(first.Devices) != 2 {
+		t.Fatalf("prepare = %+v", first)
+	}
+	var ids []string
+	for _, d := range first.Devices {
+		ids = append(ids, d.CdiDeviceIds...)
+	}
+	env := strings.Join(h.containerEnv(ids), "\n")
+	for _, want := range []string{"GPU_DEVICE_0=gpu-2", "GPU_DEVICE_0_UUID=uuid-gpu-2", "GPU_DEVICE_1=gpu-3"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("container env lacks %s:\n%s", want, env)
+		}
+	}
+	again := h.prepare(c)[string(c.UID)]
+	if again.Error != "" || fmt.Sprint(again.Devices) != fmt.Sprint(first.Devices) {
+		t.Errorf("second prepare = %+v, want %+v", again, first)
+	}
+	if files := h.specFiles(); len(files) != 1 {
+		t.Errorf("CDI specs after two prepares of one claim: %v", files)
+	}
+	if got := h.unprepare(c)[string(c.UID)]; got.Error != "" {
+		t.Fatalf("unprepare: %s", got.Error)
+	}
+	if got := h.unprepare(c)[string(c.UID)]; got.Error != "" {
+		t.Errorf("second unprepare: %s", got.Error)
+	}
+	if files := h.specFiles(); len(files) != 0 {
+		t.Errorf("CDI specs left after unprepare: %v", files)
+	}
+}
+
+func TestUnprepareUnknownClaim(t *testing.T) {
+	h := newHarness(t, 1)
+	ghost := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "ghost", Namespace: "ns", UID: "uid-ghost"}}
+	if got := h.unprepare(ghost)[string(ghost.UID)]; got == nil || got.Error != "" {
+		t.Errorf("unprepare of a claim never prepared = %+v, want success", got)
+	}
+}
+
+func TestPrepareRefusesDeviceHeldByAnotherClaim(t *testing.T) {
+	h := newHarness(t, 2)
+	a, b := h.claim("a", "gpu-0"), h.claim("b", "gpu-0")
+	if got := h.prepare(a)[string(a.UID)]; got.Error != "" {
+		t.Fatal(got.Error)
+	}
+	got := h.prepare(b)[string(b.UID)]
+	if !strings.Contains(got.Error, "already prepared for claim ns/a") {
+		t.Errorf("second claim on gpu-0: %q, want a refusal naming ns/a", got.Error)
+	}
+	// Admin access coexists with the allocation.
+	admin := h.claim("monitor", "admin:gpu-0", "admin:gpu-1")
+	if got := h.prepare(admin)[string(admin.UID)]; got.Error != "" {
+		t.Errorf("admin-access claim: %s", got.Error)
+	}
+}
+
+func TestPrepareUnknownDevice(t *testing.T) {
+	h := newHarness(t, 1)
+	c := h.claim("c", "gpu-7")
+	if got := h.prepare(c)[string(c.UID)]; !strings.Contains(got.Error, `"gpu-7" is not in this node's inventory`) {
+		t.Errorf("prepare of an unknown device: %q", got.Error)
+	}
+	if files := h.specFiles(); len(files) != 0 {
+		t.Errorf("a failed prepare left CDI specs: %v", files)
+	}
+}
+
+func TestRestartKeepsPreparedClaims(t *testing.T) {
+	h := newHarness(t, 2)
+	c := h.claim("c", "gpu-1")
+	first := h.prepare(c)[string(c.UID)]
+	h.restart()
+	if got := h.driver.PreparedClaims(); len(got) != 1 || got[0] != c.UID {
+		t.Fatalf("after restart the driver remembers %v, want [%s]", got, c.UID)
+	}
+	// The restarted driver still refuses the device to another claim…
+	other := h.claim("other", "gpu-1")
+	if got := h.prepare(other)[string(other.UID)]; got.Error == "" {
+		t.Error("after restart gpu-1 was handed out twice")
+	}
+	// …answers a repeated prepare with the same devices…
+	if got := h.prepare(c)[string(c.UID)]; fmt.Sprint(got.Devices) != fmt.Sprint(first.Devices) {
+		t.Errorf("prepare after restart = %v, want %v", got.Devices, first.Devices)
+	}
+	// …and unprepares it.
+	if got := h.unprepare(c)[string(c.UID)]; got.Error != "" {
+		t.Fatal(got.Error)
+	}
+	if files := h.specFiles(); len(files) != 0 {
+		t.Errorf("CDI specs left: %v", files)
+	}
+}
+
+func TestCorruptCheckpointIsAClearError(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "checkpoint.json")
+	opts := Options{DriverName: testDriver, NodeName: testNode, CDIDir: filepath.Join(dir, "cdi"), CheckpointPath: path, CDIKind: "test.dev/gpu", Inventory: testDevices(1)}
+	for name, content := range map[string]string{
+		"truncated":     `{"version": "dralab.dev/checkpoint/v1", "driver": "gpu.te`,
+		"unknown field": `{"version": "dralab.dev/checkpoint/v1", "driver": "gpu.test.dev", "node": "node-a", "claims": {}, "extra": 1}`,
+		"old version":   `{"version": "v0", "driver": "gpu.test.dev", "node": "node-a"}`,
+		"other node":    `{"version": "dralab.dev/checkpoint/v1", "driver": "gpu.test.dev", "node": "node-b", "claims": {}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := newDriver(context.Background(), opts)
+			if !errors.Is(err, ErrCorruptCheckpoint) || !strings.Contains(err.Error(), path) {
+				t.Errorf("newDriver = %v, want ErrCorruptCheckpoint naming %s", err, path)
+			}
+		})
+	}
+}
+
+func TestConcurrentPrepares(t *testing.T) {
+	const n = 8
+	h := newHarness(t, n)
+	claims := make([]*resourceapi.ResourceClaim, n)
+	for i := range n {
+		claims[i] = h.claim(fmt.Sprintf("c%d", i), fmt.Sprintf("gpu-%d", i))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, n)
+	for _, c := range claims {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if got := h.prepare(c)[string(c.UID)]; got.Error != "" {
+				errs <- got.Error
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	h.restart()
+	if got := len(h.driver.PreparedClaims()); got != n {
+		t.Errorf("checkpoint holds %d claims after %d concurrent prepares", got, n)
+	}
+}
+
+// A prepare must publish the node's devices too; the fake API server shows
+// the ResourceSlice the driver wrote.
+func TestPublishesNodeSlice(t *testing.T) {
+	h := newHarness(t, 3)
+	var slices *resourceapi.ResourceSliceList
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var err error
+		slices, err = h.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+		if err == nil && len(slices.Items) > 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if slices == nil || len(slices.Items) != 1 {
+		t.Fatalf("slices = %v", slices)
+	}
+	s := slices.Items[0]
+	if s.Spec.Driver != testDriver || s.Spec.Pool.Name != testNode || ptr.Deref(s.Spec.NodeName, "") != testNode || len(s.Spec.Devices) != 3 {
+		t.Errorf("slice = %+v", s.Spec)
+	}
+	if s.Spec.Devices[0].Name != "gpu-0" || s.Spec.Devices[2].Name != "gpu-2" {
+		t.Errorf("devices out of order: %v", s.Spec.Devices)
+	}
+}
