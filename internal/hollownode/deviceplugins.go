@@ -118,4 +118,3 @@ func (dp *devicePlugins) capacity() (v1.ResourceList, v1.ResourceList, []string)
 	}
 	return capacity, allocatable, nil
 }
-

@@ -34,7 +34,9 @@ func Root() (string, error) {
 	return filepath.Join(home, ".local", "state", "dralab"), nil
 }
 
-func (d Dir) path(elem ...string) string { return filepath.Join(append([]string{string(d)}, elem...)...) }
+func (d Dir) path(elem ...string) string {
+	return filepath.Join(append([]string{string(d)}, elem...)...)
+}
 
 // Config is the lab configuration the lab was started with.
 func (d Dir) Config() string { return d.path("config.json") }
@@ -116,11 +118,11 @@ const (
 
 // Status is what the lab process reports about itself.
 type Status struct {
-	Phase      string       `json:"phase"`
-	Message    string       `json:"message,omitempty"`
-	PID        int          `json:"pid"`
-	ConfigHash string       `json:"configHash"`
-	APIServer  string       `json:"apiServer,omitempty"`
+	Phase      string          `json:"phase"`
+	Message    string          `json:"message,omitempty"`
+	PID        int             `json:"pid"`
+	ConfigHash string          `json:"configHash"`
+	APIServer  string          `json:"apiServer,omitempty"`
 	StartedAt  time.Time       `json:"startedAt"`
 	Processes  []ProcessStatus `json:"processes,omitempty"`
 }
