@@ -163,7 +163,7 @@ func TestKubeletPlugin(t *testing.T) {
 			if t.Failed() {
 				dumpDiagnostics(ctx, t, s.client, s.namespace)
 			}
-			_ = s.client.CoreV1().Namespaces().Delete(ctx, s.namespace, metav1.DeleteOptions{})
+			deleteNamespace(ctx, t, s.client, s.namespace)
 			_ = s.client.ResourceV1().DeviceClasses().Delete(ctx, driver, metav1.DeleteOptions{})
 			return ctx
 		}).

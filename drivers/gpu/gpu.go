@@ -5,10 +5,12 @@
 package gpu
 
 import (
+	"context"
 	"fmt"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/dynamic-resource-allocation/cel"
 )
 
 const (
@@ -74,4 +76,34 @@ func newClass(name string, expressions ...string) resourceapi.DeviceClass {
 		c.Spec.Selectors = append(c.Spec.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: e}})
 	}
 	return c
+}
+
+// TierOf returns the tier whose class selects the device, "" for none. It
+// evaluates the classes' CEL selectors with the allocator's own CEL
+// library, so it agrees with the scheduler by construction.
+func TierOf(ctx context.Context, dev cel.Device) (string, error) {
+	for _, t := range Tiers {
+		ok, err := selects(ctx, []string{driverSelector, t.Selector()}, dev)
+		if err != nil {
+			return "", err
+		}
+		if ok {
+			return t.Name, nil
+		}
+	}
+	return "", nil
+}
+
+func selects(ctx context.Context, expressions []string, dev cel.Device) (bool, error) {
+	for _, e := range expressions {
+		res := cel.GetCompiler(cel.Features{}).CompileCELExpression(e, cel.Options{})
+		if res.Error != nil {
+			return false, res.Error
+		}
+		ok, _, err := res.DeviceMatches(ctx, dev)
+		if err != nil || !ok {
+			return false, err
+		}
+	}
+	return true, nil
 }

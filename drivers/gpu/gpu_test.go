@@ -61,6 +61,9 @@ func TestTierClassesSelectTheirProfiles(t *testing.T) {
 		if !matches(t, classes[gpu.ClassAny], dev) {
 			t.Errorf("class %s does not match %s", gpu.ClassAny, p.Name)
 		}
+		if got, err := gpu.TierOf(context.Background(), dev); err != nil || got != p.Tier {
+			t.Errorf("TierOf(%s) = %q, %v; want %q", p.Name, got, err, p.Tier)
+		}
 		for _, tier := range gpu.Tiers {
 			got, want := matches(t, classes[tier.ClassName()], dev), tier.Name == p.Tier
 			if got != want {

@@ -52,21 +52,35 @@ func newCheckpoint(driver, node string) *Checkpoint {
 	return &Checkpoint{Version: CheckpointVersion, Driver: driver, Node: node, Claims: map[types.UID]*PreparedClaim{}}
 }
 
-// loadCheckpoint reads a checkpoint; a missing file is an empty checkpoint.
-// A file that does not decode strictly, has another version, or belongs to
-// another driver or node is ErrCorruptCheckpoint, naming the file.
+// loadCheckpoint reads a driver's checkpoint; a missing file is an empty
+// checkpoint. One of another driver or node is ErrCorruptCheckpoint.
 func loadCheckpoint(path, driver, node string) (*Checkpoint, error) {
-	data, err := os.ReadFile(path)
+	cp, err := ReadCheckpoint(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return newCheckpoint(driver, node), nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading checkpoint: %w", err)
+		return nil, err
 	}
-	corrupt := func(why string, args ...any) error {
-		return fmt.Errorf("%w %s: %s; move the file away to start with no prepared claims (the kubelet will prepare running pods' claims again)",
-			ErrCorruptCheckpoint, path, fmt.Sprintf(why, args...))
+	if cp.Driver != driver || cp.Node != node {
+		return nil, corruptCheckpoint(path, "it belongs to driver %q on node %q, not %q on %q", cp.Driver, cp.Node, driver, node)
 	}
+	return cp, nil
+}
+
+func corruptCheckpoint(path, why string, args ...any) error {
+	return fmt.Errorf("%w %s: %s; move the file away to start with no prepared claims (the kubelet will prepare running pods' claims again)",
+		ErrCorruptCheckpoint, path, fmt.Sprintf(why, args...))
+}
+
+// ReadCheckpoint reads a checkpoint file. One that does not decode
+// strictly or has another version is ErrCorruptCheckpoint, naming the file.
+func ReadCheckpoint(path string) (*Checkpoint, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	corrupt := func(why string, args ...any) error { return corruptCheckpoint(path, why, args...) }
 	var cp Checkpoint
 	strict, err := sigsjson.UnmarshalStrict(data, &cp)
 	if err != nil {
@@ -77,9 +91,6 @@ func loadCheckpoint(path, driver, node string) (*Checkpoint, error) {
 	}
 	if cp.Version != CheckpointVersion {
 		return nil, corrupt("version %q, want %q", cp.Version, CheckpointVersion)
-	}
-	if cp.Driver != driver || cp.Node != node {
-		return nil, corrupt("it belongs to driver %q on node %q, not %q on %q", cp.Driver, cp.Node, driver, node)
 	}
 	if cp.Claims == nil {
 		cp.Claims = map[types.UID]*PreparedClaim{}

@@ -78,6 +78,8 @@ type NodeStatus struct {
 	// driver's run, for the embedded backend.
 	Process string
 	Driver  string
+	// PID and DriverPID are the processes' IDs, 0 when not running.
+	PID, DriverPID int
 	// Ready is the node's Ready condition as the API server has it, or
 	// "Unknown" when the API cannot be reached.
 	Ready string

@@ -409,12 +409,12 @@ func (b *Backend) Status(ctx context.Context, name string) (*backend.Status, err
 			ns.Ready = "NotRegistered"
 		}
 		var ok bool
-		if ns.Process, ok = processState(s, labstate.RoleNode, n.Name); !ok {
+		if ns.Process, ns.PID, ok = processState(s, labstate.RoleNode, n.Name); !ok {
 			st.Phase = backend.PhaseDegraded
 		}
 		if n.GPUs != nil {
 			ns.Profile = fmt.Sprintf("%d× %s (%s)", n.GPUs.Count, n.GPUs.Profile, n.GPUs.Mode)
-			if ns.Driver, ok = processState(s, labstate.RoleDriver, n.Name); !ok {
+			if ns.Driver, ns.DriverPID, ok = processState(s, labstate.RoleDriver, n.Name); !ok {
 				st.Phase = backend.PhaseDegraded
 			}
 		}
@@ -423,24 +423,25 @@ func (b *Backend) Status(ctx context.Context, name string) (*backend.Status, err
 	return st, nil
 }
 
-// processState describes a node's process of a role, and whether it runs.
-// A lab still starting has not started drivers yet.
-func processState(s *labstate.Status, role, node string) (string, bool) {
+// processState describes a node's process of a role, its PID while it
+// runs, and whether that is well. A lab still starting has not started
+// drivers yet.
+func processState(s *labstate.Status, role, node string) (string, int, bool) {
 	p, found := s.Process(role, node)
 	switch {
 	case !found && s.Phase == labstate.PhaseStarting:
-		return "starting", true
+		return "starting", 0, true
 	case !found:
-		return "not started", false
+		return "not started", 0, false
 	case p.Running && labstate.Alive(p.PID):
 		if p.Restarts > 0 {
-			return fmt.Sprintf("running (pid %d, %d restarts, last: %s)", p.PID, p.Restarts, p.Exit), true
+			return fmt.Sprintf("running (pid %d, %d restarts, last: %s)", p.PID, p.Restarts, p.Exit), p.PID, true
 		}
-		return fmt.Sprintf("running (pid %d)", p.PID), true
+		return fmt.Sprintf("running (pid %d)", p.PID), p.PID, true
 	case p.Exit != "":
-		return "exited: " + p.Exit, false
+		return "exited: " + p.Exit, 0, false
 	default:
-		return "gone", false
+		return "gone", 0, false
 	}
 }
 
