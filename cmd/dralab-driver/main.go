@@ -16,7 +16,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := driverapp.NewCommand(true).ExecuteContext(ctx); err != nil {
+	if err := driverapp.NewCommand().ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "dralab-driver:", err)
 		stop()
 		os.Exit(1)

@@ -1,6 +1,7 @@
 // Command dralab is the lab's one large binary: the embedded lab process
-// (control plane), its nodes and, later, its drivers are subcommands, so
-// that one link serves them all.
+// (control plane) and its nodes are subcommands, so that one link serves
+// them all. The GPU driver is its own small binary, cmd/dralab-driver, the
+// same one a cluster runs as a DaemonSet.
 package main
 
 import (
@@ -15,8 +16,6 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/grpclog"
 	"k8s.io/klog/v2"
-
-	"github.com/dralab/dralab/drivers/gpu/driverapp"
 )
 
 func main() {
@@ -45,8 +44,6 @@ func newRootCommand() *cobra.Command {
 	// gRPC's own logger repeats what the components already log.
 	grpclog.SetLoggerV2(grpclog.NewLoggerV2(io.Discard, io.Discard, io.Discard))
 
-	driver := driverapp.NewCommand(false)
-	driver.Use = "driver"
-	root.AddCommand(newLabCommand(), newNodeCommand(), driver)
+	root.AddCommand(newLabCommand(), newNodeCommand())
 	return root
 }

@@ -46,7 +46,7 @@ func testDevices(n int) staticInventory {
 }
 
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	dir    string
 	opts   Options
 	client *fake.Clientset
@@ -57,7 +57,7 @@ type harness struct {
 // newHarness starts a driver with its real kubelet plugin server, and acts
 // as the kubelet: it calls NodePrepareResources and NodeUnprepareResources
 // over the driver's socket, with claims from a fake API server.
-func newHarness(t *testing.T, devices int) *harness {
+func newHarness(t testing.TB, devices int) *harness {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "kit-")
 	if err != nil {

@@ -34,12 +34,19 @@ func LDFlags() string {
 	}, " ")
 }
 
-// Dralab returns the path of an up-to-date dralab binary: $DRALAB_BINARY
-// when set, else one built into the user's cache directory.
+// DriverBinary is the GPU driver's binary, which the lab runs beside each
+// GPU node, found next to the dralab binary.
+const DriverBinary = "dralab-driver"
+
+// Dralab returns the path of an up-to-date dralab binary, with
+// dralab-driver beside it: $DRALAB_BINARY when set, else both built into
+// the user's cache directory.
 func Dralab(ctx context.Context) (string, error) {
 	if p := os.Getenv(EnvBinary); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("%s=%s: %w", EnvBinary, p, err)
+		for _, f := range []string{p, filepath.Join(filepath.Dir(p), DriverBinary)} {
+			if _, err := os.Stat(f); err != nil {
+				return "", fmt.Errorf("%s=%s: %w", EnvBinary, p, err)
+			}
 		}
 		return filepath.Abs(p)
 	}
@@ -47,13 +54,18 @@ func Dralab(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	out := filepath.Join(cache, "dralab", "bin", "dralab")
-	return out, Go(ctx, out, "github.com/dralab/dralab/cmd/dralab")
+	dir := filepath.Join(cache, "dralab", "bin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	err = Go(ctx, dir+string(filepath.Separator), "github.com/dralab/dralab/cmd/dralab", "github.com/dralab/dralab/cmd/"+DriverBinary)
+	return filepath.Join(dir, "dralab"), err
 }
 
-// Go builds a main package of this module into out.
-func Go(ctx context.Context, out, pkg string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-ldflags", LDFlags(), "-o", out, pkg)
+// Go builds main packages of this module into out, a file for one package
+// or a directory (ending in a separator) for several.
+func Go(ctx context.Context, out string, pkgs ...string) error {
+	cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-ldflags", LDFlags(), "-o", out}, pkgs...)...)
 	var output bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &output, &output
 	if err := cmd.Run(); err != nil {

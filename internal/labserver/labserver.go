@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/controlplane"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/lab/config"
@@ -25,7 +27,8 @@ import (
 // Options configure the lab process.
 type Options struct {
 	Dir labstate.Dir
-	// Executable is the dralab binary that runs nodes ("dralab node ...").
+	// Executable is the dralab binary that runs nodes ("dralab node ...");
+	// the GPU driver's binary is beside it.
 	Executable string
 	// Verbosity is passed to node processes.
 	Verbosity int
@@ -192,7 +195,11 @@ func (s *supervisor) spawn(ctx context.Context, p *process) error {
 		return err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(s.opts.Executable, p.args...)
+	exe := s.opts.Executable
+	if p.role == labstate.RoleDriver {
+		exe = filepath.Join(filepath.Dir(exe), build.DriverBinary)
+	}
+	cmd := exec.Command(exe, p.args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// A child never outlives its lab, even when the lab is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -312,7 +319,7 @@ func nodeArgs(dir labstate.Dir, n config.Node, caCert string, verbosity int) ([]
 // read the claims of its pods, nothing more.
 func driverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
 	nd := dir.Node(n.Name)
-	return []string{"driver",
+	return []string{
 		"--node-name=" + n.Name,
 		"--kubeconfig=" + nd.Kubeconfig(),
 		"--mode=" + n.GPUs.Mode,

@@ -1,7 +1,6 @@
-// Package driverapp is the command of dralab's GPU driver, shared by the
-// standalone cmd/dralab-driver (the image a cluster runs as a DaemonSet)
-// and the lab binary's `dralab driver` (what the embedded lab runs beside
-// each node). Every flag has an environment-variable twin.
+// Package driverapp is the command of dralab's GPU driver, cmd/dralab-driver:
+// the binary a cluster runs as a DaemonSet and the embedded lab runs beside
+// each GPU node. Every flag has an environment-variable twin.
 package driverapp
 
 import (
@@ -49,9 +48,8 @@ type Options struct {
 // EnvPrefix prefixes every flag's environment-variable twin.
 const EnvPrefix = "DRALAB_"
 
-// NewCommand returns the driver command. withLogFlags adds klog's -v, for
-// a standalone binary; under a parent command that has it, leave it out.
-func NewCommand(withLogFlags bool) *cobra.Command {
+// NewCommand returns the driver command.
+func NewCommand() *cobra.Command {
 	o := Options{}
 	cmd := &cobra.Command{
 		Use:   "dralab-driver",
@@ -85,11 +83,9 @@ Every flag can also be set through the environment variable named in brackets.`,
 	f.StringVar(&o.DevicePluginsDir, "kubelet-device-plugins-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory (device-plugin mode)")
 	f.StringVar(&o.CDIDir, "cdi-dir", "/var/run/cdi", "where CDI specs are written for the container runtime")
 	f.StringVar(&o.CheckpointDir, "checkpoint-dir", "/var/lib/dralab-driver", "where the checkpoint of prepared claims is kept")
-	if withLogFlags {
-		klogFlags := goflag.NewFlagSet("klog", goflag.ContinueOnError)
-		klog.InitFlags(klogFlags)
-		f.AddGoFlag(klogFlags.Lookup("v"))
-	}
+	klogFlags := goflag.NewFlagSet("klog", goflag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	f.AddGoFlag(klogFlags.Lookup("v"))
 	f.VisitAll(func(fl *pflag.Flag) {
 		fl.Usage += fmt.Sprintf(" [$%s]", envName(fl.Name))
 	})
