@@ -26,6 +26,8 @@ const (
 	ExtendedResource = "dralab.dev/gpu"
 	// ClassAny is the DeviceClass of any GPU of this driver.
 	ClassAny = DriverName
+	// NodeProfileLabel is the node label naming the node's GPU profile.
+	NodeProfileLabel = "gpu.dralab.dev/profile"
 )
 
 // Tier is a family of GPU models that a workload treats alike.

@@ -18,6 +18,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/controlplane"
 	"github.com/dralab/dralab/internal/labstate"
@@ -33,9 +34,6 @@ type Options struct {
 	// Verbosity is passed to node processes.
 	Verbosity int
 }
-
-// NodeLabelProfile is the node label naming the node's GPU profile.
-const NodeLabelProfile = "gpu.dralab.dev/profile"
 
 // Run runs the lab until ctx ends, then stops nodes and the control plane.
 func Run(ctx context.Context, o Options) (err error) {
@@ -342,7 +340,7 @@ func nodeLabels(n config.Node) map[string]string {
 		labels[k] = v
 	}
 	if n.GPUs != nil {
-		labels[NodeLabelProfile] = n.GPUs.Profile
+		labels[gpu.NodeProfileLabel] = n.GPUs.Profile
 	}
 	return labels
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/cel"
 
+	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/drivers/gpu"
 )
 
@@ -40,8 +41,20 @@ type Row struct {
 	Product     string
 	Tier        string
 	AdminAccess bool
-	// Reason says why a pod waits, when it does.
-	Reason string
+	// Attributes are the device's string and version attributes.
+	Attributes map[string]string
+	// Tainted: a taint with an effect applies to the device.
+	Tainted bool
+	// NodeTier is the tier of the node's GPUs, from its profile label:
+	// what a counted GPU is, since counting names no device.
+	NodeTier string
+	// ExtendedResourceClaim: the claim backs the pod's extended resources.
+	ExtendedResourceClaim bool
+	// Unschedulable: the scheduler tried the pod and found no place.
+	Unschedulable bool
+	// ReasonCode and Reason say why a pod waits, when it does.
+	ReasonCode string
+	Reason     string
 }
 
 // DeviceRef names a device.
@@ -52,32 +65,61 @@ func (r Row) DeviceRef() string {
 	return r.Driver + "/" + r.Pool + "/" + r.Device
 }
 
-// Snapshot is what the report reads from the API.
+// Snapshot is what the report reads from the API: a namespace's pods and
+// claims, and the cluster-wide objects that explain their allocations.
 type Snapshot struct {
-	Pods   []v1.Pod
-	Claims map[string]*resourceapi.ResourceClaim
-	Slices []resourceapi.ResourceSlice
+	Pods []v1.Pod
+	// Claims are the namespace's, by name; AllClaims the cluster's.
+	Claims     map[string]*resourceapi.ResourceClaim
+	AllClaims  []resourceapi.ResourceClaim
+	Slices     []resourceapi.ResourceSlice
+	Classes    map[string]*resourceapi.DeviceClass
+	TaintRules []resourceapi.DeviceTaintRule
+	Nodes      map[string]*v1.Node
 }
 
-// Read lists a namespace's pods and claims and the cluster's slices.
+// Read lists a namespace's pods and claims and the cluster's slices,
+// classes, taint rules, claims and nodes.
 func Read(ctx context.Context, client kubernetes.Interface, namespace string) (*Snapshot, error) {
 	pods, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
-	claims, err := client.ResourceV1().ResourceClaims(namespace).List(ctx, metav1.ListOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
+	claims, err := client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
 		return nil, fmt.Errorf("listing claims: %w", err)
 	}
 	slices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing slices: %w", err)
 	}
-	s := &Snapshot{Pods: pods.Items, Claims: map[string]*resourceapi.ResourceClaim{}, Slices: slices.Items}
-	if claims != nil {
-		for i := range claims.Items {
+	classes, err := client.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing device classes: %w", err)
+	}
+	rules, err := client.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("listing device taint rules: %w", err)
+	}
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	s := &Snapshot{Pods: pods.Items, Claims: map[string]*resourceapi.ResourceClaim{}, AllClaims: claims.Items,
+		Slices: slices.Items, Classes: map[string]*resourceapi.DeviceClass{}, Nodes: map[string]*v1.Node{}}
+	for i := range claims.Items {
+		if claims.Items[i].Namespace == namespace {
 			s.Claims[claims.Items[i].Name] = &claims.Items[i]
 		}
+	}
+	for i := range classes.Items {
+		s.Classes[classes.Items[i].Name] = &classes.Items[i]
+	}
+	if rules != nil {
+		s.TaintRules = rules.Items
+	}
+	for i := range nodes.Items {
+		s.Nodes[nodes.Items[i].Name] = &nodes.Items[i]
 	}
 	sort.Slice(s.Pods, func(i, j int) bool {
 		a, b := s.Pods[i].CreationTimestamp, s.Pods[j].CreationTimestamp
@@ -103,22 +145,27 @@ func (s *Snapshot) Rows(ctx context.Context) ([]Row, error) {
 	var rows []Row
 	for i := range s.Pods {
 		pod := &s.Pods[i]
-		base := Row{Namespace: pod.Namespace, Pod: pod.Name, Phase: pod.Status.Phase, Node: pod.Spec.NodeName}
+		base := Row{Namespace: pod.Namespace, Pod: pod.Name, Phase: pod.Status.Phase, Node: pod.Spec.NodeName, Unschedulable: Unschedulable(pod)}
+		if node := s.Nodes[pod.Spec.NodeName]; node != nil {
+			base.NodeTier = NodeTier(node)
+		}
 		claimRows := 0
-		for _, pc := range pod.Spec.ResourceClaims {
-			name := claimName(pod, pc)
-			claim := s.Claims[name]
+		for _, ref := range podClaims(pod) {
+			claim := s.Claims[ref.name]
 			if claim == nil || claim.Status.Allocation == nil {
 				continue
 			}
 			for _, r := range claim.Status.Allocation.Devices.Results {
 				row := base
 				row.Claim = claim.Name
+				row.ExtendedResourceClaim = ref.extended
 				row.Request, row.Subrequest, _ = strings.Cut(r.Request, "/")
 				row.Driver, row.Pool, row.Device = r.Driver, r.Pool, r.Device
 				row.AdminAccess = r.AdminAccess != nil && *r.AdminAccess
 				if dev := s.device(r.Driver, r.Pool, r.Device); dev != nil {
 					row.Product = stringAttr(dev, "productName")
+					row.Attributes = stringAttrs(dev)
+					row.Tainted = s.tainted(r.Driver, r.Pool, dev)
 					tier, err := Tier(ctx, r.Driver, dev)
 					if err != nil {
 						return nil, err
@@ -130,13 +177,51 @@ func (s *Snapshot) Rows(ctx context.Context) ([]Row, error) {
 			}
 		}
 		if claimRows == 0 {
-			if pod.Spec.NodeName == "" {
-				base.Reason = schedulingMessage(pod)
+			if pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil {
+				code, reason, err := s.why(ctx, pod)
+				if err != nil {
+					return nil, err
+				}
+				base.ReasonCode, base.Reason = code, reason
 			}
 			rows = append(rows, base)
 		}
 	}
 	return rows, nil
+}
+
+// profileTiers maps the built-in GPU profiles to their tiers.
+var profileTiers = func() map[string]string {
+	m := map[string]string{}
+	if profiles, err := fakegpu.Builtin(); err == nil {
+		for name, p := range profiles {
+			m[name] = p.Tier
+		}
+	}
+	return m
+}()
+
+// NodeTier is the tier of a node's GPUs, from its profile label.
+func NodeTier(node *v1.Node) string { return profileTiers[node.Labels[gpu.NodeProfileLabel]] }
+
+type claimRef struct {
+	name     string
+	extended bool
+}
+
+// podClaims lists the claims a pod uses: its own, and the one backing its
+// extended resources.
+func podClaims(pod *v1.Pod) []claimRef {
+	var refs []claimRef
+	for _, pc := range pod.Spec.ResourceClaims {
+		if n := claimName(pod, pc); n != "" {
+			refs = append(refs, claimRef{name: n})
+		}
+	}
+	if st := pod.Status.ExtendedResourceClaimStatus; st != nil && st.ResourceClaimName != "" {
+		refs = append(refs, claimRef{name: st.ResourceClaimName, extended: true})
+	}
+	return refs
 }
 
 // Tier is the tier of a GPU of dralab's driver, "" for other devices.
@@ -171,11 +256,55 @@ func (s *Snapshot) device(driver, pool, name string) *resourceapi.Device {
 	return nil
 }
 
+func stringAttrs(dev *resourceapi.Device) map[string]string {
+	m := map[string]string{}
+	for name, a := range dev.Attributes {
+		switch {
+		case a.StringValue != nil:
+			m[string(name)] = *a.StringValue
+		case a.VersionValue != nil:
+			m[string(name)] = *a.VersionValue
+		}
+	}
+	return m
+}
+
 func stringAttr(dev *resourceapi.Device, name resourceapi.QualifiedName) string {
 	if a, ok := dev.Attributes[name]; ok && a.StringValue != nil {
 		return *a.StringValue
 	}
 	return ""
+}
+
+// tainted reports whether a taint with an effect applies to the device,
+// from the slice or from a DeviceTaintRule.
+func (s *Snapshot) tainted(driver, pool string, dev *resourceapi.Device) bool {
+	for _, t := range dev.Taints {
+		if t.Effect != resourceapi.DeviceTaintEffectNone {
+			return true
+		}
+	}
+	for _, r := range s.TaintRules {
+		sel := r.Spec.DeviceSelector
+		if sel == nil || r.Spec.Taint.Effect == resourceapi.DeviceTaintEffectNone {
+			continue
+		}
+		if (sel.Driver == nil || *sel.Driver == driver) && (sel.Pool == nil || *sel.Pool == pool) && (sel.Device == nil || *sel.Device == dev.Name) {
+			return true
+		}
+	}
+	return false
+}
+
+// Unschedulable reports whether the scheduler tried the pod and found no
+// node for it.
+func Unschedulable(pod *v1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && c.Reason == v1.PodReasonUnschedulable {
+			return true
+		}
+	}
+	return false
 }
 
 // schedulingMessage is the scheduler's own word on an unscheduled pod.
@@ -201,7 +330,17 @@ func WriteTable(w io.Writer, rows []Row) error {
 		if r.Reason != "" {
 			status += ": " + r.Reason
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Pod, dash(r.Claim), dash(req), dash(r.DeviceRef()), dash(r.Tier), dash(r.Node), status)
+		if r.AdminAccess {
+			status += " (admin access)"
+		}
+		if r.Tainted {
+			status += " (device tainted)"
+		}
+		tier := r.Tier
+		if tier == "" && r.NodeTier != "" {
+			tier = "(node: " + r.NodeTier + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Pod, dash(r.Claim), dash(req), dash(r.DeviceRef()), dash(tier), dash(r.Node), status)
 	}
 	return tw.Flush()
 }

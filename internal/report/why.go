@@ -1,0 +1,216 @@
+package report
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/cel"
+)
+
+// Reason codes of a waiting pod, beyond the scheduler's generic "cannot
+// allocate all claims".
+const (
+	// NoMatchingDevice: no device in the cluster matches a request's class
+	// and selectors, in any of its alternatives.
+	NoMatchingDevice = "NoMatchingDevice"
+	// AllAllocated: devices match, but every one is allocated to other claims.
+	AllAllocated = "AllAllocated"
+	// Tainted: the free matching devices are tainted.
+	Tainted = "Tainted"
+	// Insufficient: the scheduler found too little of a counted resource.
+	Insufficient = "Insufficient"
+)
+
+type deviceRef struct {
+	driver, pool string
+	dev          *resourceapi.Device
+}
+
+func (d deviceRef) String() string { return d.pool + "/" + d.dev.Name }
+
+// alternative is one way to satisfy a request: its only one, or one
+// subrequest of a prioritized list.
+type alternative struct {
+	name        string
+	class       string
+	selectors   []resourceapi.DeviceSelector
+	count       int
+	adminAccess bool
+	tolerations []resourceapi.DeviceToleration
+}
+
+// why explains a pod the scheduler could not place: for each unallocated
+// claim it finds the devices that match each request (with the
+// allocator's own CEL library) and tells whether none exist, all are
+// allocated (naming to which claims) or all are tainted.
+func (s *Snapshot) why(ctx context.Context, pod *v1.Pod) (string, string, error) {
+	message := schedulingMessage(pod)
+	if len(pod.Spec.ResourceClaims) == 0 {
+		if strings.Contains(message, "Insufficient") {
+			return Insufficient, message, nil
+		}
+		return "", message, nil
+	}
+	holders := s.AllocatedDevices()
+	for _, ref := range podClaims(pod) {
+		claim := s.Claims[ref.name]
+		if claim == nil || claim.Status.Allocation != nil {
+			continue
+		}
+		for _, req := range claim.Spec.Devices.Requests {
+			code, msg, err := s.whyRequest(ctx, claim, req, holders)
+			if err != nil || code != "" {
+				return code, msg, err
+			}
+		}
+	}
+	return "", message, nil
+}
+
+func alternatives(req resourceapi.DeviceRequest) []alternative {
+	if req.Exactly != nil {
+		return []alternative{newAlternative(req.Name, req.Exactly.DeviceClassName, req.Exactly.Selectors, req.Exactly.AllocationMode, req.Exactly.Count, req.Exactly.AdminAccess, req.Exactly.Tolerations)}
+	}
+	var alts []alternative
+	for _, sub := range req.FirstAvailable {
+		alts = append(alts, newAlternative(req.Name+"/"+sub.Name, sub.DeviceClassName, sub.Selectors, sub.AllocationMode, sub.Count, nil, sub.Tolerations))
+	}
+	return alts
+}
+
+func newAlternative(name, class string, selectors []resourceapi.DeviceSelector, mode resourceapi.DeviceAllocationMode, count int64, admin *bool, tolerations []resourceapi.DeviceToleration) alternative {
+	a := alternative{name: name, class: class, selectors: selectors, count: 1, adminAccess: admin != nil && *admin, tolerations: tolerations}
+	if mode != resourceapi.DeviceAllocationModeAll && count > 1 {
+		a.count = int(count)
+	}
+	return a
+}
+
+func (s *Snapshot) whyRequest(ctx context.Context, claim *resourceapi.ResourceClaim, req resourceapi.DeviceRequest, holders map[string]string) (string, string, error) {
+	alts := alternatives(req)
+	var (
+		anyMatch         bool
+		allocated, taint []string
+		classes          []string
+	)
+	for _, alt := range alts {
+		classes = append(classes, alt.class)
+		candidates, err := s.matching(ctx, alt)
+		if err != nil {
+			return "", "", err
+		}
+		if len(candidates) == 0 {
+			continue
+		}
+		anyMatch = true
+		free := 0
+		for _, c := range candidates {
+			key := c.driver + "/" + c.String()
+			holder, held := holders[key]
+			switch {
+			case held && !alt.adminAccess:
+				allocated = append(allocated, fmt.Sprintf("%s to %s", c, strings.TrimPrefix(holder, claim.Namespace+"/")))
+			case s.tainted(c.driver, c.pool, c.dev) && len(alt.tolerations) == 0:
+				taint = append(taint, c.String())
+			default:
+				free++
+			}
+		}
+		if free >= alt.count {
+			return "", "", nil // this alternative fits as far as devices go
+		}
+	}
+	what := fmt.Sprintf("request %q of claim %s", req.Name, claim.Name)
+	switch {
+	case !anyMatch:
+		return NoMatchingDevice, fmt.Sprintf("%s: no device in the cluster matches class %s and its selectors", what, strings.Join(dedupe(classes), " or ")), nil
+	case len(allocated) > 0:
+		sort.Strings(allocated)
+		return AllAllocated, fmt.Sprintf("%s: all %d matching devices are allocated: %s", what, len(allocated), strings.Join(allocated, ", ")), nil
+	default:
+		sort.Strings(taint)
+		return Tainted, fmt.Sprintf("%s: the free matching devices are tainted: %s", what, strings.Join(taint, ", ")), nil
+	}
+}
+
+// AllocatedDevices maps each device allocated without admin access
+// (driver/pool/device) to the claim that holds it (namespace/name).
+func (s *Snapshot) AllocatedDevices() map[string]string {
+	m := map[string]string{}
+	for i := range s.AllClaims {
+		c := &s.AllClaims[i]
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if r.AdminAccess != nil && *r.AdminAccess {
+				continue
+			}
+			m[r.Driver+"/"+r.Pool+"/"+r.Device] = c.Namespace + "/" + c.Name
+		}
+	}
+	return m
+}
+
+// matching lists the devices that match an alternative's class and
+// selectors.
+func (s *Snapshot) matching(ctx context.Context, alt alternative) ([]deviceRef, error) {
+	class := s.Classes[alt.class]
+	if class == nil {
+		return nil, nil
+	}
+	selectors := append(append([]resourceapi.DeviceSelector{}, class.Spec.Selectors...), alt.selectors...)
+	var out []deviceRef
+	for i := range s.Slices {
+		sl := &s.Slices[i]
+		for j := range sl.Spec.Devices {
+			dev := &sl.Spec.Devices[j]
+			ok, err := matchesAll(ctx, selectors, cel.Device{Driver: sl.Spec.Driver, Attributes: dev.Attributes, Capacity: dev.Capacity})
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				out = append(out, deviceRef{driver: sl.Spec.Driver, pool: sl.Spec.Pool.Name, dev: dev})
+			}
+		}
+	}
+	return out, nil
+}
+
+func matchesAll(ctx context.Context, selectors []resourceapi.DeviceSelector, dev cel.Device) (bool, error) {
+	for _, sel := range selectors {
+		if sel.CEL == nil {
+			continue
+		}
+		res := cel.GetCompiler(cel.Features{EnableConsumableCapacity: true}).CompileCELExpression(sel.CEL.Expression, cel.Options{})
+		if res.Error != nil {
+			return false, fmt.Errorf("selector %q: %w", sel.CEL.Expression, res.Error)
+		}
+		ok, _, err := res.DeviceMatches(ctx, dev)
+		if err != nil {
+			// The allocator treats a failing selector as no match for
+			// that device's claim; so does the explanation.
+			return false, nil
+		}
+		if !ok {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func dedupe(in []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range in {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,78 @@
+//go:build mage
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/magefile/mage/mg"
+
+	"github.com/dralab/dralab/internal/report"
+	"github.com/dralab/dralab/internal/ui"
+	"github.com/dralab/dralab/lab"
+	"github.com/dralab/dralab/scenarios"
+)
+
+// Scenario lists and runs scenarios on the running lab.
+type Scenario mg.Namespace
+
+// List lists the scenarios.
+func (Scenario) List() error {
+	all, err := scenarios.All()
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "SCENARIO\tTITLE")
+	for _, s := range all {
+		fmt.Fprintf(w, "%s\t%s\n", s.Name, s.Title)
+	}
+	w.Flush()
+	fmt.Println("\nRun one with: go run mage.go scenario:run <scenario>")
+	return nil
+}
+
+// Run runs a scenario on the running lab, prints each step's allocation
+// table, and fails when an outcome differs from scenario.yaml.
+func (Scenario) Run(ctx context.Context, name string) error {
+	s, err := scenarios.Get(name)
+	if err != nil {
+		return err
+	}
+	l, err := lab.New()
+	if err != nil {
+		return err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
+	if err != nil {
+		return fmt.Errorf("no lab to run on (%w); start one with: go run mage.go lab:up", err)
+	}
+	runner, err := scenarios.NewRunner(cfg)
+	if err != nil {
+		return err
+	}
+	u := ui.New(os.Stdout)
+	u.Println(fmt.Sprintf("Scenario %s: %s", s.Name, s.Title))
+	runner.OnStep = func(step string, rows []report.Row) {
+		fmt.Printf("\n## %s\n\n", step)
+		_ = report.WriteTable(os.Stdout, rows)
+		fmt.Println()
+	}
+	done := u.Step("Running " + s.Name)
+	res, err := runner.Run(ctx, s)
+	if err == nil && !res.Passed() {
+		err = fmt.Errorf("scenario %s: outcomes differ from scenarios/%s/scenario.yaml:\n  %s", s.Name, s.Name, strings.Join(res.Failures(), "\n  "))
+	}
+	done(err)
+	if err != nil {
+		return err
+	}
+	u.Println(fmt.Sprintf("\nEvery expected outcome held (%s).", res.Duration.Round(100_000_000)))
+	return nil
+}

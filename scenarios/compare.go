@@ -1,0 +1,264 @@
+package scenarios
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/dralab/dralab/internal/report"
+)
+
+// Inventory is what the cluster offers, for counts derived from it.
+type Inventory struct {
+	// Devices counts GPUs published through DRA, by tier.
+	Devices map[string]int
+	// Counted counts GPUs counted through the device-plugin API, by the
+	// tier of their node.
+	Counted map[string]int
+}
+
+// Resolve turns a count into a number.
+func (inv Inventory) Resolve(c *Count) int {
+	if c.N != nil {
+		return *c.N
+	}
+	n := c.Plus
+	for _, t := range c.DevicesOf {
+		n += inv.Devices[t]
+	}
+	for _, t := range c.CountedOf {
+		n += inv.Counted[t]
+	}
+	return n
+}
+
+// PodOutcome is what happened to one pod: its rows of the allocation table.
+type PodOutcome struct {
+	Name string
+	Rows []report.Row
+}
+
+// phase is "Running", "Pending" (the scheduler found it unschedulable) or
+// the pod's raw state.
+func (p PodOutcome) phase() string {
+	r := p.Rows[0]
+	switch {
+	case r.Phase == v1.PodRunning:
+		return "Running"
+	case r.Node == "" && r.Unschedulable:
+		return "Pending"
+	case r.Node == "":
+		return "Pending (not yet tried by the scheduler)"
+	default:
+		return string(r.Phase) + " on " + r.Node
+	}
+}
+
+func (p PodOutcome) devices() []report.Row {
+	var out []report.Row
+	for _, r := range p.Rows {
+		if r.Device != "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Outcomes groups an allocation table by pod, in table order.
+func Outcomes(rows []report.Row) []PodOutcome {
+	var out []PodOutcome
+	index := map[string]int{}
+	for _, r := range rows {
+		i, ok := index[r.Pod]
+		if !ok {
+			i = len(out)
+			index[r.Pod] = i
+			out = append(out, PodOutcome{Name: r.Pod})
+		}
+		out[i].Rows = append(out[i].Rows, r)
+	}
+	return out
+}
+
+// Check compares a step's expectations with the pods' outcomes and returns
+// one message per mismatch, each showing what was expected and what
+// happened. An expectation with a count takes the next pods matching its
+// pattern that no earlier counted expectation took (from the end with
+// last); one without a count covers every pod matching its pattern.
+func Check(expect []Expectation, outcomes []PodOutcome, inv Inventory) []string {
+	var failures []string
+	taken := map[string]bool{}
+	for i, e := range expect {
+		fail := func(format string, args ...any) {
+			failures = append(failures, fmt.Sprintf("expect[%d] (pods %s): ", i, e.Pods)+fmt.Sprintf(format, args...))
+		}
+		var candidates []PodOutcome
+		for _, o := range outcomes {
+			if ok, _ := path.Match(e.Pods, o.Name); ok && (e.Count == nil || !taken[o.Name]) {
+				candidates = append(candidates, o)
+			}
+		}
+		n := len(candidates)
+		if e.Count != nil {
+			n = inv.Resolve(e.Count)
+		}
+		if len(candidates) < n {
+			fail("expected %d pods (%s), found %d: %s", n, e.Count.String(), len(candidates), podNames(candidates))
+			continue
+		}
+		group := candidates[:n]
+		if e.Last {
+			group = candidates[len(candidates)-n:]
+		}
+		for _, o := range group {
+			if e.Count != nil {
+				taken[o.Name] = true
+			}
+			for _, msg := range checkPod(e, o, inv) {
+				fail("pod %s: %s", o.Name, msg)
+			}
+		}
+		if e.SameDevice {
+			refs := map[string]bool{}
+			for _, o := range group {
+				for _, d := range o.devices() {
+					refs[d.DeviceRef()] = true
+				}
+			}
+			if len(refs) != 1 {
+				fail("expected one device shared by all pods, got %d: %v", len(refs), keys(refs))
+			}
+		}
+		if e.TierCounts != nil {
+			want, got := map[string]int{}, map[string]int{}
+			for t, c := range e.TierCounts {
+				want[t] = inv.Resolve(&c)
+			}
+			for _, o := range group {
+				got[podTier(o)]++
+			}
+			if !equalCounts(want, got) {
+				fail("pods per tier: expected %v, got %v", want, got)
+			}
+		}
+	}
+	return failures
+}
+
+func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
+	var msgs []string
+	mismatch := func(what string, want, got any, detail string) {
+		m := fmt.Sprintf("%s: expected %v, got %v", what, want, got)
+		if detail != "" {
+			m += " (" + detail + ")"
+		}
+		msgs = append(msgs, m)
+	}
+	devs := o.devices()
+	if e.Phase != "" && o.phase() != e.Phase {
+		mismatch("phase", e.Phase, o.phase(), o.Rows[0].Reason)
+	}
+	for _, d := range devs {
+		if e.Request != "" && d.Request != e.Request {
+			mismatch("request", e.Request, d.Request, d.DeviceRef())
+		}
+		if e.Subrequest != "" && d.Subrequest != e.Subrequest {
+			mismatch("chosen subrequest", e.Subrequest, orNone(d.Subrequest), d.DeviceRef())
+		}
+		if e.Tier != "" && d.Tier != e.Tier {
+			mismatch("tier", e.Tier, orNone(d.Tier), d.DeviceRef()+" "+d.Product)
+		}
+		if e.AdminAccess != nil && d.AdminAccess != *e.AdminAccess {
+			mismatch("admin access", *e.AdminAccess, d.AdminAccess, d.DeviceRef())
+		}
+		if e.ExtendedResourceClaim && !d.ExtendedResourceClaim {
+			mismatch("claim backing the extended resource", "status.extendedResourceClaimStatus", "none", d.DeviceRef())
+		}
+		if e.Untainted && d.Tainted {
+			mismatch("device taint", "untainted", "tainted", d.DeviceRef())
+		}
+	}
+	if (e.Request != "" || e.Subrequest != "" || e.Tier != "" || e.ExtendedResourceClaim || e.AdminAccess != nil) && len(devs) == 0 && e.Phase != "Pending" {
+		mismatch("allocated devices", "at least one", 0, o.Rows[0].Reason)
+	}
+	if e.Devices != nil && len(devs) != inv.Resolve(e.Devices) {
+		mismatch("allocated devices", inv.Resolve(e.Devices), len(devs), refs(devs))
+	}
+	if e.SameAttribute != "" && len(devs) > 0 {
+		values := map[string]bool{}
+		for _, d := range devs {
+			values[d.Attributes[e.SameAttribute]] = true
+		}
+		if len(values) != 1 {
+			mismatch(e.SameAttribute, "one value for all devices", keys(values), refs(devs))
+		}
+	}
+	if e.NodeTier != "" && o.Rows[0].NodeTier != e.NodeTier {
+		mismatch("tier of the node's GPUs", e.NodeTier, orNone(o.Rows[0].NodeTier), "node "+orNone(o.Rows[0].Node))
+	}
+	if e.Reason != "" && o.Rows[0].ReasonCode != e.Reason {
+		mismatch("pending reason", e.Reason, orNone(o.Rows[0].ReasonCode), o.Rows[0].Reason)
+	}
+	return msgs
+}
+
+// podTier is the tier of a pod's devices, or of its node's GPUs when it
+// has no device, or "none".
+func podTier(o PodOutcome) string {
+	if devs := o.devices(); len(devs) > 0 && devs[0].Tier != "" {
+		return devs[0].Tier
+	}
+	if t := o.Rows[0].NodeTier; t != "" && o.Rows[0].Node != "" {
+		return t
+	}
+	return "none"
+}
+
+func equalCounts(want, got map[string]int) bool {
+	for k, v := range want {
+		if got[k] != v {
+			return false
+		}
+	}
+	for k, v := range got {
+		if want[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func podNames(os []PodOutcome) string {
+	var names []string
+	for _, o := range os {
+		names = append(names, o.Name)
+	}
+	return "[" + strings.Join(names, " ") + "]"
+}
+
+func refs(rows []report.Row) string {
+	var out []string
+	for _, r := range rows {
+		out = append(out, r.DeviceRef())
+	}
+	return strings.Join(out, ", ")
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}

@@ -1,0 +1,520 @@
+package scenarios
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/report"
+)
+
+// ErrUnmet means the cluster lacks what a scenario requires.
+var ErrUnmet = errors.New("the cluster does not meet the scenario's requirements")
+
+// fieldManager owns what the runner applies.
+const fieldManager = "dralab-scenario"
+
+// Runner applies scenarios to a cluster and checks their outcomes.
+type Runner struct {
+	Client  kubernetes.Interface
+	Dynamic dynamic.Interface
+	Mapper  meta.RESTMapper
+	// StepTimeout bounds how long a step may take to reach its expected
+	// outcome. A failing step reports its mismatches after it.
+	StepTimeout time.Duration
+	// OnStep, if set, is told each step's allocation table.
+	OnStep func(step string, rows []report.Row)
+	// KeepNamespace leaves the scenario's namespace for inspection.
+	KeepNamespace bool
+}
+
+// NewRunner returns a runner for the cluster of a REST config.
+func NewRunner(cfg *rest.Config) (*Runner, error) {
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
+	return &Runner{Client: client, Dynamic: dyn, Mapper: mapper, StepTimeout: time.Minute}, nil
+}
+
+// Result is what a scenario run found.
+type Result struct {
+	Scenario  string
+	Namespace string
+	Steps     []StepResult
+	Duration  time.Duration
+}
+
+// StepResult is one step's allocation table and mismatches.
+type StepResult struct {
+	Name     string
+	Rows     []report.Row
+	Failures []string
+}
+
+// Failures lists every mismatch, prefixed with its step.
+func (r *Result) Failures() []string {
+	var out []string
+	for i, s := range r.Steps {
+		for _, f := range s.Failures {
+			out = append(out, fmt.Sprintf("steps[%d] %q: %s", i, s.Name, f))
+		}
+	}
+	return out
+}
+
+// Passed reports whether every expectation held.
+func (r *Result) Passed() bool { return len(r.Failures()) == 0 }
+
+// Run runs a scenario in a namespace of its own and deletes everything it
+// created afterwards. An error means the scenario could not run; a
+// mismatch between expected and actual outcomes is in the Result.
+func (r *Runner) Run(ctx context.Context, s *Scenario) (*Result, error) {
+	start := time.Now()
+	inv, err := r.inventory(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := inv.meets(s.Requires); err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", s.Name, err)
+	}
+	ns := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name:   fmt.Sprintf("dralab-%s-%s", s.Name, rand.String(5)),
+		Labels: s.NamespaceLabels,
+	}}
+	if _, err := r.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("creating the scenario's namespace: %w", err)
+	}
+	run := &run{Runner: r, s: s, ns: ns.Name, inv: inv}
+	defer func() {
+		if cerr := run.cleanup(context.WithoutCancel(ctx)); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	result := &Result{Scenario: s.Name, Namespace: ns.Name}
+	for i, st := range s.Steps {
+		if err := run.act(ctx, st); err != nil {
+			return result, fmt.Errorf("scenario %s, steps[%d] %q: %w", s.Name, i, st.Name, err)
+		}
+		sr, err := run.await(ctx, st)
+		if err != nil {
+			return result, fmt.Errorf("scenario %s, steps[%d] %q: %w", s.Name, i, st.Name, err)
+		}
+		result.Steps = append(result.Steps, sr)
+		if r.OnStep != nil {
+			r.OnStep(st.Name, sr.Rows)
+		}
+	}
+	result.Duration = time.Since(start)
+	return result, nil
+}
+
+// inventory reads the GPUs free for the scenario, per tier: devices that
+// no claim holds, and counted GPUs that no pod requests. Scenarios derive
+// their counts from it, so they fit any cluster with the tiers they need,
+// other workloads included.
+func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
+	snap, err := report.Read(ctx, r.Client, metav1.NamespaceDefault)
+	if err != nil {
+		return Inventory{}, err
+	}
+	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}}
+	held := snap.AllocatedDevices()
+	for _, sl := range snap.Slices {
+		if sl.Spec.Driver != gpu.DriverName {
+			continue
+		}
+		for i := range sl.Spec.Devices {
+			if _, ok := held[sl.Spec.Driver+"/"+sl.Spec.Pool.Name+"/"+sl.Spec.Devices[i].Name]; ok {
+				continue
+			}
+			tier, err := report.Tier(ctx, sl.Spec.Driver, &sl.Spec.Devices[i])
+			if err != nil {
+				return inv, err
+			}
+			if tier != "" {
+				inv.Devices[tier]++
+			}
+		}
+	}
+	pods, err := r.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return inv, err
+	}
+	requested := map[string]int64{}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == "" || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+			continue
+		}
+		for _, c := range p.Spec.Containers {
+			q := c.Resources.Limits[v1.ResourceName(gpu.ExtendedResource)]
+			requested[p.Spec.NodeName] += q.Value()
+		}
+	}
+	for _, n := range snap.Nodes {
+		q, ok := n.Status.Allocatable[v1.ResourceName(gpu.ExtendedResource)]
+		if !ok {
+			continue
+		}
+		if tier := report.NodeTier(n); tier != "" {
+			inv.Counted[tier] += int(q.Value() - requested[n.Name])
+		}
+	}
+	return inv, nil
+}
+
+func (inv Inventory) meets(req Requirements) error {
+	var missing []string
+	for _, t := range req.Tiers {
+		if inv.Devices[t] == 0 {
+			missing = append(missing, fmt.Sprintf("%s GPUs published through DRA", t))
+		}
+	}
+	for _, t := range req.CountedTiers {
+		if inv.Counted[t] == 0 {
+			missing = append(missing, fmt.Sprintf("%s GPUs counted through the device-plugin API (%s)", t, gpu.ExtendedResource))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: it needs %s; the cluster has DRA GPUs %v and counted GPUs %v",
+			ErrUnmet, strings.Join(missing, ", "), inv.Devices, inv.Counted)
+	}
+	return nil
+}
+
+type run struct {
+	*Runner
+	s   *Scenario
+	ns  string
+	inv Inventory
+	// clusterObjects are cluster-scoped objects the scenario created.
+	clusterObjects []*unstructured.Unstructured
+	// gone are pods the last action deleted or had evicted.
+	gone []string
+}
+
+func (r *run) act(ctx context.Context, st Step) error {
+	r.gone = nil
+	switch {
+	case len(st.Apply) > 0:
+		for _, f := range st.Apply {
+			if err := r.applyFile(ctx, f); err != nil {
+				return err
+			}
+		}
+	case st.CreatePods != nil:
+		return r.createPods(ctx, st.CreatePods)
+	case st.DeletePods != nil:
+		return r.deletePods(ctx, st.DeletePods)
+	case st.TaintAllocated != nil:
+		return r.taintAllocated(ctx, st.TaintAllocated)
+	}
+	return nil
+}
+
+// objects decodes a manifest file of the scenario.
+func (r *run) objects(file string) ([]*unstructured.Unstructured, error) {
+	data, err := r.s.File(file)
+	if err != nil {
+		return nil, err
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		var obj map[string]any
+		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
+			return out, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: %w", r.s.Source(file), err)
+		}
+		if obj == nil {
+			continue
+		}
+		out = append(out, &unstructured.Unstructured{Object: obj})
+	}
+}
+
+func (r *run) applyFile(ctx context.Context, file string) error {
+	objs, err := r.objects(file)
+	if err != nil {
+		return err
+	}
+	for _, obj := range objs {
+		if err := r.apply(ctx, obj); err != nil {
+			return fmt.Errorf("%s: %s %s: %w", r.s.Source(file), obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// apply creates an object with strict field validation, so that a
+// misspelt field is an error naming it; an object left over from an
+// interrupted run is applied over.
+func (r *run) apply(ctx context.Context, obj *unstructured.Unstructured) error {
+	gvk := obj.GroupVersionKind()
+	mapping, err := r.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return err
+	}
+	var res dynamic.ResourceInterface = r.Dynamic.Resource(mapping.Resource)
+	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+		obj.SetNamespace(r.ns)
+		res = r.Dynamic.Resource(mapping.Resource).Namespace(r.ns)
+	} else {
+		r.clusterObjects = append(r.clusterObjects, obj)
+	}
+	_, err = res.Create(ctx, obj, metav1.CreateOptions{FieldManager: fieldManager, FieldValidation: "Strict"})
+	if apierrors.IsAlreadyExists(err) {
+		_, err = res.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
+	}
+	return err
+}
+
+func (r *run) createPods(ctx context.Context, c *CreatePods) error {
+	objs, err := r.objects(c.Manifest)
+	if err != nil {
+		return err
+	}
+	if len(objs) != 1 || objs[0].GetKind() != "Pod" {
+		return fmt.Errorf("%s: createPods needs a file with exactly one Pod", r.s.Source(c.Manifest))
+	}
+	n := r.inv.Resolve(&c.Replicas)
+	base := objs[0].GetName()
+	for i := range n {
+		pod := objs[0].DeepCopy()
+		pod.SetName(fmt.Sprintf("%s-%d", base, i))
+		if err := r.apply(ctx, pod); err != nil {
+			return fmt.Errorf("%s: pod %s: %w", r.s.Source(c.Manifest), pod.GetName(), err)
+		}
+		// One at a time: the order of allocation is the order of creation.
+		if err := r.waitScheduled(ctx, pod.GetName()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *run) waitScheduled(ctx context.Context, name string) error {
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, r.StepTimeout, true, func(ctx context.Context) (bool, error) {
+		pod, err := r.Client.CoreV1().Pods(r.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		return pod.Spec.NodeName != "" || report.Unschedulable(pod), nil
+	})
+	if err != nil {
+		return fmt.Errorf("pod %s was neither scheduled nor found unschedulable: %w", name, err)
+	}
+	return nil
+}
+
+func (r *run) deletePods(ctx context.Context, d *DeletePods) error {
+	rows, err := report.Allocations(ctx, r.Client, r.ns)
+	if err != nil {
+		return err
+	}
+	want, deleted := r.inv.Resolve(&d.Count), 0
+	for _, o := range Outcomes(rows) {
+		if deleted == want {
+			break
+		}
+		if ok, _ := path.Match(d.Pods, o.Name); !ok || (d.Tier != "" && podTier(o) != d.Tier) {
+			continue
+		}
+		if err := r.Client.CoreV1().Pods(r.ns).Delete(ctx, o.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			return err
+		}
+		r.gone = append(r.gone, o.Name)
+		deleted++
+	}
+	if deleted < want {
+		return fmt.Errorf("deletePods: found %d of %d pods matching %s (tier %q) to delete", deleted, want, d.Pods, d.Tier)
+	}
+	return nil
+}
+
+func (r *run) taintAllocated(ctx context.Context, t *TaintAllocated) error {
+	rows, err := report.Allocations(ctx, r.Client, r.ns)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, row := range rows {
+		if ok, _ := path.Match(t.Pods, row.Pod); !ok || row.Device == "" {
+			continue
+		}
+		rule := &resourceapi.DeviceTaintRule{
+			TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "DeviceTaintRule"},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", r.ns, row.Device, n)},
+			Spec: resourceapi.DeviceTaintRuleSpec{
+				DeviceSelector: &resourceapi.DeviceTaintSelector{Driver: ptr.To(row.Driver), Pool: ptr.To(row.Pool), Device: ptr.To(row.Device)},
+				Taint:          resourceapi.DeviceTaint{Key: t.Key, Value: t.Value, Effect: resourceapi.DeviceTaintEffect(t.Effect)},
+			},
+		}
+		u, err := toUnstructured(rule)
+		if err != nil {
+			return err
+		}
+		if err := r.apply(ctx, u); err != nil {
+			return fmt.Errorf("DeviceTaintRule for %s: %w", row.DeviceRef(), err)
+		}
+		if t.Effect == string(resourceapi.DeviceTaintEffectNoExecute) {
+			r.gone = append(r.gone, row.Pod)
+		}
+		n++
+	}
+	if n == 0 {
+		return fmt.Errorf("taintAllocated: no pod matching %s holds a device", t.Pods)
+	}
+	return nil
+}
+
+func toUnstructured(obj runtime.Object) (*unstructured.Unstructured, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	return &unstructured.Unstructured{Object: m}, nil
+}
+
+// await polls until the step's expectations hold on a settled namespace,
+// and returns the last allocation table with its mismatches when the step
+// timeout passes first.
+func (r *run) await(ctx context.Context, st Step) (StepResult, error) {
+	res := StepResult{Name: st.Name}
+	var lastErr error
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, r.StepTimeout, true, func(ctx context.Context) (bool, error) {
+		snap, err := report.Read(ctx, r.Client, r.ns)
+		if err != nil {
+			lastErr = err
+			return false, nil
+		}
+		rows, err := snap.Rows(ctx)
+		if err != nil {
+			return false, err
+		}
+		res.Rows = rows
+		if !r.settled(ctx, snap) {
+			res.Failures = []string{"the namespace did not settle: pods are still starting, terminating or waiting for the scheduler"}
+			return false, nil
+		}
+		res.Failures = Check(st.Expect, Outcomes(rows), r.inv)
+		return len(res.Failures) == 0, nil
+	})
+	if err != nil && !wait.Interrupted(err) {
+		return res, err
+	}
+	if res.Rows == nil && lastErr != nil {
+		return res, lastErr
+	}
+	return res, nil
+}
+
+// settled: every pod runs or was found unschedulable, none is
+// terminating, the pods an action removed are gone, and every Deployment
+// has all its pods.
+func (r *run) settled(ctx context.Context, snap *report.Snapshot) bool {
+	for _, name := range r.gone {
+		for _, p := range snap.Pods {
+			if p.Name == name {
+				return false
+			}
+		}
+	}
+	for _, p := range snap.Pods {
+		if p.DeletionTimestamp != nil {
+			return false
+		}
+		if p.Status.Phase != v1.PodRunning && !(p.Spec.NodeName == "" && report.Unschedulable(&p)) {
+			return false
+		}
+	}
+	deployments, err := r.Client.AppsV1().Deployments(r.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false
+	}
+	for _, d := range deployments.Items {
+		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+		if err != nil {
+			return false
+		}
+		n := 0
+		for _, p := range snap.Pods {
+			if sel.Matches(labels.Set(p.Labels)) {
+				n++
+			}
+		}
+		if n != int(ptr.Deref(d.Spec.Replicas, 1)) {
+			return false
+		}
+	}
+	return true
+}
+
+// cleanup deletes the namespace (waiting until it is gone, so its claims
+// have released their devices) and the cluster-scoped objects.
+func (r *run) cleanup(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	var errs []error
+	for _, obj := range r.clusterObjects {
+		gvk := obj.GroupVersionKind()
+		mapping, err := r.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err == nil {
+			err = r.Dynamic.Resource(mapping.Resource).Delete(ctx, obj.GetName(), metav1.DeleteOptions{})
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting %s %s: %w", obj.GetKind(), obj.GetName(), err))
+		}
+	}
+	if r.KeepNamespace {
+		logger.Info("Keeping the scenario's namespace", "namespace", r.ns)
+		return errors.Join(errs...)
+	}
+	if err := r.Client.CoreV1().Namespaces().Delete(ctx, r.ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, err)
+	} else {
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, err := r.Client.CoreV1().Namespaces().Get(ctx, r.ns, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("namespace %s was not deleted: %w", r.ns, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,363 @@
+// Package scenarios holds dralab's scenarios, one folder each: a README (the
+// story), the manifests, and scenario.yaml, which says what the scenario
+// needs and what must happen. The folders are embedded in the binary; docs,
+// mage and the e2e suite all read the same files, and the Runner applies a
+// scenario to a cluster and compares what happened with what it expects.
+package scenarios
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/dralab/dralab/drivers/gpu"
+)
+
+// Scenario file identity.
+const (
+	APIVersion = "scenarios.dralab.dev/v1alpha1"
+	Kind       = "Scenario"
+)
+
+// ErrInvalid wraps every error of a scenario file.
+var ErrInvalid = errors.New("invalid scenario")
+
+// Scenario is a scenario.yaml.
+type Scenario struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Name is the scenario's folder name.
+	Name string `json:"name"`
+	// Title is a one-line headline; Summary says what it shows.
+	Title   string `json:"title"`
+	Summary string `json:"summary"`
+	// Labels select scenarios in the e2e suite, e.g. tier: fast.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Requires is what the cluster must offer.
+	Requires Requirements `json:"requires"`
+	// NamespaceLabels label the scenario's namespace.
+	NamespaceLabels map[string]string `json:"namespaceLabels,omitempty"`
+	Steps           []Step            `json:"steps"`
+
+	dir string
+}
+
+// Requirements are what a scenario needs from the cluster.
+type Requirements struct {
+	// Tiers must have GPUs published through DRA.
+	Tiers []string `json:"tiers,omitempty"`
+	// CountedTiers must have GPUs counted through the device-plugin API.
+	CountedTiers []string `json:"countedTiers,omitempty"`
+	// Features names the Kubernetes features the scenario exercises.
+	Features []string `json:"features,omitempty"`
+}
+
+// Step is one action and what must hold once the cluster has settled.
+type Step struct {
+	Name string `json:"name"`
+	// Apply applies manifest files of the scenario's folder, in order.
+	Apply []string `json:"apply,omitempty"`
+	// CreatePods creates copies of a pod manifest one by one.
+	CreatePods *CreatePods `json:"createPods,omitempty"`
+	// DeletePods deletes pods.
+	DeletePods *DeletePods `json:"deletePods,omitempty"`
+	// TaintAllocated taints the devices allocated to some pods with a
+	// DeviceTaintRule.
+	TaintAllocated *TaintAllocated `json:"taintAllocated,omitempty"`
+	// Expect are checked in order against the namespace's pods.
+	Expect []Expectation `json:"expect,omitempty"`
+}
+
+// CreatePods creates Replicas copies of a pod manifest, named
+// <manifest's name>-<i>, each after the previous one is scheduled or found
+// unschedulable, so that the order of allocation is the order of creation.
+type CreatePods struct {
+	Manifest string `json:"manifest"`
+	Replicas Count  `json:"replicas"`
+}
+
+// DeletePods deletes Count pods matching Pods (a name pattern) and, if
+// set, holding a device of Tier, in creation order.
+type DeletePods struct {
+	Pods  string `json:"pods"`
+	Tier  string `json:"tier,omitempty"`
+	Count Count  `json:"count"`
+}
+
+// TaintAllocated creates a DeviceTaintRule for each device allocated to a
+// pod matching Pods.
+type TaintAllocated struct {
+	Pods   string `json:"pods"`
+	Key    string `json:"key"`
+	Value  string `json:"value,omitempty"`
+	Effect string `json:"effect"`
+}
+
+// Count is a number, or a number derived from the cluster: the GPUs of some
+// tiers published through DRA (devicesOf) or counted through the
+// device-plugin API (countedOf), plus a constant.
+//
+//	replicas: 2
+//	replicas: {devicesOf: [h100, a100, l4], plus: 1}
+type Count struct {
+	N         *int     `json:"-"`
+	DevicesOf []string `json:"devicesOf,omitempty"`
+	CountedOf []string `json:"countedOf,omitempty"`
+	Plus      int      `json:"plus,omitempty"`
+}
+
+// UnmarshalJSON accepts a number or an object, strictly.
+func (c *Count) UnmarshalJSON(data []byte) error {
+	var n int
+	if err := json.Unmarshal(data, &n); err == nil {
+		*c = Count{N: &n}
+		return nil
+	}
+	type plain Count
+	var p plain
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return fmt.Errorf("a count is a number or {devicesOf, countedOf, plus}: %w", err)
+	}
+	*c = Count(p)
+	return nil
+}
+
+// MarshalJSON writes a plain number as a number.
+func (c Count) MarshalJSON() ([]byte, error) {
+	if c.N != nil {
+		return json.Marshal(*c.N)
+	}
+	type plain Count
+	return json.Marshal(plain(c))
+}
+
+// String renders a count for messages.
+func (c *Count) String() string {
+	if c == nil {
+		return "all"
+	}
+	if c.N != nil {
+		return fmt.Sprint(*c.N)
+	}
+	s := ""
+	if len(c.DevicesOf) > 0 {
+		s = fmt.Sprintf("devices of %v", c.DevicesOf)
+	}
+	if len(c.CountedOf) > 0 {
+		if s != "" {
+			s += " + "
+		}
+		s += fmt.Sprintf("counted GPUs of %v", c.CountedOf)
+	}
+	if c.Plus != 0 {
+		s += fmt.Sprintf(" %+d", c.Plus)
+	}
+	return s
+}
+
+// Expectation is what must hold for a group of pods: the next Count pods
+// matching Pods in creation order that no earlier counted expectation took
+// (from the end with Last), or, without Count, every pod matching Pods.
+// Every field set is checked; the rest is free.
+type Expectation struct {
+	Pods  string `json:"pods"`
+	Count *Count `json:"count,omitempty"`
+	Last  bool   `json:"last,omitempty"`
+	// Per pod.
+	Phase      string `json:"phase,omitempty"`
+	Request    string `json:"request,omitempty"`
+	Subrequest string `json:"subrequest,omitempty"`
+	Tier       string `json:"tier,omitempty"`
+	// NodeTier is the tier of the GPUs of the pod's node (for counted GPUs,
+	// where no device is named).
+	NodeTier      string `json:"nodeTier,omitempty"`
+	Devices       *Count `json:"devices,omitempty"`
+	SameAttribute string `json:"sameAttribute,omitempty"`
+	AdminAccess   *bool  `json:"adminAccess,omitempty"`
+	// ExtendedResourceClaim: the pod's extended resources are backed by a
+	// claim (status.extendedResourceClaimStatus).
+	ExtendedResourceClaim bool `json:"extendedResourceClaim,omitempty"`
+	// Untainted: no device of the pod is tainted.
+	Untainted bool `json:"untainted,omitempty"`
+	// Reason is why a Pending pod waits: NoMatchingDevice, AllAllocated,
+	// Tainted or Insufficient (an extended resource).
+	Reason string `json:"reason,omitempty"`
+	// For the whole group.
+	SameDevice bool `json:"sameDevice,omitempty"`
+	// TierCounts counts the group's pods by tier (of their devices, or of
+	// their node's GPUs); every tier not named must have none.
+	TierCounts map[string]Count `json:"tierCounts,omitempty"`
+}
+
+// Pending reasons.
+const (
+	ReasonNoMatchingDevice = "NoMatchingDevice"
+	ReasonAllAllocated     = "AllAllocated"
+	ReasonTainted          = "Tainted"
+	ReasonInsufficient     = "Insufficient"
+)
+
+var reasons = []string{ReasonNoMatchingDevice, ReasonAllAllocated, ReasonTainted, ReasonInsufficient}
+
+// Parse decodes a scenario.yaml strictly and validates it; source names
+// the file in errors. files lists the scenario folder's files, which
+// references must name.
+func Parse(source string, data []byte, files []string) (*Scenario, error) {
+	wrap := func(err error) error { return fmt.Errorf("%w %s: %w", ErrInvalid, source, err) }
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, wrap(errors.New("the file is empty"))
+	}
+	jsonData, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	var s Scenario
+	strict, err := sigsjson.UnmarshalStrict(jsonData, &s)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	if len(strict) > 0 {
+		return nil, wrap(errors.Join(strict...))
+	}
+	if errs := s.validate(files); len(errs) > 0 {
+		return nil, wrap(errs.ToAggregate())
+	}
+	return &s, nil
+}
+
+func tierNames() []string {
+	var names []string
+	for _, t := range gpu.Tiers {
+		names = append(names, t.Name)
+	}
+	return names
+}
+
+func (s *Scenario) validate(files []string) field.ErrorList {
+	var errs field.ErrorList
+	tiers := tierNames()
+	checkTiers := func(p *field.Path, list []string) {
+		for i, t := range list {
+			if !slices.Contains(tiers, t) {
+				errs = append(errs, field.NotSupported(p.Index(i), t, tiers))
+			}
+		}
+	}
+	checkTier := func(p *field.Path, t string) {
+		if t != "" && !slices.Contains(tiers, t) {
+			errs = append(errs, field.NotSupported(p, t, tiers))
+		}
+	}
+	checkCount := func(p *field.Path, c *Count) {
+		if c == nil {
+			return
+		}
+		if c.N != nil && *c.N < 0 {
+			errs = append(errs, field.Invalid(p, *c.N, "must not be negative"))
+		}
+		if c.N == nil && len(c.DevicesOf) == 0 && len(c.CountedOf) == 0 {
+			errs = append(errs, field.Required(p, "a number, or devicesOf/countedOf"))
+		}
+		checkTiers(p.Child("devicesOf"), c.DevicesOf)
+		checkTiers(p.Child("countedOf"), c.CountedOf)
+	}
+	checkFile := func(p *field.Path, f string) {
+		if !slices.Contains(files, f) {
+			errs = append(errs, field.NotFound(p, f))
+		}
+	}
+	checkPattern := func(p *field.Path, pattern string) {
+		if pattern == "" {
+			errs = append(errs, field.Required(p, "a pod name or pattern, e.g. worker-*"))
+		} else if _, err := path.Match(pattern, ""); err != nil {
+			errs = append(errs, field.Invalid(p, pattern, err.Error()))
+		}
+	}
+
+	if s.APIVersion != APIVersion {
+		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), s.APIVersion, []string{APIVersion}))
+	}
+	if s.Kind != Kind {
+		errs = append(errs, field.NotSupported(field.NewPath("kind"), s.Kind, []string{Kind}))
+	}
+	for name, v := range map[string]string{"name": s.Name, "title": s.Title, "summary": s.Summary} {
+		if v == "" {
+			errs = append(errs, field.Required(field.NewPath(name), ""))
+		}
+	}
+	checkTiers(field.NewPath("requires", "tiers"), s.Requires.Tiers)
+	checkTiers(field.NewPath("requires", "countedTiers"), s.Requires.CountedTiers)
+	if len(s.Steps) == 0 {
+		errs = append(errs, field.Required(field.NewPath("steps"), ""))
+	}
+	for i, st := range s.Steps {
+		p := field.NewPath("steps").Index(i)
+		if st.Name == "" {
+			errs = append(errs, field.Required(p.Child("name"), ""))
+		}
+		actions := 0
+		for j, f := range st.Apply {
+			checkFile(p.Child("apply").Index(j), f)
+		}
+		if len(st.Apply) > 0 {
+			actions++
+		}
+		if c := st.CreatePods; c != nil {
+			actions++
+			checkFile(p.Child("createPods", "manifest"), c.Manifest)
+			checkCount(p.Child("createPods", "replicas"), &c.Replicas)
+		}
+		if d := st.DeletePods; d != nil {
+			actions++
+			checkPattern(p.Child("deletePods", "pods"), d.Pods)
+			checkTier(p.Child("deletePods", "tier"), d.Tier)
+			checkCount(p.Child("deletePods", "count"), &d.Count)
+		}
+		if ta := st.TaintAllocated; ta != nil {
+			actions++
+			checkPattern(p.Child("taintAllocated", "pods"), ta.Pods)
+			if ta.Key == "" {
+				errs = append(errs, field.Required(p.Child("taintAllocated", "key"), ""))
+			}
+			if ta.Effect != "NoSchedule" && ta.Effect != "NoExecute" && ta.Effect != "None" {
+				errs = append(errs, field.NotSupported(p.Child("taintAllocated", "effect"), ta.Effect, []string{"NoSchedule", "NoExecute", "None"}))
+			}
+		}
+		if actions != 1 {
+			errs = append(errs, field.Invalid(p, st.Name, "a step has exactly one action: apply, createPods, deletePods or taintAllocated"))
+		}
+		for j, e := range st.Expect {
+			ep := p.Child("expect").Index(j)
+			checkPattern(ep.Child("pods"), e.Pods)
+			checkCount(ep.Child("count"), e.Count)
+			checkCount(ep.Child("devices"), e.Devices)
+			checkTier(ep.Child("tier"), e.Tier)
+			checkTier(ep.Child("nodeTier"), e.NodeTier)
+			for t, c := range e.TierCounts {
+				checkTier(ep.Child("tierCounts").Key(t), t)
+				checkCount(ep.Child("tierCounts").Key(t), &c)
+			}
+			if e.Phase != "" && e.Phase != "Running" && e.Phase != "Pending" {
+				errs = append(errs, field.NotSupported(ep.Child("phase"), e.Phase, []string{"Running", "Pending"}))
+			}
+			if e.Reason != "" {
+				if !slices.Contains(reasons, e.Reason) {
+					errs = append(errs, field.NotSupported(ep.Child("reason"), e.Reason, reasons))
+				}
+				if e.Phase != "Pending" {
+					errs = append(errs, field.Invalid(ep.Child("reason"), e.Reason, "a reason needs phase: Pending"))
+				}
+			}
+		}
+	}
+	return errs
+}
