@@ -49,13 +49,20 @@ type alternative struct {
 // allocated (naming to which claims) or all are tainted.
 func (s *Snapshot) why(ctx context.Context, pod *v1.Pod) (string, string, error) {
 	message := schedulingMessage(pod)
+	holders := s.AllocatedDevices()
 	if len(pod.Spec.ResourceClaims) == 0 {
+		// Extended resources backed by a DeviceClass are claims too.
+		for _, req := range s.extendedRequests(pod) {
+			code, msg, err := s.whyAlternatives(ctx, pod.Namespace, "extended resource "+req.name, []alternative{req}, holders)
+			if err != nil || code != "" {
+				return code, msg, err
+			}
+		}
 		if strings.Contains(message, "Insufficient") {
 			return Insufficient, message, nil
 		}
 		return "", message, nil
 	}
-	holders := s.AllocatedDevices()
 	for _, ref := range podClaims(pod) {
 		claim := s.Claims[ref.name]
 		if claim == nil || claim.Status.Allocation != nil {
@@ -90,8 +97,30 @@ func newAlternative(name, class string, selectors []resourceapi.DeviceSelector, 
 	return a
 }
 
+// extendedRequests are a pod's extended resources that a DeviceClass
+// serves, by its extendedResourceName or its implicit name.
+func (s *Snapshot) extendedRequests(pod *v1.Pod) []alternative {
+	var out []alternative
+	for _, c := range pod.Spec.Containers {
+		for name, q := range c.Resources.Limits {
+			for _, class := range s.Classes {
+				explicit := class.Spec.ExtendedResourceName != nil && *class.Spec.ExtendedResourceName == string(name)
+				if explicit || string(name) == resourceapi.ResourceDeviceClassPrefix+class.Name {
+					out = append(out, alternative{name: string(name), class: class.Name, count: int(q.Value())})
+				}
+			}
+		}
+	}
+	return out
+}
+
 func (s *Snapshot) whyRequest(ctx context.Context, claim *resourceapi.ResourceClaim, req resourceapi.DeviceRequest, holders map[string]string) (string, string, error) {
-	alts := alternatives(req)
+	return s.whyAlternatives(ctx, claim.Namespace, fmt.Sprintf("request %q of claim %s", req.Name, claim.Name), alternatives(req), holders)
+}
+
+// whyAlternatives explains why none of a request's alternatives can be
+// satisfied, or returns no code when one can as far as devices go.
+func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, alts []alternative, holders map[string]string) (string, string, error) {
 	var (
 		anyMatch         bool
 		allocated, taint []string
@@ -113,7 +142,7 @@ func (s *Snapshot) whyRequest(ctx context.Context, claim *resourceapi.ResourceCl
 			holder, held := holders[key]
 			switch {
 			case held && !alt.adminAccess:
-				allocated = append(allocated, fmt.Sprintf("%s to %s", c, strings.TrimPrefix(holder, claim.Namespace+"/")))
+				allocated = append(allocated, fmt.Sprintf("%s to %s", c, strings.TrimPrefix(holder, namespace+"/")))
 			case s.tainted(c.driver, c.pool, c.dev) && len(alt.tolerations) == 0:
 				taint = append(taint, c.String())
 			default:
@@ -124,7 +153,6 @@ func (s *Snapshot) whyRequest(ctx context.Context, claim *resourceapi.ResourceCl
 			return "", "", nil // this alternative fits as far as devices go
 		}
 	}
-	what := fmt.Sprintf("request %q of claim %s", req.Name, claim.Name)
 	switch {
 	case !anyMatch:
 		return NoMatchingDevice, fmt.Sprintf("%s: no device in the cluster matches class %s and its selectors", what, strings.Join(dedupe(classes), " or ")), nil
