@@ -21,6 +21,24 @@ func (Test) Unit() error {
 	return sh.RunV("go", "test", "-short", "./...")
 }
 
+// E2E runs the e2e suite (every scenario, the driver and lab features) on
+// an embedded lab it starts and deletes; with KUBECONFIG set to a file, on
+// that cluster instead.
+func (Test) E2E(ctx context.Context) error {
+	u := ui.Stderr()
+	done := u.Step("Building dralab")
+	bin, err := build.Dralab(ctx)
+	done(err)
+	if err != nil {
+		return err
+	}
+	args := []string{"test", "-count=1", "-timeout=30m", "-v", "./e2e"}
+	if kc := os.Getenv("KUBECONFIG"); kc != "" {
+		args = append(args, "-args", "--kubeconfig="+kc)
+	}
+	return sh.RunWithV(map[string]string{build.EnvBinary: bin}, "go", args...)
+}
+
 // All builds the dralab binary once, then runs every test: unit,
 // integration (each starts its own embedded lab) and e2e. This is what CI runs.
 func (Test) All(ctx context.Context) error {

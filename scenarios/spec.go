@@ -122,9 +122,11 @@ func (c *Count) UnmarshalJSON(data []byte) error {
 	}
 	type plain Count
 	var p plain
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
+	strict, err := sigsjson.UnmarshalStrict(data, &p)
+	if err == nil && len(strict) > 0 {
+		err = errors.Join(strict...)
+	}
+	if err != nil {
 		return fmt.Errorf("a count is a number or {devicesOf, countedOf, plus}: %w", err)
 	}
 	*c = Count(p)

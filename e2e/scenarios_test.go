@@ -1,0 +1,69 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+
+	"github.com/dralab/dralab/internal/report"
+	"github.com/dralab/dralab/scenarios"
+)
+
+// TestScenarios runs every scenario as one feature, labelled
+// scenario=<name> and tier=<fast|slow>: select with
+// --labels scenario=prioritized-fallback or --skip-labels tier=slow.
+func TestScenarios(t *testing.T) {
+	requireCluster(t)
+	all, err := scenarios.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var feats []features.Feature
+	for _, s := range all {
+		feats = append(feats, features.New(s.Name).
+			WithLabel("scenario", s.Name).
+			WithLabel("tier", s.Labels["tier"]).
+			Assess(s.Title, func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+				runScenario(ctx, t, cfg, s)
+				return ctx
+			}).
+			Feature())
+	}
+	testenv.Test(t, feats...)
+}
+
+func runScenario(ctx context.Context, t *testing.T, cfg *envconf.Config, s *scenarios.Scenario) {
+	runner, err := scenarios.NewRunner(cfg.Client().RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner.OnStep = func(step string, rows []report.Row) {
+		var b strings.Builder
+		_ = report.WriteTable(&b, rows)
+		t.Logf("%s:\n%s", step, b.String())
+	}
+	runner.BeforeCleanup = func(ctx context.Context, res *scenarios.Result) {
+		if !res.Passed() || t.Failed() {
+			client, err := kubernetes.NewForConfig(cfg.Client().RESTConfig())
+			if err == nil {
+				dumpDiagnostics(ctx, t, client, res.Namespace)
+			}
+		}
+	}
+	res, err := runner.Run(ctx, s)
+	if errors.Is(err, scenarios.ErrUnmet) {
+		t.Skipf("skipped on this cluster: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range res.Failures() {
+		t.Errorf("scenarios/%s/scenario.yaml: %s", s.Name, f)
+	}
+	t.Logf("scenario %s took %s", s.Name, res.Duration)
+}

@@ -1,0 +1,104 @@
+package scenarios
+
+import (
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/dralab/dralab/internal/report"
+)
+
+func running(pod, sub, tier, device string) report.Row {
+	return report.Row{Pod: pod, Phase: v1.PodRunning, Node: "n", Request: "gpu", Subrequest: sub, Tier: tier,
+		Driver: "gpu.dralab.dev", Pool: "n", Device: device}
+}
+
+func pending(pod, code string) report.Row {
+	return report.Row{Pod: pod, Phase: v1.PodPending, Unschedulable: true, ReasonCode: code, Reason: "all 1 matching devices are allocated"}
+}
+
+// The prioritized-fallback scenario's first step, checked against outcomes.
+func fallbackExpect(t *testing.T) ([]Expectation, Inventory) {
+	t.Helper()
+	s, err := Get("prioritized-fallback")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Steps[1].Expect, Inventory{Devices: map[string]int{"h100": 1, "a100": 1, "l4": 2}}
+}
+
+func TestCheckPasses(t *testing.T) {
+	expect, inv := fallbackExpect(t)
+	rows := []report.Row{
+		running("worker-0", "h100", "h100", "gpu-0"),
+		running("worker-1", "a100", "a100", "gpu-0"),
+		running("worker-2", "l4", "l4", "gpu-0"),
+		running("worker-3", "l4", "l4", "gpu-1"),
+		pending("worker-4", report.AllAllocated),
+	}
+	if f := Check(expect, Outcomes(rows), inv); len(f) > 0 {
+		t.Errorf("unexpected failures: %v", f)
+	}
+}
+
+// A wrong outcome fails, and the message shows expected and actual.
+func TestCheckShowsExpectedAndActual(t *testing.T) {
+	expect, inv := fallbackExpect(t)
+	rows := []report.Row{
+		running("worker-0", "h100", "h100", "gpu-0"),
+		running("worker-1", "l4", "l4", "gpu-5"), // an L4 where an A100 was expected
+		running("worker-2", "l4", "l4", "gpu-0"),
+		running("worker-3", "l4", "l4", "gpu-1"),
+		pending("worker-4", report.AllAllocated),
+	}
+	failures := strings.Join(Check(expect, Outcomes(rows), inv), "\n")
+	for _, want := range []string{
+		`pod worker-1: chosen subrequest: expected a100, got l4`,
+		`pod worker-1: tier: expected a100, got l4`,
+	} {
+		if !strings.Contains(failures, want) {
+			t.Errorf("failures lack %q:\n%s", want, failures)
+		}
+	}
+}
+
+// Editing an expectation to a wrong tier makes a correct outcome fail.
+func TestCheckFailsOnEditedExpectation(t *testing.T) {
+	expect, inv := fallbackExpect(t)
+	expect = append([]Expectation(nil), expect...)
+	expect[1].Tier = "l4"
+	rows := []report.Row{
+		running("worker-0", "h100", "h100", "gpu-0"),
+		running("worker-1", "a100", "a100", "gpu-0"),
+		running("worker-2", "l4", "l4", "gpu-0"),
+		running("worker-3", "l4", "l4", "gpu-1"),
+		pending("worker-4", report.AllAllocated),
+	}
+	failures := Check(expect, Outcomes(rows), inv)
+	if len(failures) != 1 || !strings.Contains(failures[0], "tier: expected l4, got a100") {
+		t.Errorf("failures = %v", failures)
+	}
+}
+
+func TestCheckCountsAndGroups(t *testing.T) {
+	two := 2
+	inv := Inventory{Counted: map[string]int{"h100": 1, "l4": 2}}
+	outcomes := Outcomes([]report.Row{
+		{Pod: "p-0", Phase: v1.PodRunning, Node: "count-h100", NodeTier: "h100"},
+		{Pod: "p-1", Phase: v1.PodRunning, Node: "count-l4", NodeTier: "l4"},
+		{Pod: "p-2", Phase: v1.PodRunning, Node: "count-h100", NodeTier: "h100"},
+	})
+	f := Check([]Expectation{{Pods: "p-*", TierCounts: map[string]Count{"h100": {CountedOf: []string{"h100"}}, "l4": {CountedOf: []string{"l4"}}}}}, outcomes, inv)
+	if len(f) != 1 || !strings.Contains(f[0], "expected map[h100:1 l4:2], got map[h100:2 l4:1]") {
+		t.Errorf("tier counts: %v", f)
+	}
+	f = Check([]Expectation{{Pods: "p-*", Count: &Count{N: &two}, Phase: "Running"}, {Pods: "p-*", Count: &Count{N: &two}}}, outcomes, inv)
+	if len(f) != 1 || !strings.Contains(f[0], "expected 2 pods (2), found 1: [p-2]") {
+		t.Errorf("groups: %v", f)
+	}
+	shared := Outcomes([]report.Row{running("a", "", "l4", "gpu-0"), running("b", "", "l4", "gpu-1")})
+	if f := Check([]Expectation{{Pods: "*", SameDevice: true}}, shared, inv); len(f) != 1 || !strings.Contains(f[0], "one device shared") {
+		t.Errorf("same device: %v", f)
+	}
+}

@@ -1,0 +1,70 @@
+package scenarios
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestEveryScenarioLoads(t *testing.T) {
+	all, err := All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"admin-access", "claims", "counting", "device-taint", "extended-resource", "multi-gpu", "prioritized-fallback", "shared-claim"}
+	var got []string
+	for _, s := range all {
+		got = append(got, s.Name)
+		readme, err := s.File("README.md")
+		if err != nil || !strings.Contains(string(readme), "```mermaid") {
+			t.Errorf("%s: README.md needs a Mermaid diagram (%v)", s.Name, err)
+		}
+		if s.Labels["tier"] != "fast" && s.Labels["tier"] != "slow" {
+			t.Errorf("%s: label tier is %q, want fast or slow", s.Name, s.Labels["tier"])
+		}
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("scenarios = %v, want %v", got, want)
+	}
+	if _, err := Get("no-such"); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "claims") {
+		t.Errorf("Get(unknown) = %v", err)
+	}
+}
+
+func TestParseErrorsNameFileAndField(t *testing.T) {
+	const head = "apiVersion: scenarios.dralab.dev/v1alpha1\nkind: Scenario\nname: x\ntitle: X\nsummary: s\n"
+	files := []string{"scenario.yaml", "pod.yaml"}
+	cases := map[string]struct {
+		yaml string
+		want []string
+	}{
+		"unknown field":          {head + "steps: [{name: a, apply: [pod.yaml], expectt: []}]\n", []string{`unknown field "steps[0].expectt"`}},
+		"unknown field deeper":   {head + "steps: [{name: a, apply: [pod.yaml], expect: [{pods: p, teir: h100}]}]\n", []string{`unknown field "steps[0].expect[0].teir"`}},
+		"unknown count field":    {head + "steps: [{name: a, createPods: {manifest: pod.yaml, replicas: {devicesof: [h100]}}}]\n", []string{"devicesof"}},
+		"unknown tier":           {head + "steps: [{name: a, apply: [pod.yaml], expect: [{pods: p, tier: h200}]}]\n", []string{"steps[0].expect[0].tier", `"h200"`}},
+		"missing file":           {head + "steps: [{name: a, apply: [nope.yaml]}]\n", []string{"steps[0].apply[0]", "nope.yaml"}},
+		"two actions":            {head + "steps: [{name: a, apply: [pod.yaml], deletePods: {pods: p, count: 1}}]\n", []string{"steps[0]", "exactly one action"}},
+		"reason without pending": {head + "steps: [{name: a, apply: [pod.yaml], expect: [{pods: p, reason: AllAllocated}]}]\n", []string{"steps[0].expect[0].reason"}},
+		"bad reason":             {head + "steps: [{name: a, apply: [pod.yaml], expect: [{pods: p, phase: Pending, reason: Busy}]}]\n", []string{`"Busy"`}},
+		"bad pattern":            {head + "steps: [{name: a, apply: [pod.yaml], expect: [{pods: '[x'}]}]\n", []string{"steps[0].expect[0].pods"}},
+		"no steps":               {head, []string{"steps: Required"}},
+		"malformed":              {head + "steps: [\n", []string{"yaml"}},
+		"wrong version":          {strings.Replace(head, "v1alpha1", "v2", 1) + "steps: [{name: a, apply: [pod.yaml]}]\n", []string{"apiVersion"}},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := Parse("scenarios/x/scenario.yaml", []byte(c.yaml), files)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("not ErrInvalid: %v", err)
+			}
+			for _, w := range append(c.want, "scenarios/x/scenario.yaml") {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
