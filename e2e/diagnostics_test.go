@@ -14,8 +14,9 @@ import (
 )
 
 // dumpDiagnostics writes what explains a failure (pods, events, claims,
-// slices, classes) to $ARTIFACTS/<test>/ or the test log, and copies the
-// lab's logs when the suite started the lab.
+// slices, classes, and the lab's logs, drivers' included, when the suite
+// started the lab) to $ARTIFACTS/<test>/, or to a temporary directory it
+// names in the test log.
 func dumpDiagnostics(ctx context.Context, t *testing.T, client kubernetes.Interface, namespace string) {
 	t.Helper()
 	var b strings.Builder
@@ -44,8 +45,11 @@ func dumpDiagnostics(ctx context.Context, t *testing.T, client kubernetes.Interf
 
 	dir := os.Getenv("ARTIFACTS")
 	if dir == "" {
-		t.Logf("diagnostics:\n%s", b.String())
-		return
+		var err error
+		if dir, err = os.MkdirTemp("", "dralab-e2e-diagnostics-"); err != nil {
+			t.Logf("diagnostics:\n%s", b.String())
+			return
+		}
 	}
 	dir = filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_"))
 	if err := os.MkdirAll(dir, 0o755); err == nil {
