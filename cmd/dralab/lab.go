@@ -8,6 +8,7 @@ import (
 
 	"github.com/dralab/dralab/internal/labserver"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/lab/config"
 )
 
 func newLabCommand() *cobra.Command {
@@ -33,5 +34,23 @@ func newLabCommand() *cobra.Command {
 	serve.Flags().StringVar(&stateDir, "state-dir", "", "the lab's state directory, holding config.json")
 	_ = serve.MarkFlagRequired("state-dir")
 	lab.AddCommand(serve)
+
+	var cleanupDir string
+	cleanup := &cobra.Command{
+		Use:   "cleanup",
+		Short: "Undo what a lab's real node did to the host (lab:down runs it)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir := labstate.Dir(cleanupDir)
+			cfg, err := config.Load(dir.Config())
+			if err != nil {
+				return err
+			}
+			return labserver.CleanupHost(cmd.Context(), dir, cfg)
+		},
+	}
+	cleanup.Flags().StringVar(&cleanupDir, "state-dir", "", "the lab's state directory")
+	_ = cleanup.MarkFlagRequired("state-dir")
+	lab.AddCommand(cleanup)
 	return lab
 }

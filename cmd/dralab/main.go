@@ -1,6 +1,6 @@
 // Command dralab is the lab's one large binary: the embedded lab process
-// (control plane) and its nodes are subcommands, so that one link serves
-// them all. The GPU driver is its own small binary, cmd/dralab-driver, the
+// (control plane), its hollow nodes and the real kubelet of a real node are
+// subcommands, so that one link serves them all. The GPU driver is its own small binary, cmd/dralab-driver, the
 // same one a cluster runs as a DaemonSet.
 package main
 
@@ -15,10 +15,17 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/grpclog"
+	"k8s.io/component-base/cli"
 	"k8s.io/klog/v2"
+	kubeletapp "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
 func main() {
+	// The real kubelet parses its own flags, exactly as the kubelet binary.
+	if len(os.Args) > 1 && os.Args[1] == "kubelet" {
+		os.Args = os.Args[1:]
+		os.Exit(cli.Run(kubeletapp.NewKubeletCommand(context.Background())))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := newRootCommand().ExecuteContext(ctx); err != nil {

@@ -73,3 +73,33 @@ func Go(ctx context.Context, out string, pkgs ...string) error {
 	}
 	return nil
 }
+
+// ContainerdVersion is the containerd the real node runs, built from its
+// Go module.
+const ContainerdVersion = "v2.4.2"
+
+// Containerd builds containerd, its runc shim and ctr into dir (static,
+// without btrfs), unless they are there already.
+func Containerd(ctx context.Context, dir string) error {
+	const mod = "github.com/containerd/containerd/v2/cmd/"
+	missing := false
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "ctr"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			missing = true
+		}
+	}
+	if !missing {
+		return nil
+	}
+	cmd := exec.CommandContext(ctx, "go", "install", "-tags", "no_btrfs", "-ldflags", "-s -w",
+		mod+"containerd@"+ContainerdVersion, mod+"containerd-shim-runc-v2@"+ContainerdVersion, mod+"ctr@"+ContainerdVersion)
+	// go install pkg@version builds in module-aware mode outside this module.
+	cmd.Dir = os.TempDir()
+	cmd.Env = append(os.Environ(), "GOBIN="+dir, "CGO_ENABLED=0", "GOFLAGS=")
+	var output bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &output, &output
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, output.String())
+	}
+	return nil
+}

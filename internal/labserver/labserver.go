@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -86,8 +87,15 @@ func Run(ctx context.Context, o Options) (err error) {
 	// Nodes start while the control plane does: their kubelets retry until
 	// the API answers, and their own start-up overlaps with it.
 	procs := newSupervisor(o)
-	defer procs.stopAll(10 * time.Second)
+	defer shutdown(ctx, procs, dir, cfg)
 	for _, n := range cfg.Nodes {
+		if n.Kind == config.NodeReal {
+			if err := startRealNode(ctx, procs, o, n, pkiFiles.CACert); err != nil {
+				listener.Close()
+				return fmt.Errorf("real node %s: %w", n.Name, err)
+			}
+			continue
+		}
 		args, err := nodeArgs(dir, n, pkiFiles.CACert, o.Verbosity)
 		if err == nil {
 			err = procs.start(ctx, labstate.RoleNode, n.Name, args, false)
@@ -159,8 +167,11 @@ type supervisor struct {
 
 type process struct {
 	role, node string
-	args       []string
-	restart    bool
+	// bin and env default to the dralab binary and the lab's environment.
+	bin     string
+	args    []string
+	env     []string
+	restart bool
 
 	// Guarded by supervisor.mu.
 	cmd      *exec.Cmd
@@ -177,7 +188,10 @@ func newSupervisor(o Options) *supervisor {
 // start runs a process; when it ends on its own and restart is set, it is
 // started again after a second.
 func (s *supervisor) start(ctx context.Context, role, node string, args []string, restart bool) error {
-	p := &process{role: role, node: node, args: args, restart: restart}
+	return s.startProcess(ctx, &process{role: role, node: node, args: args, restart: restart})
+}
+
+func (s *supervisor) startProcess(ctx context.Context, p *process) error {
 	if err := s.spawn(ctx, p); err != nil {
 		return err
 	}
@@ -194,10 +208,14 @@ func (s *supervisor) spawn(ctx context.Context, p *process) error {
 	}
 	defer logFile.Close()
 	exe := s.opts.Executable
-	if p.role == labstate.RoleDriver {
+	switch {
+	case p.bin != "":
+		exe = p.bin
+	case p.role == labstate.RoleDriver:
 		exe = filepath.Join(filepath.Dir(exe), build.DriverBinary)
 	}
 	cmd := exec.Command(exe, p.args...)
+	cmd.Env = p.env
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// A child never outlives its lab, even when the lab is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -266,31 +284,41 @@ func (s *supervisor) statuses() []labstate.ProcessStatus {
 	return out
 }
 
-// stopAll asks every process to stop and kills those still running after
-// grace. Drivers stop first, so that none outlives its kubelet's view.
-func (s *supervisor) stopAll(grace time.Duration) {
+// stop asks the processes of the given roles to stop and kills those
+// still running after grace.
+func (s *supervisor) stop(grace time.Duration, roles ...string) {
 	s.mu.Lock()
+	var procs []*process
 	for _, p := range s.procs {
-		p.stopping = true
-		if p.running {
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		if slices.Contains(roles, p.role) {
+			procs = append(procs, p)
+			p.stopping = true
+			if p.running {
+				_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			}
 		}
 	}
 	s.mu.Unlock()
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(grace):
-		s.mu.Lock()
-		for _, p := range s.procs {
-			if p.running {
-				_ = p.cmd.Process.Kill()
-			}
+	deadline := time.Now().Add(grace)
+	for _, p := range procs {
+		for s.isRunning(p) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
 		}
-		s.mu.Unlock()
-		<-done
+		if s.isRunning(p) {
+			_ = p.cmd.Process.Kill()
+		}
 	}
+	for _, p := range procs {
+		for s.isRunning(p) {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func (s *supervisor) isRunning(p *process) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return p.running
 }
 
 // nodeArgs runs a hollow node.
@@ -325,7 +353,7 @@ func driverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
 		"--gpus=" + strconv.Itoa(n.GPUs.Count),
 		"--kubelet-registrar-dir=" + nd.PluginsRegistry(),
 		"--kubelet-plugins-dir=" + nd.Plugins(),
-		"--kubelet-device-plugins-dir=" + nd.DevicePlugins(),
+		"--kubelet-device-plugins-dir=" + devicePluginsDir(n, nd),
 		"--cdi-dir=" + nd.CDI(),
 		"--checkpoint-dir=" + nd.DriverCheckpoint(),
 		"--v=" + strconv.Itoa(verbosity),
@@ -343,6 +371,15 @@ func nodeLabels(n config.Node) map[string]string {
 		labels[gpu.NodeProfileLabel] = n.GPUs.Profile
 	}
 	return labels
+}
+
+// devicePluginsDir is where a node's kubelet serves the device-plugin
+// Registration service: a fixed host path for the real kubelet.
+func devicePluginsDir(n config.Node, nd labstate.NodeDir) string {
+	if n.Kind == config.NodeReal {
+		return "/var/lib/kubelet/device-plugins"
+	}
+	return nd.DevicePlugins()
 }
 
 func freePort() (int, error) {

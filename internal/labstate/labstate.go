@@ -131,6 +131,8 @@ type Status struct {
 const (
 	RoleNode   = "node"
 	RoleDriver = "driver"
+	// RoleContainerd is the container runtime of a real node.
+	RoleContainerd = "containerd"
 )
 
 // ProcessStatus is the state of one child process of the lab.

@@ -29,6 +29,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab/backend"
@@ -99,7 +101,7 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 	if _, err := os.Stat(string(dir)); err == nil {
 		// State without a live lab process: a lab that crashed or was killed.
 		logger.Info("Removing stale state of a lab that no longer runs", "dir", dir)
-		if err := b.removeState(dir); err != nil {
+		if err := b.removeState(ctx, dir); err != nil {
 			return backend.UpResult{}, err
 		}
 	}
@@ -114,6 +116,17 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 	done(err)
 	if err != nil {
 		return backend.UpResult{}, err
+	}
+	if hasRealNode(cfg) {
+		if err := checkRealNodeHost(); err != nil {
+			return backend.UpResult{}, err
+		}
+		done := progress("Preparing containerd " + build.ContainerdVersion + " for the real node (the first build takes minutes)")
+		err := build.Containerd(ctx, filepath.Dir(bin))
+		done(err)
+		if err != nil {
+			return backend.UpResult{}, err
+		}
 	}
 
 	done = progress("Starting control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager)")
@@ -309,12 +322,12 @@ func (b *Backend) Down(ctx context.Context, name string) error {
 	if _, err := os.Stat(string(dir)); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	return b.removeState(dir)
+	return b.removeState(ctx, dir)
 }
 
-// removeState stops the lab's processes, if any still run, and deletes its
-// state directory.
-func (b *Backend) removeState(dir labstate.Dir) error {
+// removeState stops the lab's processes, if any still run, undoes what a
+// real node did to the host, and deletes the state directory.
+func (b *Backend) removeState(ctx context.Context, dir labstate.Dir) error {
 	var pids []int
 	if pid, err := dir.ReadPID(); err == nil && labstate.Alive(pid) && isDralab(pid) {
 		pids = append(pids, pid)
@@ -345,8 +358,45 @@ func (b *Backend) removeState(dir labstate.Dir) error {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	// A lab process stopped by SIGTERM cleaned up after its real node; one
+	// that was killed did not.
+	if cfg, err := config.Load(dir.Config()); err == nil && hasRealNode(cfg) {
+		bin, err := b.binary(ctx)
+		if err == nil {
+			var out []byte
+			out, err = exec.CommandContext(ctx, bin, "lab", "cleanup", "--state-dir="+string(dir)).CombinedOutput()
+			if err != nil {
+				err = fmt.Errorf("%w: %s", err, out)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("cleaning up the real node of %s: %w", dir, err)
+		}
+	}
 	if err := os.RemoveAll(string(dir)); err != nil {
 		return fmt.Errorf("removing lab state %s: %w", dir, err)
+	}
+	return nil
+}
+
+func hasRealNode(cfg *config.Config) bool {
+	for _, n := range cfg.Nodes {
+		if n.Kind == config.NodeReal {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrHostNotReady means the host lacks what a real node needs.
+var ErrHostNotReady = errors.New("this host cannot run a real node")
+
+func checkRealNodeHost() error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("%w: a real node runs containers and needs root", ErrHostNotReady)
+	}
+	if missing := realnode.MissingHostPrograms(); len(missing) > 0 {
+		return fmt.Errorf("%w: missing %s; install them with: go run mage.go deps:realnode", ErrHostNotReady, strings.Join(missing, ", "))
 	}
 	return nil
 }
@@ -411,6 +461,13 @@ func (b *Backend) Status(ctx context.Context, name string) (*backend.Status, err
 		var ok bool
 		if ns.Process, ns.PID, ok = processState(s, labstate.RoleNode, n.Name); !ok {
 			st.Phase = backend.PhaseDegraded
+		}
+		if n.Kind == config.NodeReal {
+			runtime, _, ok := processState(s, labstate.RoleContainerd, n.Name)
+			if !ok {
+				st.Phase = backend.PhaseDegraded
+			}
+			ns.Process = "kubelet " + ns.Process + ", containerd " + runtime
 		}
 		if n.GPUs != nil {
 			ns.Profile = fmt.Sprintf("%d× %s (%s)", n.GPUs.Count, n.GPUs.Profile, n.GPUs.Mode)

@@ -1,0 +1,272 @@
+package realnode
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	remote "k8s.io/cri-client/pkg"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+)
+
+// RuncRoot is where runc keeps container state, inside the node directory.
+func (p Paths) RuncRoot() string { return p.join("containerd", "runc") }
+
+// ContainerdCommand runs containerd with the node's configuration; the
+// shim and ctr are beside it in binDir, which goes first on its PATH.
+func ContainerdCommand(binDir string, p Paths) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(binDir, "containerd"), "--config", p.ContainerdConfig())
+	cmd.Env = append(os.Environ(), "PATH="+binDir+":"+os.Getenv("PATH"))
+	return cmd
+}
+
+// WaitContainerd waits until containerd answers on its socket.
+func WaitContainerd(ctx context.Context, p Paths) error {
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		c, err := net.Dial("unix", p.ContainerdSocket())
+		if err != nil {
+			return false, nil
+		}
+		c.Close()
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("containerd did not answer on %s: %w", p.ContainerdSocket(), err)
+	}
+	return nil
+}
+
+// ImportImages imports the node's image archives into containerd's
+// Kubernetes namespace.
+func ImportImages(ctx context.Context, binDir string, p Paths) error {
+	archives, err := filepath.Glob(filepath.Join(p.Images(), "*.tar"))
+	if err != nil {
+		return err
+	}
+	for _, a := range archives {
+		cmd := exec.CommandContext(ctx, filepath.Join(binDir, "ctr"), "--address", p.ContainerdSocket(), "--namespace", "k8s.io", "images", "import", "--no-unpack=false", a)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, out)
+		}
+	}
+	return nil
+}
+
+// KubeletArgs runs the real kubelet (`dralab kubelet`) for the node.
+func KubeletArgs(p Paths, name, kubeconfig string, labels map[string]string, verbosity int) []string {
+	args := []string{"kubelet",
+		"--config=" + p.KubeletConfig(),
+		"--kubeconfig=" + kubeconfig,
+		"--root-dir=" + p.Node.KubeletRoot(),
+		"--cert-dir=" + p.Node.CertDir(),
+		"--hostname-override=" + name,
+		"--v=" + strconv.Itoa(verbosity),
+	}
+	var kv []string
+	for k, v := range labels {
+		kv = append(kv, k+"="+v)
+	}
+	sort.Strings(kv)
+	if len(kv) > 0 {
+		args = append(args, "--node-labels="+strings.Join(kv, ","))
+	}
+	return args
+}
+
+// RemovePods stops and removes every pod sandbox through the CRI, while
+// containerd runs and the kubelet does not: containerd tears down each
+// pod's network through CNI (veth, IPAM) and removes its containers.
+func RemovePods(ctx context.Context, p Paths) error {
+	rs, err := remote.NewRemoteRuntimeServiceBuilder().WithEndpoint("unix://" + p.ContainerdSocket()).WithConnectionTimeout(5 * time.Second).Build(ctx)
+	if err != nil {
+		return err
+	}
+	defer rs.Close(ctx)
+	sandboxes, err := rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{})
+	if err != nil {
+		return fmt.Errorf("listing pod sandboxes: %w", err)
+	}
+	var errs []error
+	for _, sb := range sandboxes {
+		if err := rs.StopPodSandbox(ctx, sb.Id); err != nil {
+			errs = append(errs, fmt.Errorf("stopping sandbox %s: %w", sb.Id, err))
+		}
+		if err := rs.RemovePodSandbox(ctx, sb.Id); err != nil {
+			errs = append(errs, fmt.Errorf("removing sandbox %s: %w", sb.Id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Cleanup undoes what the kubelet, containerd and runc did to the host,
+// once they have stopped (or died): it kills leftover shims and containers,
+// unmounts everything under the node directory, deletes the CNI bridge,
+// and removes the kubelet's cgroups and the iptables chains it created.
+// It is idempotent and safe on a node that never started.
+func Cleanup(ctx context.Context, p Paths, chainsBefore []string) error {
+	logger := klog.FromContext(ctx)
+	var errs []error
+	// Containers: runc state is under the node directory.
+	if entries, err := os.ReadDir(filepath.Join(p.RuncRoot(), "k8s.io")); err == nil {
+		for _, e := range entries {
+			root := filepath.Join(p.RuncRoot(), "k8s.io")
+			_ = exec.CommandContext(ctx, Runc, "--root", root, "kill", e.Name(), "KILL").Run()
+			if out, err := exec.CommandContext(ctx, Runc, "--root", root, "delete", "--force", e.Name()).CombinedOutput(); err != nil {
+				logger.V(1).Info("runc delete", "container", e.Name(), "err", err, "output", string(out))
+			}
+		}
+	}
+	// Shims: their command line names the node's containerd socket.
+	for _, pid := range processesWith(p.ContainerdSocket()) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	// Mounts: innermost first.
+	for _, m := range mountsUnder(string(p.Node)) {
+		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmounting %s: %w", m, err))
+		}
+	}
+	if _, err := net.InterfaceByName(BridgeName); err == nil {
+		if out, err := exec.CommandContext(ctx, "ip", "link", "delete", BridgeName).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("deleting bridge %s: %w: %s", BridgeName, err, out))
+		}
+	}
+	errs = append(errs, removeCgroups()...)
+	errs = append(errs, removeNewChains(ctx, chainsBefore)...)
+	return errors.Join(errs...)
+}
+
+// processesWith lists processes whose command line contains s.
+func processesWith(s string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(data), s) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// mountsUnder lists mount points under dir, deepest first.
+func mountsUnder(dir string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
+			out = append(out, fields[4])
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+// MountsUnder is exported for tests that check nothing is left.
+func MountsUnder(dir string) []string { return mountsUnder(dir) }
+
+// removeCgroups removes the cgroups the kubelet creates with the cgroupfs
+// driver (kubepods and below), leaves first.
+func removeCgroups() []error {
+	var errs []error
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods")
+	if r := "/sys/fs/cgroup/kubepods"; exists(r) {
+		roots = append(roots, r)
+	}
+	for _, root := range roots {
+		var dirs []string
+		_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, path)
+			}
+			return nil
+		})
+		sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
+		for _, d := range dirs {
+			if err := syscall.Rmdir(d); err != nil && !errors.Is(err, syscall.ENOENT) {
+				errs = append(errs, fmt.Errorf("removing cgroup %s: %w", d, err))
+			}
+		}
+	}
+	return errs
+}
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// IptablesChains lists the host's iptables chains as "table/chain", so
+// that Cleanup removes only those the node added.
+func IptablesChains(ctx context.Context) []string {
+	var out []string
+	for _, table := range []string{"filter", "nat", "mangle"} {
+		data, err := exec.CommandContext(ctx, "iptables", "-t", table, "-S").Output()
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "-N" {
+				out = append(out, table+"/"+f[1])
+			}
+		}
+	}
+	return out
+}
+
+// removeNewChains deletes the KUBE-* chains that were not there before
+// the node started: flush every such chain, delete the rules that jump
+// to them, then delete them.
+func removeNewChains(ctx context.Context, before []string) []error {
+	had := map[string]bool{}
+	for _, c := range before {
+		had[c] = true
+	}
+	var added []string
+	for _, c := range IptablesChains(ctx) {
+		if !had[c] && strings.Contains(c, "/KUBE-") {
+			added = append(added, c)
+		}
+	}
+	var errs []error
+	for _, c := range added {
+		table, chain, _ := strings.Cut(c, "/")
+		_ = exec.CommandContext(ctx, "iptables", "-t", table, "-F", chain).Run()
+	}
+	for _, c := range added {
+		table, chain, _ := strings.Cut(c, "/")
+		rules, _ := exec.CommandContext(ctx, "iptables", "-t", table, "-S").Output()
+		for _, line := range strings.Split(string(rules), "\n") {
+			if strings.HasPrefix(line, "-A ") && strings.Contains(line, "-j "+chain) {
+				args := append([]string{"-t", table, "-D"}, strings.Fields(line)[1:]...)
+				_ = exec.CommandContext(ctx, "iptables", args...).Run()
+			}
+		}
+	}
+	for _, c := range added {
+		table, chain, _ := strings.Cut(c, "/")
+		if out, err := exec.CommandContext(ctx, "iptables", "-t", table, "-X", chain).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("deleting iptables chain %s: %w: %s", c, err, out))
+		}
+	}
+	return errs
+}

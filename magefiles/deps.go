@@ -1,0 +1,34 @@
+//go:build mage
+
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/magefile/mage/mg"
+	"github.com/magefile/mage/sh"
+
+	"github.com/dralab/dralab/internal/realnode"
+)
+
+// Deps installs host packages.
+type Deps mg.Namespace
+
+// Realnode installs what a real lab node needs from Debian's packages:
+// runc, the CNI plugins, busybox-static (for the images) and iptables.
+func (Deps) Realnode() error {
+	if len(realnode.MissingHostPrograms()) == 0 {
+		fmt.Println("The real node's host packages are installed.")
+		return nil
+	}
+	args := append([]string{"install", "-y", "-q", "--no-install-recommends"}, realnode.HostPackages...)
+	env := map[string]string{"DEBIAN_FRONTEND": "noninteractive"}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("installing %v needs root: sudo apt-get %v", realnode.HostPackages, args)
+	}
+	if err := sh.RunWithV(env, "apt-get", "update", "-q"); err != nil {
+		return err
+	}
+	return sh.RunWithV(env, "apt-get", args...)
+}
