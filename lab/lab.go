@@ -136,7 +136,7 @@ func (l *Lab) Backend() string { return l.backend.Name() }
 // configuration. A lab that fails to come up is deleted unless WithRetain.
 func (l *Lab) Up(ctx context.Context) (UpResult, error) {
 	res, err := l.backend.Up(ctx, l.cfg, l.progress)
-	if err != nil && !res.Reused && !l.retain && !errors.Is(err, embedded.ErrConfigMismatch) && !errors.Is(err, embedded.ErrPortInUse) {
+	if err != nil && !res.Reused && !l.retain && !errors.Is(err, embedded.ErrConfigMismatch) && !errors.Is(err, embedded.ErrPortInUse) && !errors.Is(err, embedded.ErrHostNotReady) {
 		if derr := l.backend.Down(context.WithoutCancel(ctx), l.cfg.Name); derr != nil {
 			err = errors.Join(err, fmt.Errorf("cleaning up: %w", derr))
 		}

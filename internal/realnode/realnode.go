@@ -159,6 +159,10 @@ podLogsDir: {{ q .PodLogs }}
 resolvConf: /etc/resolv.conf
 registerNode: true
 nodeStatusUpdateFrequency: 2s
+# A pod whose claim the driver cannot prepare yet (its device still held by
+# a claim the kubelet has not unprepared) is retried at this period; the
+# default, a minute, makes a freed GPU look stuck.
+syncFrequency: 10s
 imageGCHighThresholdPercent: 100
 evictionHard: {}
 failSwapOn: false

@@ -80,6 +80,8 @@ type NodeStatus struct {
 	Driver  string
 	// PID and DriverPID are the processes' IDs, 0 when not running.
 	PID, DriverPID int
+	// Healthy: every process of the node runs (or is still starting).
+	Healthy bool
 	// Ready is the node's Ready condition as the API server has it, or
 	// "Unknown" when the API cannot be reached.
 	Ready string

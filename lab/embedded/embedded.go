@@ -30,8 +30,8 @@ import (
 
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/build"
-	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab/backend"
 	"github.com/dralab/dralab/lab/config"
@@ -94,7 +94,10 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 				ErrConfigMismatch, cfg.Name, status.PID, dir)
 		}
 		done := progress(fmt.Sprintf("Reusing running lab %q (pid %d)", cfg.Name, status.PID))
-		err := waitNodesReady(ctx, dir.Kubeconfig(), cfg, b.nodeLogHint(dir))
+		err := b.checkHealthy(ctx, cfg.Name)
+		if err == nil {
+			err = waitNodesReady(ctx, dir.Kubeconfig(), cfg, b.nodeLogHint(dir))
+		}
 		done(err)
 		return backend.UpResult{Reused: true}, err
 	}
@@ -140,6 +143,40 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 	err = waitNodesReady(ctx, dir.Kubeconfig(), cfg, b.nodeLogHint(dir))
 	done(err)
 	return backend.UpResult{}, err
+}
+
+// ErrDegraded means a process of a running lab has died.
+var ErrDegraded = errors.New("the lab is degraded")
+
+// checkHealthy explains a running lab whose node, runtime or driver
+// process died: a kubelet or containerd that died mid-run left pods and
+// mounts behind, so the lab is recreated rather than patched.
+func (b *Backend) checkHealthy(ctx context.Context, name string) error {
+	st, err := b.Status(ctx, name)
+	if err != nil {
+		return err
+	}
+	if st.Phase != backend.PhaseDegraded {
+		return nil
+	}
+	var why []string
+	for _, n := range st.Nodes {
+		if !n.Healthy {
+			why = append(why, fmt.Sprintf("node %s: %s; driver %s", n.Name, n.Process, orDash(n.Driver)))
+		}
+	}
+	if st.Message != "" {
+		why = append(why, st.Message)
+	}
+	return fmt.Errorf("%w: %s; recreate it with: go run mage.go lab:down && go run mage.go lab:up (logs: %s)",
+		ErrDegraded, strings.Join(why, "; "), b.dir(name).Logs())
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // running reports whether a live lab process owns dir, with its status.
@@ -458,22 +495,21 @@ func (b *Backend) Status(ctx context.Context, name string) (*backend.Status, err
 		if ns.Ready == "" {
 			ns.Ready = "NotRegistered"
 		}
-		var ok bool
-		if ns.Process, ns.PID, ok = processState(s, labstate.RoleNode, n.Name); !ok {
-			st.Phase = backend.PhaseDegraded
-		}
+		var nodeOK, runtimeOK, driverOK bool
+		ns.Process, ns.PID, nodeOK = processState(s, labstate.RoleNode, n.Name)
+		runtimeOK, driverOK = true, true
 		if n.Kind == config.NodeReal {
-			runtime, _, ok := processState(s, labstate.RoleContainerd, n.Name)
-			if !ok {
-				st.Phase = backend.PhaseDegraded
-			}
+			var runtime string
+			runtime, _, runtimeOK = processState(s, labstate.RoleContainerd, n.Name)
 			ns.Process = "kubelet " + ns.Process + ", containerd " + runtime
 		}
 		if n.GPUs != nil {
 			ns.Profile = fmt.Sprintf("%d× %s (%s)", n.GPUs.Count, n.GPUs.Profile, n.GPUs.Mode)
-			if ns.Driver, ns.DriverPID, ok = processState(s, labstate.RoleDriver, n.Name); !ok {
-				st.Phase = backend.PhaseDegraded
-			}
+			ns.Driver, ns.DriverPID, driverOK = processState(s, labstate.RoleDriver, n.Name)
+		}
+		ns.Healthy = nodeOK && runtimeOK && driverOK
+		if !ns.Healthy {
+			st.Phase = backend.PhaseDegraded
 		}
 		st.Nodes = append(st.Nodes, ns)
 	}
@@ -498,7 +534,8 @@ func processState(s *labstate.Status, role, node string) (string, int, bool) {
 	case p.Exit != "":
 		return "exited: " + p.Exit, 0, false
 	default:
-		return "gone", 0, false
+		// Dead, and the lab process has not recorded it yet.
+		return "exited", 0, false
 	}
 }
 

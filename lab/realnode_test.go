@@ -1,0 +1,251 @@
+package lab_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+
+	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/report"
+	"github.com/dralab/dralab/internal/realnode"
+	"github.com/dralab/dralab/lab/config"
+	"github.com/dralab/dralab/lab/embedded"
+	"github.com/dralab/dralab/lab/examples"
+	"github.com/dralab/dralab/scenarios"
+)
+
+// TestRealNode brings up lab/examples/real-node.yaml: the real kubelet
+// with containerd and runc. A pod with an H100 claim runs in a real
+// container whose environment shows its GPU; the claims and
+// prioritized-fallback scenarios pass with the real node in the cluster;
+// a killed containerd is reported and explained; and after Down nothing of
+// the lab remains on the host.
+func TestRealNode(t *testing.T) {
+	bin := binary(t)
+	if os.Geteuid() != 0 {
+		t.Fatal("the real node needs root; run the tests as root (CI does)")
+	}
+	if missing := realnode.MissingHostPrograms(); len(missing) > 0 {
+		t.Fatalf("missing %v: run go run mage.go deps:realnode (CI does)", missing)
+	}
+	ctx := context.Background()
+	data, err := examples.FS.ReadFile("real-node.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse("real-node.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Name = "t-real"
+	root := stateRoot(t)
+	chainsBefore := realnode.IptablesChains(ctx)
+	l := newLab(t, root, bin, cfg)
+	if _, err := l.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := l.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := labstate.Dir(st.StateDir).ReadStatus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, p := range s.Processes {
+		pids = append(pids, p.PID)
+	}
+	pids = append(pids, s.PID)
+	ports := listeningPorts(t, pids)
+
+	restConfig, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := kubernetes.NewForConfigOrDie(restConfig)
+	node, err := client.CoreV1().Nodes().Get(ctx, "real-h100", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt := node.Status.NodeInfo.ContainerRuntimeVersion; !strings.HasPrefix(rt, "containerd://2.4.2") {
+		t.Errorf("real node runtime = %q, want containerd 2.4.2", rt)
+	}
+
+	t.Run("a real container sees its GPU", func(t *testing.T) {
+		logs := runGPUPod(ctx, t, client)
+		for _, want := range []string{"GPU_DEVICE_0=gpu-", "GPU_DEVICE_0_PRODUCT=NVIDIA H100 80GB HBM3"} {
+			if !strings.Contains(logs, want) {
+				t.Errorf("container log lacks %q:\n%s", want, logs)
+			}
+		}
+	})
+
+	for _, name := range []string{"claims", "prioritized-fallback"} {
+		t.Run("scenario "+name, func(t *testing.T) {
+			sc, err := scenarios.Get(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runner, err := scenarios.NewRunner(restConfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runner.OnStep = func(step string, rows []report.Row) {
+				var b strings.Builder
+				_ = report.WriteTable(&b, rows)
+				t.Logf("%s:\n%s", step, b.String())
+			}
+			res, err := runner.Run(ctx, sc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range res.Failures() {
+				t.Error(f)
+			}
+		})
+	}
+
+	t.Run("a killed containerd is reported and explained", func(t *testing.T) {
+		p, ok := s.Process(labstate.RoleContainerd, "real-h100")
+		if !ok {
+			t.Fatalf("no containerd in %+v", s.Processes)
+		}
+		if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			st, err := l.Status(ctx)
+			return err == nil && st.Phase == "Degraded", nil
+		})
+		if err != nil {
+			t.Fatalf("status never became Degraded: %v", err)
+		}
+		st, _ := l.Status(ctx)
+		for _, n := range st.Nodes {
+			if n.Name == "real-h100" && (n.Healthy || !strings.Contains(n.Process, "containerd exited")) {
+				t.Errorf("real node status = %+v, want containerd reported as exited", n)
+			}
+		}
+		if _, err := l.Up(ctx); !errors.Is(err, embedded.ErrDegraded) || !strings.Contains(err.Error(), "lab:down") {
+			t.Errorf("Up on a degraded lab = %v, want ErrDegraded telling how to recreate it", err)
+		}
+	})
+
+	if t.Failed() {
+		dir, _ := os.MkdirTemp("", "dralab-realnode-logs-")
+		if err := l.CollectLogs(ctx, dir); err == nil {
+			t.Logf("lab logs: %s", dir)
+		}
+	}
+	if err := l.Down(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		if labstate.Alive(pid) {
+			t.Errorf("process %d still runs after Down", pid)
+		}
+	}
+	if shims := processesWith(filepath.Join(st.StateDir, "nodes")); len(shims) > 0 {
+		t.Errorf("processes of the lab still run after Down: %v", shims)
+	}
+	if m := realnode.MountsUnder(st.StateDir); len(m) > 0 {
+		t.Errorf("mounts left after Down: %v", m)
+	}
+	if _, err := net.InterfaceByName(realnode.BridgeName); err == nil {
+		t.Errorf("bridge %s left after Down", realnode.BridgeName)
+	}
+	if after := realnode.IptablesChains(ctx); strings.Join(after, ",") != strings.Join(chainsBefore, ",") {
+		t.Errorf("iptables chains before %v, after Down %v", chainsBefore, after)
+	}
+	if kubepods, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods"); len(kubepods) > 0 {
+		t.Errorf("kubelet cgroups left after Down: %v", kubepods)
+	}
+	if netns, _ := filepath.Glob("/run/netns/cni-*"); len(netns) > 0 {
+		t.Errorf("network namespaces left after Down: %v", netns)
+	}
+	for _, port := range ports {
+		if c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second); err == nil {
+			c.Close()
+			t.Errorf("port %d still listens after Down", port)
+		}
+	}
+}
+
+// runGPUPod runs a busybox pod with an H100 claim on the real node and
+// returns its log: its environment's GPU variables.
+func runGPUPod(ctx context.Context, t *testing.T, client kubernetes.Interface) string {
+	t.Helper()
+	ns := "default"
+	tmpl := `{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaimTemplate","metadata":{"name":"h100"},"spec":{"spec":{"devices":{"requests":[{"name":"gpu","exactly":{"deviceClassName":"h100.gpu.dralab.dev"}}]}}}}`
+	if err := client.ResourceV1().RESTClient().Post().Namespace(ns).Resource("resourceclaimtemplates").Body([]byte(tmpl)).Do(ctx).Error(); err != nil {
+		t.Fatal(err)
+	}
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "cuda-check", Namespace: ns},
+		Spec: v1.PodSpec{
+			NodeSelector:                  map[string]string{"kubernetes.io/hostname": "real-h100"},
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			Containers: []v1.Container{{
+				Name: "main", Image: realnode.BusyboxImage, ImagePullPolicy: v1.PullNever,
+				Command:   []string{"sh", "-c", "env | grep GPU_; sleep 100000"},
+				Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}},
+			}},
+			ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("h100")}},
+		},
+	}
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = client.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			claims, err := client.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+			return err == nil && len(claims.Items) == 0, nil
+		})
+	}()
+	var logs string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		data, err := client.CoreV1().Pods(ns).GetLogs(pod.Name, &v1.PodLogOptions{}).DoRaw(ctx)
+		logs = string(data)
+		return err == nil && strings.Contains(logs, "GPU_DEVICE_0="), nil
+	})
+	if err != nil {
+		p, _ := client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		t.Fatalf("the pod's log never showed its GPU (%v); pod status: %+v; log: %s", err, p.Status, logs)
+	}
+	return logs
+}
+
+// processesWith lists live (non-zombie) processes whose command line
+// contains s.
+func processesWith(s string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(data), s) && labstate.Alive(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
