@@ -20,8 +20,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/internal/labstate"
-	"github.com/dralab/dralab/internal/report"
 	"github.com/dralab/dralab/internal/realnode"
+	"github.com/dralab/dralab/internal/report"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/embedded"
 	"github.com/dralab/dralab/lab/examples"
@@ -248,4 +248,3 @@ func processesWith(s string) []int {
 	}
 	return pids
 }
-
