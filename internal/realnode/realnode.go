@@ -16,6 +16,7 @@ import (
 	"text/template"
 
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/ociimage"
 )
 
 // Host programs the real node needs from Debian's packages; `go run
@@ -236,12 +237,12 @@ func WriteFiles(c Config) error {
 }
 
 // images are the node's images, from Debian's busybox-static.
-func images() map[string]*Image {
+func images() map[string]*ociimage.Image {
 	tools := map[string]string{}
 	for _, t := range []string{"sh", "env", "cat", "sleep", "ls", "echo", "true", "printenv"} {
 		tools["/bin/"+t] = "busybox"
 	}
-	return map[string]*Image{
+	return map[string]*ociimage.Image{
 		// The sandbox: sleeps until told to stop. busybox's sh reaps the
 		// pod's zombies as PID 1 would.
 		"pause": {

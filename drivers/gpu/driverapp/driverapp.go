@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -37,7 +39,9 @@ type Options struct {
 	Inventory        string
 	Profile          string
 	ProfileFile      string
+	ProfileLabel     string
 	GPUs             int
+	GPUsLabel        string
 	RegistrarDir     string
 	PluginsDir       string
 	DevicePluginsDir string
@@ -77,7 +81,9 @@ Every flag can also be set through the environment variable named in brackets.`,
 	f.StringVar(&o.Inventory, "inventory", "fake", "where devices come from: fake (GPU profiles)")
 	f.StringVar(&o.Profile, "profile", "", "built-in GPU profile of a fake inventory: "+strings.Join(fakegpu.BuiltinNames(), ", "))
 	f.StringVar(&o.ProfileFile, "profile-file", "", "GPU profile file of a fake inventory, instead of --profile")
+	f.StringVar(&o.ProfileLabel, "profile-label", "", "read the profile from this label of the node, instead of --profile (one DaemonSet, mixed nodes)")
 	f.IntVar(&o.GPUs, "gpus", 0, "number of fake GPUs")
+	f.StringVar(&o.GPUsLabel, "gpus-label", "", "read the number of fake GPUs from this label of the node, when it has it")
 	f.StringVar(&o.RegistrarDir, "kubelet-registrar-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registration directory")
 	f.StringVar(&o.PluginsDir, "kubelet-plugins-dir", "/var/lib/kubelet/plugins", "parent of the driver's DRA socket directory")
 	f.StringVar(&o.DevicePluginsDir, "kubelet-device-plugins-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory (device-plugin mode)")
@@ -120,16 +126,19 @@ func Run(ctx context.Context, o Options) error {
 	if o.NodeName == "" {
 		return fmt.Errorf("--node-name (or $%s) is required", envName("node-name"))
 	}
+	client, err := kubeClient(o.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	if err := fromNodeLabels(ctx, client, &o); err != nil {
+		return err
+	}
 	inv, err := inventory(o)
 	if err != nil {
 		return err
 	}
 	switch o.Mode {
 	case ModeDRA:
-		client, err := kubeClient(o.Kubeconfig)
-		if err != nil {
-			return err
-		}
 		d, err := kit.Start(ctx, kit.Options{
 			DriverName:     gpu.DriverName,
 			NodeName:       o.NodeName,
@@ -164,6 +173,32 @@ func Run(ctx context.Context, o Options) error {
 	logger.Info("Driver running", "mode", o.Mode)
 	<-ctx.Done()
 	logger.Info("Driver stopping")
+	return nil
+}
+
+// fromNodeLabels fills the profile and GPU count from the node's labels,
+// where the options name labels.
+func fromNodeLabels(ctx context.Context, client kubernetes.Interface, o *Options) error {
+	if o.ProfileLabel == "" && o.GPUsLabel == "" {
+		return nil
+	}
+	node, err := client.CoreV1().Nodes().Get(ctx, o.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading node %s for its GPU labels: %w", o.NodeName, err)
+	}
+	if o.ProfileLabel != "" && o.Profile == "" && o.ProfileFile == "" {
+		o.Profile = node.Labels[o.ProfileLabel]
+		if o.Profile == "" {
+			return fmt.Errorf("node %s has no label %s naming its GPU profile", o.NodeName, o.ProfileLabel)
+		}
+	}
+	if v, ok := node.Labels[o.GPUsLabel]; ok && o.GPUsLabel != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("node %s label %s=%q is not a number", o.NodeName, o.GPUsLabel, v)
+		}
+		o.GPUs = n
+	}
 	return nil
 }
 

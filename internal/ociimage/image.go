@@ -1,4 +1,6 @@
-package realnode
+// Package ociimage builds container images without a registry or a Docker
+// engine.
+package ociimage
 
 import (
 	"archive/tar"

@@ -1,0 +1,121 @@
+// Package kind is the kind backend: the same lab configuration as a kind
+// cluster, created through the sigs.k8s.io/kind Go library (never a kind
+// binary), with the GPU driver's image loaded into the nodes and its Helm
+// chart installed through the Helm Go SDK. It needs a Docker (or Podman)
+// engine that can run privileged containers.
+package kind
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+
+	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
+
+	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/lab/config"
+)
+
+// NodeImage is kind's node image for Kubernetes 1.37 (containerd 2.3
+// inside, CDI on by default).
+const NodeImage = "kindest/node:v1.37.0"
+
+// Node labels the kind backend sets on each worker.
+const (
+	// LabelLabNode names the lab node a kind worker stands for: kind
+	// chooses the workers' own names.
+	LabelLabNode = "dralab.dev/lab-node"
+	// LabelGPUs and LabelGPUMode are read by the driver's chart.
+	LabelGPUs    = "gpu.dralab.dev/gpus"
+	LabelGPUMode = "gpu.dralab.dev/mode"
+)
+
+// FeatureGates are the DRA features the scenarios rely on. Every one is on
+// by default in 1.37; naming them keeps a cluster honest if a default
+// changes, and documents what the lab depends on.
+var FeatureGates = []string{
+	"DynamicResourceAllocation",
+	"DRAPrioritizedList",
+	"DRAAdminAccess",
+	"DRADeviceTaints",
+	"DRADeviceTaintRules",
+	"DRAExtendedResource",
+}
+
+// cdiPatch makes containerd read the driver's CDI specs. kind writes a
+// version-2 containerd configuration, whose CRI plugin key is
+// io.containerd.grpc.v1.cri; CDI is on by default in containerd 2, the
+// directory is what matters.
+const cdiPatch = `[plugins."io.containerd.grpc.v1.cri"]
+  enable_cdi = true
+  cdi_spec_dirs = ["/var/run/cdi"]
+`
+
+// Render turns a lab configuration into kind's cluster configuration: a
+// control plane and one worker per lab node, labelled with its GPUs.
+func Render(cfg *config.Config) (*v1alpha4.Cluster, error) {
+	c := &v1alpha4.Cluster{
+		TypeMeta:                v1alpha4.TypeMeta{Kind: "Cluster", APIVersion: "kind.x-k8s.io/v1alpha4"},
+		Name:                    cfg.Name,
+		FeatureGates:            map[string]bool{},
+		RuntimeConfig:           map[string]string{"resource.k8s.io/v1": "true"},
+		ContainerdConfigPatches: []string{cdiPatch},
+		Nodes:                   []v1alpha4.Node{{Role: v1alpha4.ControlPlaneRole, Image: NodeImage}},
+	}
+	for _, g := range FeatureGates {
+		c.FeatureGates[g] = true
+	}
+	if cfg.APIServerPort != 0 {
+		c.Networking.APIServerPort = int32(cfg.APIServerPort)
+	}
+	c.Networking.APIServerAddress = "127.0.0.1"
+	for _, n := range cfg.Nodes {
+		w := v1alpha4.Node{Role: v1alpha4.WorkerRole, Image: NodeImage, Labels: map[string]string{LabelLabNode: n.Name}}
+		for k, v := range n.Labels {
+			w.Labels[k] = v
+		}
+		if n.GPUs != nil {
+			w.Labels[gpu.NodeProfileLabel] = n.GPUs.Profile
+			w.Labels[LabelGPUs] = strconv.Itoa(n.GPUs.Count)
+			w.Labels[LabelGPUMode] = n.GPUs.Mode
+		}
+		c.Nodes = append(c.Nodes, w)
+	}
+	v1alpha4.SetDefaultsCluster(c)
+	return c, nil
+}
+
+// Modes lists the GPU modes the lab's nodes use, sorted: the chart is
+// installed once per mode, each release on its nodes only.
+func Modes(cfg *config.Config) []string {
+	seen := map[string]bool{}
+	for _, n := range cfg.Nodes {
+		if n.GPUs != nil {
+			seen[n.GPUs.Mode] = true
+		}
+	}
+	var out []string
+	for m := range seen {
+		out = append(out, m)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ChartValues are the driver chart's values for the nodes of one mode.
+func ChartValues(mode, image, tag string) map[string]any {
+	v := map[string]any{
+		"mode":         mode,
+		"image":        map[string]any{"repository": image, "tag": tag, "pullPolicy": "Never"},
+		"nodeSelector": map[string]any{LabelGPUMode: mode},
+		"fake":         map[string]any{"profileLabel": gpu.NodeProfileLabel, "gpusLabel": LabelGPUs},
+	}
+	if mode != config.GPUModeDRA {
+		v["deviceClasses"] = map[string]any{"create": false}
+		v["validatingAdmissionPolicy"] = map[string]any{"enabled": false}
+	}
+	return v
+}
+
+// ReleaseName is the chart release of a mode.
+func ReleaseName(mode string) string { return fmt.Sprintf("dralab-driver-%s", mode) }

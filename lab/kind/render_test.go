@@ -1,0 +1,56 @@
+package kind
+
+import (
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
+
+	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/lab/config"
+)
+
+func TestRenderDefaultLab(t *testing.T) {
+	cfg := config.Default()
+	c, err := Render(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Name != cfg.Name || c.Nodes[0].Role != v1alpha4.ControlPlaneRole || len(c.Nodes) != len(cfg.Nodes)+1 {
+		t.Fatalf("cluster %s with %d nodes, want %s with a control plane and %d workers", c.Name, len(c.Nodes), cfg.Name, len(cfg.Nodes))
+	}
+	for i, n := range cfg.Nodes {
+		w := c.Nodes[i+1]
+		if w.Role != v1alpha4.WorkerRole || w.Image != NodeImage {
+			t.Errorf("node %d: role %s image %s", i+1, w.Role, w.Image)
+		}
+		want := map[string]string{LabelLabNode: n.Name, gpu.NodeProfileLabel: n.GPUs.Profile, LabelGPUMode: n.GPUs.Mode}
+		for k, v := range want {
+			if w.Labels[k] != v {
+				t.Errorf("worker for %s: label %s = %q, want %q", n.Name, k, w.Labels[k], v)
+			}
+		}
+	}
+	for _, g := range []string{"DynamicResourceAllocation", "DRAPrioritizedList", "DRAAdminAccess", "DRADeviceTaints", "DRAExtendedResource"} {
+		if !c.FeatureGates[g] {
+			t.Errorf("feature gate %s is not on", g)
+		}
+	}
+	if c.RuntimeConfig["resource.k8s.io/v1"] != "true" {
+		t.Errorf("runtime config = %v", c.RuntimeConfig)
+	}
+	if len(c.ContainerdConfigPatches) != 1 || !strings.Contains(c.ContainerdConfigPatches[0], `[plugins."io.containerd.grpc.v1.cri"]`) ||
+		!strings.Contains(c.ContainerdConfigPatches[0], `cdi_spec_dirs = ["/var/run/cdi"]`) {
+		t.Errorf("containerd patches = %q", c.ContainerdConfigPatches)
+	}
+	if c.Networking.APIServerAddress != "127.0.0.1" {
+		t.Errorf("API server address %q, want loopback", c.Networking.APIServerAddress)
+	}
+	if got := Modes(cfg); strings.Join(got, ",") != "device-plugin,dra" {
+		t.Errorf("modes = %v", got)
+	}
+	dp := ChartValues("device-plugin", "img", "1")
+	if dp["deviceClasses"].(map[string]any)["create"] != false || dp["nodeSelector"].(map[string]any)[LabelGPUMode] != "device-plugin" {
+		t.Errorf("device-plugin chart values = %v", dp)
+	}
+}
