@@ -12,6 +12,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/build"
 )
 
 func render(t *testing.T, values map[string]any) map[string]string {
@@ -217,5 +218,19 @@ func TestSchemaProfilesAreTheBuiltins(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("values.schema.json profiles %v, built-in profiles %v", got, want)
+	}
+}
+
+// The chart's default image is the one the lab builds.
+func TestAppVersionIsTheDriverImageTag(t *testing.T) {
+	c, err := Load(DriverChart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Metadata.AppVersion != build.DriverImageTag {
+		t.Errorf("Chart.yaml appVersion %s, driver image tag %s", c.Metadata.AppVersion, build.DriverImageTag)
+	}
+	if repo := c.Values["image"].(map[string]any)["repository"]; repo != build.DriverImageRepository {
+		t.Errorf("values.yaml image.repository %v, driver image %s", repo, build.DriverImageRepository)
 	}
 }

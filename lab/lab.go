@@ -20,10 +20,14 @@ import (
 	"github.com/dralab/dralab/lab/backend"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/embedded"
+	"github.com/dralab/dralab/lab/kind"
 )
 
 // EnvConfig names a lab configuration file to use instead of the default.
 const EnvConfig = "DRALAB_CONFIG"
+
+// EnvBackend overrides the configuration's backend: "embedded" or "kind".
+const EnvBackend = "DRALAB_BACKEND"
 
 // Re-exported so that users need one import.
 type (
@@ -39,6 +43,8 @@ type Lab struct {
 	backend  backend.Backend
 	progress ui.Progress
 	retain   bool
+	// backendWhy says why the backend was chosen, when not by the config.
+	backendWhy string
 }
 
 type options struct {
@@ -110,11 +116,20 @@ func New(opts ...Option) (*Lab, error) {
 	if o.binary != "" {
 		binary = func(context.Context) (string, error) { return o.binary, nil }
 	}
+	if b := os.Getenv(EnvBackend); b != "" {
+		l.cfg.Backend = b
+		l.backendWhy = EnvBackend + "=" + b
+		if err := l.cfg.Complete(); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", config.ErrInvalid, EnvBackend, err)
+		}
+	}
 	switch l.cfg.Backend {
 	case config.BackendEmbedded:
 		l.backend = embedded.New(root, binary)
+	case config.BackendKind:
+		l.backend = kind.New(root)
 	default:
-		return nil, fmt.Errorf("%w: backend %q (from %s) is not available yet", ErrUnsupported, l.cfg.Backend, l.source)
+		return nil, fmt.Errorf("%w: backend %q (from %s)", ErrUnsupported, l.cfg.Backend, l.source)
 	}
 	return l, nil
 }
@@ -132,11 +147,23 @@ func (l *Lab) ConfigSource() string { return l.source }
 // Backend names the lab's backend.
 func (l *Lab) Backend() string { return l.backend.Name() }
 
+// BackendReason says why the lab uses its backend.
+func (l *Lab) BackendReason() string {
+	switch {
+	case l.backendWhy != "":
+		return l.backendWhy
+	case l.cfg.Backend == config.BackendEmbedded:
+		return "the default; it needs no Docker"
+	default:
+		return "the configuration asks for it"
+	}
+}
+
 // Up brings the lab up, or reuses it when it already runs with the same
 // configuration. A lab that fails to come up is deleted unless WithRetain.
 func (l *Lab) Up(ctx context.Context) (UpResult, error) {
 	res, err := l.backend.Up(ctx, l.cfg, l.progress)
-	if err != nil && !res.Reused && !l.retain && !errors.Is(err, embedded.ErrConfigMismatch) && !errors.Is(err, embedded.ErrPortInUse) && !errors.Is(err, embedded.ErrHostNotReady) {
+	if err != nil && !res.Reused && !l.retain && !errors.Is(err, embedded.ErrConfigMismatch) && !errors.Is(err, embedded.ErrPortInUse) && !errors.Is(err, embedded.ErrHostNotReady) && !errors.Is(err, kind.ErrNoEngine) {
 		if derr := l.backend.Down(context.WithoutCancel(ctx), l.cfg.Name); derr != nil {
 			err = errors.Join(err, fmt.Errorf("cleaning up: %w", derr))
 		}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab"
-	"github.com/dralab/dralab/lab/config"
 )
 
 // Lab creates, inspects and deletes labs. The lab's configuration is
@@ -20,7 +19,8 @@ import (
 type Lab mg.Namespace
 
 // Up brings up the lab, or reuses it if it already runs with the same
-// configuration. DRALAB_RETAIN=1 keeps a lab that failed to come up.
+// configuration. DRALAB_BACKEND=kind uses kind (Docker) instead of the
+// embedded backend; DRALAB_RETAIN=1 keeps a lab that failed to come up.
 func (Lab) Up(ctx context.Context) error {
 	u := ui.Stderr()
 	l, err := lab.New(lab.WithProgress(u.Progress()), lab.WithRetain(os.Getenv("DRALAB_RETAIN") != ""))
@@ -28,11 +28,7 @@ func (Lab) Up(ctx context.Context) error {
 		return err
 	}
 	cfg := l.Config()
-	why := "the default; it needs no Docker"
-	if cfg.Backend != config.BackendEmbedded {
-		why = "the configuration asks for it"
-	}
-	u.Println(fmt.Sprintf("Creating lab %q (%d nodes) on the %s backend (%s), from %s", cfg.Name, len(cfg.Nodes), l.Backend(), why, l.ConfigSource()))
+	u.Println(fmt.Sprintf("Creating lab %q (%d nodes) on the %s backend (%s), from %s", cfg.Name, len(cfg.Nodes), l.Backend(), l.BackendReason(), l.ConfigSource()))
 	res, err := l.Up(ctx)
 	if err != nil {
 		return err

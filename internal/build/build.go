@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/dralab/dralab/internal/ociimage"
 )
 
 // KubernetesVersion is the Kubernetes release the lab is built from; the
@@ -102,4 +104,31 @@ func Containerd(ctx context.Context, dir string) error {
 		return fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, output.String())
 	}
 	return nil
+}
+
+// The driver's image, as the chart names it (repository and tag; the tag
+// is the chart's appVersion).
+const (
+	DriverImageRepository = "dralab.dev/dralab-driver"
+	DriverImageTag        = "0.1.0"
+)
+
+// DriverImage builds the driver as a static binary and writes its image as
+// an OCI archive in dir (for `kind load image-archive`, `docker load` or
+// `ctr images import`), without Docker or a registry. It returns the
+// archive's path.
+func DriverImage(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "dralab-driver-static")
+	cmd := exec.CommandContext(ctx, "go", "build", "-ldflags", "-s -w", "-o", bin, "github.com/dralab/dralab/cmd/"+DriverBinary)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, out)
+	}
+	img := &ociimage.Image{
+		Names:      []string{DriverImageRepository + ":" + DriverImageTag},
+		Files:      map[string]string{"/dralab-driver": bin},
+		Entrypoint: []string{"/dralab-driver"},
+	}
+	archive := filepath.Join(dir, "dralab-driver-image.tar")
+	return archive, img.WriteArchive(archive)
 }

@@ -75,6 +75,9 @@ func (img *Image) WriteArchive(out string) error {
 			Digest:      digest.FromBytes(manifestJSON),
 			Size:        int64(len(manifestJSON)),
 			Annotations: map[string]string{"io.containerd.image.name": name, ocispec.AnnotationRefName: name},
+			// Without a platform, some importers (ctr as `kind load` runs it
+			// on some node images) filter the image out.
+			Platform: &config.Platform,
 		})
 	}
 	indexJSON, err := json.Marshal(index)

@@ -20,15 +20,12 @@ import (
 	"syscall"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/realnode"
@@ -48,7 +45,6 @@ var (
 // Timeouts of Up. A warm lab is Ready in seconds; these bound a broken one.
 const (
 	controlPlaneTimeout = 3 * time.Minute
-	nodesReadyTimeout   = 2 * time.Minute
 	stopTimeout         = 30 * time.Second
 )
 
@@ -96,7 +92,7 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 		done := progress(fmt.Sprintf("Reusing running lab %q (pid %d)", cfg.Name, status.PID))
 		err := b.checkHealthy(ctx, cfg.Name)
 		if err == nil {
-			err = waitNodesReady(ctx, dir.Kubeconfig(), cfg, b.nodeLogHint(dir))
+			err = backend.WaitReady(ctx, dir.Kubeconfig(), cfg, backend.SameName, b.nodeLogHint(dir))
 		}
 		done(err)
 		return backend.UpResult{Reused: true}, err
@@ -140,7 +136,7 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 	}
 
 	done = progress(fmt.Sprintf("Waiting for %d node(s) to be Ready with their GPUs published", len(cfg.Nodes)))
-	err = waitNodesReady(ctx, dir.Kubeconfig(), cfg, b.nodeLogHint(dir))
+	err = backend.WaitReady(ctx, dir.Kubeconfig(), cfg, backend.SameName, b.nodeLogHint(dir))
 	done(err)
 	return backend.UpResult{}, err
 }
@@ -268,80 +264,6 @@ func (b *Backend) start(ctx context.Context, dir labstate.Dir, cfg *config.Confi
 
 func (b *Backend) nodeLogHint(dir labstate.Dir) func(string) string {
 	return func(node string) string { return dir.Log("node-" + node) }
-}
-
-// waitNodesReady waits until every configured node is registered and
-// Ready and its GPUs are published: as ResourceSlices of the GPU driver for
-// DRA nodes, as allocatable extended resources for device-plugin nodes.
-func waitNodesReady(ctx context.Context, kubeconfig string, cfg *config.Config, logOf func(string) string) error {
-	client, err := newClient(kubeconfig)
-	if err != nil {
-		return err
-	}
-	missing := map[string]string{}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, nodesReadyTimeout, true, func(ctx context.Context) (bool, error) {
-		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		sliceList, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		missing = nodesNotReady(cfg, nodes.Items, sliceList.Items)
-		return len(missing) == 0, nil
-	})
-	if err != nil {
-		var msgs []string
-		for name, why := range missing {
-			msgs = append(msgs, fmt.Sprintf("node %s %s (log: %s)", name, why, logOf(name)))
-		}
-		slices.Sort(msgs)
-		return fmt.Errorf("waiting for nodes: %w: %s", err, strings.Join(msgs, "; "))
-	}
-	return nil
-}
-
-// nodesNotReady says, per configured node, what it still lacks.
-func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.ResourceSlice) map[string]string {
-	byName := map[string]*v1.Node{}
-	for i := range nodes {
-		byName[nodes[i].Name] = &nodes[i]
-	}
-	published := map[string]int{}
-	for _, s := range rs {
-		if s.Spec.Driver == gpu.DriverName {
-			published[s.Spec.Pool.Name] += len(s.Spec.Devices)
-		}
-	}
-	missing := map[string]string{}
-	for _, n := range cfg.Nodes {
-		node, ok := byName[n.Name]
-		switch {
-		case !ok:
-			missing[n.Name] = "is not registered"
-		case nodeReady(node) != string(v1.ConditionTrue):
-			missing[n.Name] = "is not Ready"
-		case n.GPUs == nil:
-		case n.GPUs.Mode == config.GPUModeDRA && published[n.Name] != n.GPUs.Count:
-			missing[n.Name] = fmt.Sprintf("has %d of its %d GPUs in ResourceSlices", published[n.Name], n.GPUs.Count)
-		case n.GPUs.Mode == config.GPUModeDevicePlugin:
-			q := node.Status.Allocatable[v1.ResourceName(gpu.ExtendedResource)]
-			if q.Value() != int64(n.GPUs.Count) {
-				missing[n.Name] = fmt.Sprintf("has %d of its %d GPUs allocatable as %s", q.Value(), n.GPUs.Count, gpu.ExtendedResource)
-			}
-		}
-	}
-	return missing
-}
-
-func nodeReady(n *v1.Node) string {
-	for _, c := range n.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			return string(c.Status)
-		}
-	}
-	return string(v1.ConditionUnknown)
 }
 
 func newClient(kubeconfig string) (*kubernetes.Clientset, error) {
@@ -478,7 +400,7 @@ func (b *Backend) Status(ctx context.Context, name string) (*backend.Status, err
 	if client, err := newClient(dir.Kubeconfig()); err == nil {
 		if nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
 			for i := range nodes.Items {
-				ready[nodes.Items[i].Name] = nodeReady(&nodes.Items[i])
+				ready[nodes.Items[i].Name] = backend.NodeReady(&nodes.Items[i])
 			}
 		} else {
 			st.Phase, st.Message = backend.PhaseDegraded, "the API server does not answer: "+err.Error()

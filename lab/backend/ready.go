@@ -1,0 +1,111 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/lab/config"
+)
+
+// nodesReadyTimeout bounds the wait for a broken lab; a warm one is Ready
+// in seconds.
+const nodesReadyTimeout = 2 * time.Minute
+
+// SameName maps a cluster node to the lab node of the same name.
+func SameName(n *v1.Node) string { return n.Name }
+
+// NodeReady is a node's Ready condition.
+func NodeReady(n *v1.Node) string {
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return string(c.Status)
+		}
+	}
+	return string(v1.ConditionUnknown)
+}
+
+// WaitReady waits until every configured node is registered and
+// Ready and its GPUs are published: as ResourceSlices of the GPU driver for
+// DRA nodes, as allocatable extended resources for device-plugin nodes.
+func WaitReady(ctx context.Context, kubeconfig string, cfg *config.Config, labNode func(*v1.Node) string, logOf func(string) string) error {
+	restConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return fmt.Errorf("lab kubeconfig: %w", err)
+	}
+	restConfig.Timeout = 5 * time.Second
+	client, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return err
+	}
+	missing := map[string]string{}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, nodesReadyTimeout, true, func(ctx context.Context) (bool, error) {
+		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		sliceList, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		missing = nodesNotReady(cfg, nodes.Items, sliceList.Items, labNode)
+		return len(missing) == 0, nil
+	})
+	if err != nil {
+		var msgs []string
+		for name, why := range missing {
+			msgs = append(msgs, fmt.Sprintf("node %s %s (log: %s)", name, why, logOf(name)))
+		}
+		slices.Sort(msgs)
+		return fmt.Errorf("waiting for nodes: %w: %s", err, strings.Join(msgs, "; "))
+	}
+	return nil
+}
+
+// nodesNotReady says, per configured node, what it still lacks.
+func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.ResourceSlice, labNode func(*v1.Node) string) map[string]string {
+	byName := map[string]*v1.Node{}
+	published := map[string]int{}
+	for i := range nodes {
+		byName[labNode(&nodes[i])] = &nodes[i]
+	}
+	for _, s := range rs {
+		if s.Spec.Driver != gpu.DriverName {
+			continue
+		}
+		for name, n := range byName {
+			if n.Name == s.Spec.Pool.Name {
+				published[name] += len(s.Spec.Devices)
+			}
+		}
+	}
+	missing := map[string]string{}
+	for _, n := range cfg.Nodes {
+		node, ok := byName[n.Name]
+		switch {
+		case !ok:
+			missing[n.Name] = "is not registered"
+		case NodeReady(node) != string(v1.ConditionTrue):
+			missing[n.Name] = "is not Ready"
+		case n.GPUs == nil:
+		case n.GPUs.Mode == config.GPUModeDRA && published[n.Name] != n.GPUs.Count:
+			missing[n.Name] = fmt.Sprintf("has %d of its %d GPUs in ResourceSlices", published[n.Name], n.GPUs.Count)
+		case n.GPUs.Mode == config.GPUModeDevicePlugin:
+			q := node.Status.Allocatable[v1.ResourceName(gpu.ExtendedResource)]
+			if q.Value() != int64(n.GPUs.Count) {
+				missing[n.Name] = fmt.Sprintf("has %d of its %d GPUs allocatable as %s", q.Value(), n.GPUs.Count, gpu.ExtendedResource)
+			}
+		}
+	}
+	return missing
+}

@@ -1,0 +1,214 @@
+package kind
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/kind/pkg/cluster"
+	"sigs.k8s.io/kind/pkg/cluster/nodeutils"
+	kindlog "sigs.k8s.io/kind/pkg/log"
+
+	"github.com/dralab/dralab/charts"
+	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/internal/ui"
+	"github.com/dralab/dralab/lab/backend"
+	"github.com/dralab/dralab/lab/config"
+)
+
+// ErrNoEngine means no container engine that kind can use is available.
+var ErrNoEngine = errors.New("kind needs a working Docker or Podman engine")
+
+// DriverNamespace is where the driver's chart is installed.
+const DriverNamespace = "dralab-system"
+
+// Backend is the kind backend.
+type Backend struct {
+	root string
+}
+
+var _ backend.Backend = &Backend{}
+
+// New returns the backend; kubeconfigs live in root/<name>.
+func New(root string) *Backend { return &Backend{root: root} }
+
+// Name implements backend.Backend.
+func (b *Backend) Name() string { return config.BackendKind }
+
+// Capabilities implements backend.Backend.
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{RealNodes: true, NeedsDocker: true}
+}
+
+// Kubeconfig implements backend.Backend.
+func (b *Backend) Kubeconfig(name string) string { return filepath.Join(b.root, name, "kubeconfig") }
+
+// provider returns kind's provider once the container engine answers: a
+// docker client without a running engine is no engine.
+func (b *Backend) provider() (*cluster.Provider, []string, error) {
+	opt, err := cluster.DetectNodeProvider()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v; the embedded backend (the default) needs none", ErrNoEngine, err)
+	}
+	p := cluster.NewProvider(opt, cluster.ProviderWithLogger(kindlog.NoopLogger{}))
+	clusters, err := p.List()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (%v); the embedded backend (the default) needs none", ErrNoEngine, err)
+	}
+	return p, clusters, nil
+}
+
+// Up implements backend.Backend: create the cluster (or reuse it), load the
+// driver image into every node, install the driver chart once per GPU
+// mode, and wait for the nodes and their GPUs.
+func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progress) (backend.UpResult, error) {
+	p, existing, err := b.provider()
+	if err != nil {
+		return backend.UpResult{}, err
+	}
+	kubeconfig := b.Kubeconfig(cfg.Name)
+	reused := slices.Contains(existing, cfg.Name)
+	if !reused {
+		rendered, err := Render(cfg)
+		if err != nil {
+			return backend.UpResult{}, err
+		}
+		if err := os.MkdirAll(filepath.Dir(kubeconfig), 0o700); err != nil {
+			return backend.UpResult{}, err
+		}
+		done := progress(fmt.Sprintf("Creating kind cluster %q (%s, %d workers)", cfg.Name, NodeImage, len(cfg.Nodes)))
+		err = p.Create(cfg.Name, cluster.CreateWithV1Alpha4Config(rendered), cluster.CreateWithWaitForReady(3*time.Minute),
+			cluster.CreateWithKubeconfigPath(kubeconfig), cluster.CreateWithDisplayUsage(false), cluster.CreateWithDisplaySalutation(false))
+		done(err)
+		if err != nil {
+			return backend.UpResult{}, fmt.Errorf("creating kind cluster %s: %w", cfg.Name, err)
+		}
+	}
+
+	done := progress("Building the driver image and loading it into the nodes")
+	err = b.loadDriverImage(ctx, p, cfg.Name)
+	done(err)
+	if err != nil {
+		return backend.UpResult{Reused: reused}, err
+	}
+	for _, mode := range Modes(cfg) {
+		done := progress(fmt.Sprintf("Installing the driver chart (%s mode) with the Helm SDK", mode))
+		err := charts.Install(ctx, kubeconfig, charts.DriverChart, ReleaseName(mode), DriverNamespace,
+			ChartValues(mode, build.DriverImageRepository, build.DriverImageTag))
+		done(err)
+		if err != nil {
+			return backend.UpResult{Reused: reused}, err
+		}
+	}
+	done = progress(fmt.Sprintf("Waiting for %d node(s) to be Ready with their GPUs published", len(cfg.Nodes)))
+	err = backend.WaitReady(ctx, kubeconfig, cfg, func(n *v1.Node) string { return n.Labels[LabelLabNode] },
+		func(string) string {
+			return "kubectl -n " + DriverNamespace + " logs daemonset/" + ReleaseName(config.GPUModeDRA) + "-dralab-driver"
+		})
+	done(err)
+	return backend.UpResult{Reused: reused}, err
+}
+
+func (b *Backend) loadDriverImage(ctx context.Context, p *cluster.Provider, name string) error {
+	dir, err := os.MkdirTemp("", "dralab-image-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	archive, err := build.DriverImage(ctx, dir)
+	if err != nil {
+		return err
+	}
+	nodes, err := p.ListInternalNodes(name)
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		f, err := os.Open(archive)
+		if err != nil {
+			return err
+		}
+		err = nodeutils.LoadImageArchive(n, f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("loading the driver image into node %s: %w", n.String(), err)
+		}
+	}
+	return nil
+}
+
+// Down implements backend.Backend.
+func (b *Backend) Down(ctx context.Context, name string) error {
+	p, _, err := b.provider()
+	if err != nil {
+		return err
+	}
+	if err := p.Delete(name, b.Kubeconfig(name)); err != nil {
+		return err
+	}
+	return os.RemoveAll(filepath.Dir(b.Kubeconfig(name)))
+}
+
+// Status implements backend.Backend.
+func (b *Backend) Status(ctx context.Context, name string) (*backend.Status, error) {
+	st := &backend.Status{Name: name, Backend: b.Name(), Phase: backend.PhaseAbsent, Kubeconfig: b.Kubeconfig(name), StateDir: filepath.Dir(b.Kubeconfig(name))}
+	_, clusters, err := b.provider()
+	if err != nil {
+		st.Message = err.Error()
+		return st, nil
+	}
+	if !slices.Contains(clusters, name) {
+		return st, nil
+	}
+	st.Phase = backend.PhaseRunning
+	restConfig, err := clientcmd.BuildConfigFromFlags("", st.Kubeconfig)
+	if err != nil {
+		st.Phase, st.Message = backend.PhaseDegraded, err.Error()
+		return st, nil
+	}
+	st.APIServer = restConfig.Host
+	client, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		st.Phase, st.Message = backend.PhaseDegraded, "the API server does not answer: "+err.Error()
+		return st, nil
+	}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		labNode := n.Labels[LabelLabNode]
+		if labNode == "" {
+			continue
+		}
+		ns := backend.NodeStatus{Name: labNode, Process: "kind node " + n.Name, Ready: backend.NodeReady(n), Healthy: backend.NodeReady(n) == string(v1.ConditionTrue)}
+		if p := n.Labels[gpu.NodeProfileLabel]; p != "" {
+			ns.Profile = fmt.Sprintf("%s× %s (%s)", n.Labels[LabelGPUs], p, n.Labels[LabelGPUMode])
+			ns.Driver = "DaemonSet " + DriverNamespace + "/" + ReleaseName(n.Labels[LabelGPUMode]) + "-dralab-driver"
+		}
+		if !ns.Healthy {
+			st.Phase = backend.PhaseDegraded
+		}
+		st.Nodes = append(st.Nodes, ns)
+	}
+	return st, nil
+}
+
+// CollectLogs implements backend.Backend with kind's own log export.
+func (b *Backend) CollectLogs(ctx context.Context, name, dir string) error {
+	p, _, err := b.provider()
+	if err != nil {
+		return err
+	}
+	return p.CollectLogs(name, dir)
+}

@@ -1,0 +1,33 @@
+//go:build mage
+
+package main
+
+import (
+	"fmt"
+
+	"github.com/magefile/mage/mg"
+
+	"github.com/dralab/dralab/charts"
+)
+
+// Chart checks the Helm charts.
+type Chart mg.Namespace
+
+// Lint lints charts/dralab-driver with the Helm SDK (helm lint --strict),
+// with its default values and with counting-mode values.
+func (Chart) Lint() error {
+	for _, values := range []map[string]any{
+		nil,
+		{"mode": "device-plugin", "deviceClasses": map[string]any{"create": false}, "validatingAdmissionPolicy": map[string]any{"enabled": false}},
+	} {
+		msgs, err := charts.Lint("charts/"+charts.DriverChart, values)
+		for _, m := range msgs {
+			fmt.Println(m)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	fmt.Println("charts/" + charts.DriverChart + ": lint passed")
+	return nil
+}
