@@ -57,21 +57,6 @@ func TestKindLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range all {
-		t.Run(s.Name, func(t *testing.T) {
-			runner, err := scenarios.NewRunner(restConfig)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := runner.Run(ctx, s)
-			if errors.Is(err, scenarios.ErrUnmet) {
-				t.Skipf("skipped on this cluster: %v", err)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, f := range res.Failures() {
-				t.Error(f)
-			}
-		})
+		t.Run(s.Name, func(t *testing.T) { runScenario(ctx, t, restConfig, s) })
 	}
 }

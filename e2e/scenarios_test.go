@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
@@ -29,7 +30,7 @@ func TestScenarios(t *testing.T) {
 			WithLabel("scenario", s.Name).
 			WithLabel("tier", s.Labels["tier"]).
 			Assess(s.Title, func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
-				runScenario(ctx, t, cfg, s)
+				runScenario(ctx, t, cfg.Client().RESTConfig(), s)
 				return ctx
 			}).
 			Feature())
@@ -37,8 +38,10 @@ func TestScenarios(t *testing.T) {
 	testenv.Test(t, feats...)
 }
 
-func runScenario(ctx context.Context, t *testing.T, cfg *envconf.Config, s *scenarios.Scenario) {
-	runner, err := scenarios.NewRunner(cfg.Client().RESTConfig())
+// runScenario runs one scenario on a cluster and fails the test on every
+// mismatch; a cluster without what the scenario requires skips it.
+func runScenario(ctx context.Context, t *testing.T, restConfig *rest.Config, s *scenarios.Scenario) {
+	runner, err := scenarios.NewRunner(restConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +52,7 @@ func runScenario(ctx context.Context, t *testing.T, cfg *envconf.Config, s *scen
 	}
 	runner.BeforeCleanup = func(ctx context.Context, res *scenarios.Result) {
 		if !res.Passed() || t.Failed() {
-			client, err := kubernetes.NewForConfig(cfg.Client().RESTConfig())
+			client, err := kubernetes.NewForConfig(restConfig)
 			if err == nil {
 				dumpDiagnostics(ctx, t, client, res.Namespace)
 			}

@@ -176,17 +176,7 @@ func TestUpReuseDown(t *testing.T) {
 	if err := l.Down(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, pid := range pids {
-		if labstate.Alive(pid) {
-			t.Errorf("process %d still runs after Down", pid)
-		}
-	}
-	for _, port := range ports {
-		if c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second); err == nil {
-			c.Close()
-			t.Errorf("port %d still listens after Down", port)
-		}
-	}
+	assertGone(t, pids, ports)
 	if _, err := os.Stat(st.StateDir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("state %s remains after Down: %v", st.StateDir, err)
 	}
@@ -244,5 +234,22 @@ func TestUpReplacesStaleState(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(st.StateDir, "lab.pid")); err != nil {
 		t.Errorf("new lab has no pid file: %v", err)
+	}
+}
+
+// assertGone fails for every process still running and every port still
+// listening.
+func assertGone(t *testing.T, pids, ports []int) {
+	t.Helper()
+	for _, pid := range pids {
+		if labstate.Alive(pid) {
+			t.Errorf("process %d still runs after Down", pid)
+		}
+	}
+	for _, port := range ports {
+		if c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second); err == nil {
+			c.Close()
+			t.Errorf("port %d still listens after Down", port)
+		}
 	}
 }

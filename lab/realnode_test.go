@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -155,12 +154,8 @@ func TestRealNode(t *testing.T) {
 	if err := l.Down(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, pid := range pids {
-		if labstate.Alive(pid) {
-			t.Errorf("process %d still runs after Down", pid)
-		}
-	}
-	if shims := processesWith(filepath.Join(st.StateDir, "nodes")); len(shims) > 0 {
+	assertGone(t, pids, ports)
+	if shims := realnode.ProcessesWith(filepath.Join(st.StateDir, "nodes")); len(shims) > 0 {
 		t.Errorf("processes of the lab still run after Down: %v", shims)
 	}
 	if m := realnode.MountsUnder(st.StateDir); len(m) > 0 {
@@ -177,12 +172,6 @@ func TestRealNode(t *testing.T) {
 	}
 	if netns, _ := filepath.Glob("/run/netns/cni-*"); len(netns) > 0 {
 		t.Errorf("network namespaces left after Down: %v", netns)
-	}
-	for _, port := range ports {
-		if c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second); err == nil {
-			c.Close()
-			t.Errorf("port %d still listens after Down", port)
-		}
 	}
 }
 
@@ -229,22 +218,4 @@ func runGPUPod(ctx context.Context, t *testing.T, client kubernetes.Interface) s
 		t.Fatalf("the pod's log never showed its GPU (%v); pod status: %+v; log: %s", err, p.Status, logs)
 	}
 	return logs
-}
-
-// processesWith lists live (non-zombie) processes whose command line
-// contains s.
-func processesWith(s string) []int {
-	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && strings.Contains(string(data), s) && labstate.Alive(pid) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }

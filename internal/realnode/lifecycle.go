@@ -19,6 +19,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
 	"k8s.io/klog/v2"
+
+	"github.com/dralab/dralab/internal/labstate"
 )
 
 // RuncRoot is where runc keeps container state, inside the node directory.
@@ -129,7 +131,7 @@ func Cleanup(ctx context.Context, p Paths, chainsBefore []string) error {
 		}
 	}
 	// Shims: their command line names the node's containerd socket.
-	for _, pid := range processesWith(p.ContainerdSocket()) {
+	for _, pid := range ProcessesWith(p.ContainerdSocket()) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	// Mounts: innermost first.
@@ -148,8 +150,9 @@ func Cleanup(ctx context.Context, p Paths, chainsBefore []string) error {
 	return errors.Join(errs...)
 }
 
-// processesWith lists processes whose command line contains s.
-func processesWith(s string) []int {
+// ProcessesWith lists live (non-zombie) processes whose command line
+// contains s.
+func ProcessesWith(s string) []int {
 	var pids []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -158,7 +161,7 @@ func processesWith(s string) []int {
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && strings.Contains(string(data), s) {
+		if err == nil && strings.Contains(string(data), s) && labstate.Alive(pid) {
 			pids = append(pids, pid)
 		}
 	}
