@@ -39,9 +39,11 @@ func (Test) E2E(ctx context.Context) error {
 	return sh.RunWithV(map[string]string{build.EnvBinary: bin}, "go", args...)
 }
 
-// All builds the dralab binary once, then runs every test: unit,
-// integration (each starts its own embedded lab) and e2e. This is what CI runs.
+// All installs the real node's host packages, builds the dralab binary
+// once, then runs every test: unit, integration (each starts its own
+// embedded lab, one with a real node) and e2e. This is what CI runs.
 func (Test) All(ctx context.Context) error {
+	mg.Deps(Deps.Realnode)
 	u := ui.Stderr()
 	done := u.Step("Building dralab (the first build compiles Kubernetes: 15–25 min on 2 cores)")
 	bin, err := build.Dralab(ctx)
