@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 
 	"k8s.io/client-go/kubernetes"
@@ -46,9 +45,7 @@ func runScenario(ctx context.Context, t *testing.T, restConfig *rest.Config, s *
 		t.Fatal(err)
 	}
 	runner.OnStep = func(step string, rows []report.Row) {
-		var b strings.Builder
-		_ = report.WriteTable(&b, rows)
-		t.Logf("%s:\n%s", step, b.String())
+		t.Logf("%s:\n%s", step, report.Table(rows))
 	}
 	runner.BeforeCleanup = func(ctx context.Context, res *scenarios.Result) {
 		if !res.Passed() || t.Failed() {

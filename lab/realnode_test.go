@@ -105,9 +105,7 @@ func TestRealNode(t *testing.T) {
 				t.Fatal(err)
 			}
 			runner.OnStep = func(step string, rows []report.Row) {
-				var b strings.Builder
-				_ = report.WriteTable(&b, rows)
-				t.Logf("%s:\n%s", step, b.String())
+				t.Logf("%s:\n%s", step, report.Table(rows))
 			}
 			res, err := runner.Run(ctx, sc)
 			if err != nil {

@@ -317,6 +317,13 @@ func schedulingMessage(pod *v1.Pod) string {
 	return ""
 }
 
+// Table renders rows as an aligned table.
+func Table(rows []Row) string {
+	var b strings.Builder
+	_ = WriteTable(&b, rows) // a strings.Builder does not fail
+	return b.String()
+}
+
 // WriteTable prints rows as an aligned table.
 func WriteTable(w io.Writer, rows []Row) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
