@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/atomicfile"
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/controlplane"
 	"github.com/dralab/dralab/internal/labstate"
@@ -414,7 +415,7 @@ profiles:
 
 func writeSchedulerConfig(dir labstate.Dir) error {
 	data := fmt.Sprintf(schedulerConfig, dir.ComponentKubeconfig("kube-scheduler"))
-	if err := labstate.WriteFileAtomic(dir.SchedulerConfig(), []byte(data), 0o600); err != nil {
+	if err := atomicfile.Write(dir.SchedulerConfig(), []byte(data), 0o600); err != nil {
 		return fmt.Errorf("writing scheduler config: %w", err)
 	}
 	return nil

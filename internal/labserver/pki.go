@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/dralab/dralab/internal/atomicfile"
 	"github.com/dralab/dralab/internal/controlplane"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/pki"
@@ -108,5 +109,5 @@ func writeKubeconfig(path, server string, caPEM []byte, pair *pki.Pair) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	return labstate.WriteFileAtomic(path, data, 0o600)
+	return atomicfile.Write(path, data, 0o600)
 }

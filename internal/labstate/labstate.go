@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dralab/dralab/internal/atomicfile"
 )
 
 // Dir is a lab's state directory.
@@ -164,7 +166,7 @@ func (d Dir) WriteStatus(s *Status) error {
 	if err != nil {
 		return err
 	}
-	return WriteFileAtomic(d.StatusFile(), data, 0o644)
+	return atomicfile.Write(d.StatusFile(), data, 0o644)
 }
 
 // ReadStatus reads the status file; os.ErrNotExist when there is none.
@@ -202,7 +204,7 @@ func (d Dir) ClaimPID() error {
 	if pid, err := d.ReadPID(); err == nil && pid != os.Getpid() && Alive(pid) {
 		return fmt.Errorf("%w (pid %d)", ErrLocked, pid)
 	}
-	return WriteFileAtomic(d.PIDFile(), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
+	return atomicfile.Write(d.PIDFile(), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
 }
 
 // Alive reports whether a process with that PID exists and is not a zombie.
@@ -220,33 +222,4 @@ func Alive(pid int) bool {
 		return s[i+2] != 'Z'
 	}
 	return true
-}
-
-// WriteFileAtomic writes data to a temporary file and renames it into place,
-// so readers see the old content or the new, never a torn write.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }

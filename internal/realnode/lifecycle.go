@@ -135,7 +135,7 @@ func Cleanup(ctx context.Context, p Paths, chainsBefore []string) error {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	// Mounts: innermost first.
-	for _, m := range mountsUnder(string(p.Node)) {
+	for _, m := range MountsUnder(string(p.Node)) {
 		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
 			errs = append(errs, fmt.Errorf("unmounting %s: %w", m, err))
 		}
@@ -168,8 +168,8 @@ func ProcessesWith(s string) []int {
 	return pids
 }
 
-// mountsUnder lists mount points under dir, deepest first.
-func mountsUnder(dir string) []string {
+// MountsUnder lists mount points under dir, deepest first.
+func MountsUnder(dir string) []string {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil
@@ -186,9 +186,6 @@ func mountsUnder(dir string) []string {
 	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	return out
 }
-
-// MountsUnder is exported for tests that check nothing is left.
-func MountsUnder(dir string) []string { return mountsUnder(dir) }
 
 // removeCgroups removes the cgroups the kubelet creates with the cgroupfs
 // driver (kubepods and below), leaves first.

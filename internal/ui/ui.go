@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -117,9 +116,4 @@ func (u *UI) color(s string, code int) string {
 		return s
 	}
 	return fmt.Sprintf("\033[%dm%s\033[0m", code, s)
-}
-
-// Indent indents every line of s, for multi-line error details.
-func Indent(s, prefix string) string {
-	return prefix + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n"+prefix)
 }

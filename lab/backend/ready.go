@@ -22,6 +22,17 @@ import (
 // in seconds.
 const nodesReadyTimeout = 2 * time.Minute
 
+// NewClient is a client of a lab's API server, with a short timeout so that
+// a lab that does not answer is reported, not waited for.
+func NewClient(kubeconfig string) (*kubernetes.Clientset, error) {
+	restConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("lab kubeconfig: %w", err)
+	}
+	restConfig.Timeout = 5 * time.Second
+	return kubernetes.NewForConfig(restConfig)
+}
+
 // SameName maps a cluster node to the lab node of the same name.
 func SameName(n *v1.Node) string { return n.Name }
 
@@ -39,12 +50,7 @@ func NodeReady(n *v1.Node) string {
 // Ready and its GPUs are published: as ResourceSlices of the GPU driver for
 // DRA nodes, as allocatable extended resources for device-plugin nodes.
 func WaitReady(ctx context.Context, kubeconfig string, cfg *config.Config, labNode func(*v1.Node) string, logOf func(string) string) error {
-	restConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return fmt.Errorf("lab kubeconfig: %w", err)
-	}
-	restConfig.Timeout = 5 * time.Second
-	client, err := kubernetes.NewForConfig(restConfig)
+	client, err := NewClient(kubeconfig)
 	if err != nil {
 		return err
 	}

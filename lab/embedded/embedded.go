@@ -22,10 +22,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/dralab/dralab/internal/atomicfile"
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/realnode"
@@ -205,7 +204,7 @@ func (b *Backend) start(ctx context.Context, dir labstate.Dir, cfg *config.Confi
 	if err != nil {
 		return err
 	}
-	if err := labstate.WriteFileAtomic(dir.Config(), data, 0o600); err != nil {
+	if err := atomicfile.Write(dir.Config(), data, 0o600); err != nil {
 		return err
 	}
 	logPath := dir.Log("lab")
@@ -264,15 +263,6 @@ func (b *Backend) start(ctx context.Context, dir labstate.Dir, cfg *config.Confi
 
 func (b *Backend) nodeLogHint(dir labstate.Dir) func(string) string {
 	return func(node string) string { return dir.Log("node-" + node) }
-}
-
-func newClient(kubeconfig string) (*kubernetes.Clientset, error) {
-	restConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("lab kubeconfig: %w", err)
-	}
-	restConfig.Timeout = 5 * time.Second
-	return kubernetes.NewForConfig(restConfig)
 }
 
 // Down implements backend.Backend.
@@ -397,7 +387,7 @@ func (b *Backend) Status(ctx context.Context, name string) (*backend.Status, err
 	st.Phase, st.Message, st.PID, st.APIServer = backend.Phase(s.Phase), s.Message, s.PID, s.APIServer
 
 	ready := map[string]string{}
-	if client, err := newClient(dir.Kubeconfig()); err == nil {
+	if client, err := backend.NewClient(dir.Kubeconfig()); err == nil {
 		if nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
 			for i := range nodes.Items {
 				ready[nodes.Items[i].Name] = backend.NodeReady(&nodes.Items[i])
