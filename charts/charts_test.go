@@ -174,6 +174,9 @@ func TestBadValuesFailWithAClearMessage(t *testing.T) {
 		"bad mode":           {map[string]any{"mode": "both"}, []string{"mode"}},
 		"relative path":      {map[string]any{"cdiDir": "cdi"}, []string{"cdiDir"}},
 		"nvml with profile":  {map[string]any{"inventory": "nvml", "fake": map[string]any{"profile": "l4-24gb"}}, []string{"inventory is nvml"}},
+		"loopback API server in the pod network": {map[string]any{"apiServer": map[string]any{"host": "127.0.0.1", "port": 6443}},
+			[]string{"apiServer.host", "hostNetwork=true"}},
+		"API server with a scheme": {map[string]any{"apiServer": map[string]any{"host": "https://10.0.0.1"}}, []string{"/apiServer/host"}},
 		"counting with classes": {map[string]any{"mode": "device-plugin", "validatingAdmissionPolicy": map[string]any{"enabled": false}},
 			[]string{"deviceClasses.create=false"}},
 	}
@@ -232,5 +235,27 @@ func TestAppVersionIsTheDriverImageTag(t *testing.T) {
 	}
 	if repo := c.Values["image"].(map[string]any)["repository"]; repo != build.DriverImageRepository {
 		t.Errorf("values.yaml image.repository %v, driver image %s", repo, build.DriverImageRepository)
+	}
+}
+
+// Without kube-proxy (the embedded lab's real node), the driver reaches the
+// API server on the node's loopback: host network, and the in-cluster
+// address overridden.
+func TestAPIServerOnTheHostNetwork(t *testing.T) {
+	ds := daemonSet(t, render(t, map[string]any{"hostNetwork": true, "apiServer": map[string]any{"host": "127.0.0.1", "port": 41234}}))
+	spec := ds.Spec.Template.Spec
+	if !spec.HostNetwork || spec.DNSPolicy != "ClusterFirstWithHostNet" {
+		t.Errorf("hostNetwork = %v, dnsPolicy = %q", spec.HostNetwork, spec.DNSPolicy)
+	}
+	e := env(ds)
+	if e["KUBERNETES_SERVICE_HOST"] != "127.0.0.1" || e["KUBERNETES_SERVICE_PORT"] != "41234" {
+		t.Errorf("API server env = %q:%q", e["KUBERNETES_SERVICE_HOST"], e["KUBERNETES_SERVICE_PORT"])
+	}
+	def := daemonSet(t, render(t, nil))
+	if def.Spec.Template.Spec.HostNetwork {
+		t.Error("hostNetwork on by default")
+	}
+	if _, ok := env(def)["KUBERNETES_SERVICE_HOST"]; ok {
+		t.Error("the default overrides the in-cluster API server address")
 	}
 }

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
@@ -94,28 +95,7 @@ func TestRealNode(t *testing.T) {
 		}
 	})
 
-	for _, name := range []string{"claims", "prioritized-fallback"} {
-		t.Run("scenario "+name, func(t *testing.T) {
-			sc, err := scenarios.Get(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			runner, err := scenarios.NewRunner(restConfig)
-			if err != nil {
-				t.Fatal(err)
-			}
-			runner.OnStep = func(step string, rows []report.Row) {
-				t.Logf("%s:\n%s", step, report.Table(rows))
-			}
-			res, err := runner.Run(ctx, sc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, f := range res.Failures() {
-				t.Error(f)
-			}
-		})
-	}
+	runScenarios(ctx, t, restConfig, "claims", "prioritized-fallback")
 
 	t.Run("a killed containerd is reported and explained", func(t *testing.T) {
 		p, ok := s.Process(labstate.RoleContainerd, "real-h100")
@@ -216,4 +196,32 @@ func runGPUPod(ctx context.Context, t *testing.T, client kubernetes.Interface) s
 		t.Fatalf("the pod's log never showed its GPU (%v); pod status: %+v; log: %s", err, p.Status, logs)
 	}
 	return logs
+}
+
+// runScenarios runs scenarios as subtests, logging each step's allocation
+// table.
+func runScenarios(ctx context.Context, t *testing.T, restConfig *rest.Config, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		t.Run("scenario "+name, func(t *testing.T) {
+			sc, err := scenarios.Get(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runner, err := scenarios.NewRunner(restConfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runner.OnStep = func(step string, rows []report.Row) {
+				t.Logf("%s:\n%s", step, report.Table(rows))
+			}
+			res, err := runner.Run(ctx, sc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range res.Failures() {
+				t.Error(f)
+			}
+		})
+	}
 }

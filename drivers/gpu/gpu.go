@@ -28,6 +28,8 @@ const (
 	ClassAny = DriverName
 	// NodeProfileLabel is the node label naming the node's GPU profile.
 	NodeProfileLabel = "gpu.dralab.dev/profile"
+	// NodeGPUsLabel is the node label with the node's number of fake GPUs.
+	NodeGPUsLabel = "gpu.dralab.dev/gpus"
 )
 
 // Tier is a family of GPU models that a workload treats alike.

@@ -58,10 +58,19 @@ func ImportImages(ctx context.Context, binDir string, p Paths) error {
 		return err
 	}
 	for _, a := range archives {
-		cmd := exec.CommandContext(ctx, filepath.Join(binDir, "ctr"), "--address", p.ContainerdSocket(), "--namespace", "k8s.io", "images", "import", "--no-unpack=false", a)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, out)
+		if err := ImportArchive(ctx, binDir, p, a); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// ImportArchive imports one image archive (OCI or docker-archive) into the
+// node's containerd, where the kubelet finds it without a registry.
+func ImportArchive(ctx context.Context, binDir string, p Paths, archive string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "ctr"), "--address", p.ContainerdSocket(), "--namespace", "k8s.io", "images", "import", "--no-unpack=false", archive)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, out)
 	}
 	return nil
 }

@@ -26,7 +26,7 @@ const (
 	// chooses the workers' own names.
 	LabelLabNode = "dralab.dev/lab-node"
 	// LabelGPUs and LabelGPUMode are read by the driver's chart.
-	LabelGPUs    = "gpu.dralab.dev/gpus"
+	LabelGPUs    = gpu.NodeGPUsLabel
 	LabelGPUMode = "gpu.dralab.dev/mode"
 )
 
