@@ -5,6 +5,7 @@ go 1.26.0
 godebug default=go1.26
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/magefile/mage v1.17.2
 	go.etcd.io/etcd/server/v3 v3.7.0
 	helm.sh/helm/v3 v3.22.0

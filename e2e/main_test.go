@@ -10,13 +10,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"sigs.k8s.io/e2e-framework/pkg/env"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 
-	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/internal/testlab"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
 )
@@ -46,48 +45,18 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.Run(m))
 }
 
-// e2eLabConfig is the default topology under its own name, so that the
-// suite never touches a lab a person started.
-func e2eLabConfig() *config.Config {
-	cfg := config.Default()
-	cfg.Name = "dralab-e2e"
-	return cfg
-}
-
 func startEmbeddedLab(ctx context.Context, cfg *envconf.Config) (context.Context, error) {
-	bin, err := build.Dralab(ctx)
-	if err != nil {
-		return ctx, err
-	}
-	root, err := os.MkdirTemp("", "dralab-e2e-")
-	if err != nil {
-		return ctx, err
-	}
-	l, err := lab.New(lab.WithConfig(e2eLabConfig()), lab.WithStateRoot(root), lab.WithBinary(bin), lab.WithRetain(true))
-	if err != nil {
-		return ctx, err
-	}
+	l, err := testlab.Start(ctx, config.Default(), "dralab-e2e")
 	theLab = l
-	if _, err := l.Up(ctx); err != nil {
-		return ctx, fmt.Errorf("starting the e2e lab: %w", err)
+	if err != nil {
+		return ctx, err
 	}
 	cfg.WithKubeconfigFile(l.Kubeconfig())
 	return ctx, nil
 }
 
 func stopEmbeddedLab(ctx context.Context, _ *envconf.Config) (context.Context, error) {
-	if theLab == nil {
-		return ctx, nil
-	}
-	if dir := os.Getenv("ARTIFACTS"); dir != "" {
-		_ = theLab.CollectLogs(ctx, filepath.Join(dir, "lab-logs"))
-	}
-	st, _ := theLab.Status(ctx)
-	err := theLab.Down(ctx)
-	if st != nil {
-		_ = os.RemoveAll(filepath.Dir(st.StateDir))
-	}
-	return ctx, err
+	return ctx, testlab.Stop(ctx, theLab)
 }
 
 // requireCluster skips a test only when the suite runs no e2e at all (-short).

@@ -1,11 +1,9 @@
 package scenarios
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"path"
 	"strings"
 	"time"
@@ -20,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -31,6 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/kubeapply"
 	"github.com/dralab/dralab/internal/report"
 )
 
@@ -260,20 +258,7 @@ func (r *run) objects(file string) ([]*unstructured.Unstructured, error) {
 	if err != nil {
 		return nil, err
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var out []*unstructured.Unstructured
-	for {
-		var obj map[string]any
-		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
-			return out, nil
-		} else if err != nil {
-			return nil, fmt.Errorf("%s: %w", r.s.Source(file), err)
-		}
-		if obj == nil {
-			continue
-		}
-		out = append(out, &unstructured.Unstructured{Object: obj})
-	}
+	return kubeapply.Decode(r.s.Source(file), data)
 }
 
 func (r *run) applyFile(ctx context.Context, file string) error {
@@ -289,25 +274,13 @@ func (r *run) applyFile(ctx context.Context, file string) error {
 	return nil
 }
 
-// apply creates an object with strict field validation, so that a
-// misspelt field is an error naming it; an object left over from an
-// interrupted run is applied over.
+// apply creates an object of the scenario; cluster-scoped ones are
+// remembered for cleanup.
 func (r *run) apply(ctx context.Context, obj *unstructured.Unstructured) error {
-	gvk := obj.GroupVersionKind()
-	mapping, err := r.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		return err
-	}
-	var res dynamic.ResourceInterface = r.Dynamic.Resource(mapping.Resource)
-	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
-		obj.SetNamespace(r.ns)
-		res = r.Dynamic.Resource(mapping.Resource).Namespace(r.ns)
-	} else {
+	a := kubeapply.Applier{Dynamic: r.Dynamic, Mapper: r.Mapper, FieldManager: fieldManager}
+	clusterScoped, err := a.Apply(ctx, obj, r.ns)
+	if clusterScoped && err == nil {
 		r.clusterObjects = append(r.clusterObjects, obj)
-	}
-	_, err = res.Create(ctx, obj, metav1.CreateOptions{FieldManager: fieldManager, FieldValidation: "Strict"})
-	if apierrors.IsAlreadyExists(err) {
-		_, err = res.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
 	}
 	return err
 }

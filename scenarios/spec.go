@@ -6,7 +6,6 @@
 package scenarios
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,9 +14,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	sigsjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
 
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/strictyaml"
 )
 
 // Scenario file identity.
@@ -215,20 +214,9 @@ var reasons = []string{ReasonNoMatchingDevice, ReasonAllAllocated, ReasonTainted
 // references must name.
 func Parse(source string, data []byte, files []string) (*Scenario, error) {
 	wrap := func(err error) error { return fmt.Errorf("%w %s: %w", ErrInvalid, source, err) }
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, wrap(errors.New("the file is empty"))
-	}
-	jsonData, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		return nil, wrap(err)
-	}
 	var s Scenario
-	strict, err := sigsjson.UnmarshalStrict(jsonData, &s)
-	if err != nil {
+	if err := strictyaml.Decode(data, &s); err != nil {
 		return nil, wrap(err)
-	}
-	if len(strict) > 0 {
-		return nil, wrap(errors.Join(strict...))
 	}
 	if errs := s.validate(files); len(errs) > 0 {
 		return nil, wrap(errs.ToAggregate())

@@ -5,7 +5,6 @@
 package fakegpu
 
 import (
-	"bytes"
 	"embed"
 	"errors"
 	"fmt"
@@ -17,8 +16,8 @@ import (
 	"github.com/blang/semver/v4"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	sigsjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
+
+	"github.com/dralab/dralab/internal/strictyaml"
 )
 
 // Profile file identity.
@@ -114,20 +113,9 @@ func LoadProfile(file string) (*Profile, error) {
 // ParseProfile decodes a profile strictly and validates it; errors name
 // source and the field.
 func ParseProfile(source string, data []byte) (*Profile, error) {
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, fmt.Errorf("GPU profile %s: the file is empty", source)
-	}
-	jsonData, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		return nil, fmt.Errorf("GPU profile %s: %w", source, err)
-	}
 	var p Profile
-	strict, err := sigsjson.UnmarshalStrict(jsonData, &p)
-	if err != nil {
+	if err := strictyaml.Decode(data, &p); err != nil {
 		return nil, fmt.Errorf("GPU profile %s: %w", source, err)
-	}
-	if len(strict) > 0 {
-		return nil, fmt.Errorf("GPU profile %s: %w", source, errors.Join(strict...))
 	}
 	if errs := p.validate(); len(errs) > 0 {
 		return nil, fmt.Errorf("GPU profile %s: %w", source, errs.ToAggregate())

@@ -37,6 +37,10 @@ type Device struct {
 	// prepared device n of a claim sets <EnvPrefix>_<n>=<Env[""]> and
 	// <EnvPrefix>_<n>_<key>=<value> for the other keys.
 	Env map[string]string
+	// ClaimEnv is what the device sets once per claim rather than per
+	// device: the values of a key over the claim's devices are joined with
+	// commas, as NVIDIA_VISIBLE_DEVICES lists a claim's GPUs.
+	ClaimEnv map[string]string
 	// DeviceNodes are host device files the container gets.
 	DeviceNodes []string
 }
@@ -230,6 +234,7 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		})
 		n++
 	}
+	spec.ContainerEdits = claimEdits(d.devicesOf(prepared))
 	specName, err := cdi.GenerateNameForTransientSpec(spec, string(claim.UID))
 	if err != nil {
 		return nil, err
@@ -273,7 +278,41 @@ func (d *Driver) ensureSpec(uid types.UID, c *PreparedClaim) error {
 		}
 		spec.Devices = append(spec.Devices, cdispec.Device{Name: string(uid) + "-" + pd.Device, ContainerEdits: d.edits(i, dev)})
 	}
+	spec.ContainerEdits = claimEdits(d.devicesOf(c))
 	return d.cdi.WriteSpec(spec, c.CDISpec)
+}
+
+// devicesOf returns a prepared claim's devices that are in the inventory.
+func (d *Driver) devicesOf(c *PreparedClaim) []Device {
+	var out []Device
+	for _, pd := range c.Devices {
+		if dev, ok := d.devices[pd.Device]; ok {
+			out = append(out, dev)
+		}
+	}
+	return out
+}
+
+// claimEdits are the claim-wide edits: a spec's own edits apply once when
+// any of its devices is injected, and the spec holds one claim, so a
+// variable listing all the claim's devices is set exactly once.
+func claimEdits(devs []Device) cdispec.ContainerEdits {
+	values := map[string][]string{}
+	var keys []string
+	for _, dev := range devs {
+		for k, v := range dev.ClaimEnv {
+			if _, seen := values[k]; !seen {
+				keys = append(keys, k)
+			}
+			values[k] = append(values[k], v)
+		}
+	}
+	sort.Strings(keys)
+	var edits cdispec.ContainerEdits
+	for _, k := range keys {
+		edits.Env = append(edits.Env, k+"="+strings.Join(values[k], ","))
+	}
+	return edits
 }
 
 func (d *Driver) removeSpec(name string) error {

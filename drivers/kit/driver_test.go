@@ -39,7 +39,8 @@ func testDevices(n int) staticInventory {
 		name := fmt.Sprintf("gpu-%d", i)
 		devs = append(devs, Device{
 			API: resourceapi.Device{Name: name},
-			Env: map[string]string{"": name, "UUID": "uuid-" + name},
+			Env:      map[string]string{"": name, "UUID": "uuid-" + name},
+			ClaimEnv: map[string]string{"VISIBLE_DEVICES": "uuid-" + name},
 		})
 	}
 	return devs
@@ -185,8 +186,8 @@ func TestPrepareWritesCDISpecAndIsIdempotent(t *testing.T) {
 	for _, d := range first.Devices {
 		ids = append(ids, d.CdiDeviceIds...)
 	}
-	env := strings.Join(h.containerEnv(ids), "\n")
-	for _, want := range []string{"GPU_DEVICE_0=gpu-2", "GPU_DEVICE_0_UUID=uuid-gpu-2", "GPU_DEVICE_1=gpu-3"} {
+	env := strings.Join(h.containerEnv(ids), "\n") + "\n"
+	for _, want := range []string{"GPU_DEVICE_0=gpu-2", "GPU_DEVICE_0_UUID=uuid-gpu-2", "GPU_DEVICE_1=gpu-3", "VISIBLE_DEVICES=uuid-gpu-2,uuid-gpu-3\n"} {
 		if !strings.Contains(env, want) {
 			t.Errorf("container env lacks %s:\n%s", want, env)
 		}

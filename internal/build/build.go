@@ -68,6 +68,9 @@ func Dralab(ctx context.Context) (string, error) {
 // or a directory (ending in a separator) for several.
 func Go(ctx context.Context, out string, pkgs ...string) error {
 	cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-ldflags", LDFlags(), "-o", out}, pkgs...)...)
+	// The driver's NVML inventory, mock servers included, needs cgo (and a
+	// C compiler); NVML itself is loaded only at run time.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 	var output bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &output, &output
 	if err := cmd.Run(); err != nil {

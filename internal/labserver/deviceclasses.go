@@ -3,12 +3,18 @@ package labserver
 import (
 	"context"
 	"fmt"
+	"os"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
+	memory "k8s.io/client-go/discovery/cached"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/kubeapply"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/lab/config"
 )
@@ -36,6 +42,43 @@ func applyDeviceClasses(ctx context.Context, dir labstate.Dir, cfg *config.Confi
 		// A lab's etcd starts empty: the classes cannot exist yet.
 		if _, err := client.ResourceV1().DeviceClasses().Create(ctx, &class, metav1.CreateOptions{FieldManager: "dralab"}); err != nil {
 			return fmt.Errorf("creating DeviceClass %s: %w", class.Name, err)
+		}
+	}
+	return nil
+}
+
+// applyManifests applies an outside driver's manifests (its DeviceClasses,
+// say) once the control plane is up; namespaced objects go to "default".
+func applyManifests(ctx context.Context, dir labstate.Dir, files []string) error {
+	if len(files) == 0 {
+		return nil
+	}
+	restConfig, err := clientcmd.BuildConfigFromFlags("", dir.Kubeconfig())
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(restConfig)
+	if err != nil {
+		return err
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(restConfig)
+	if err != nil {
+		return err
+	}
+	a := kubeapply.Applier{Dynamic: dyn, Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco)), FieldManager: "dralab"}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("driver manifest: %w", err)
+		}
+		objs, err := kubeapply.Decode(f, data)
+		if err != nil {
+			return err
+		}
+		for _, obj := range objs {
+			if _, err := a.Apply(ctx, obj, "default"); err != nil {
+				return fmt.Errorf("driver manifest %s: %s %s: %w", f, obj.GetKind(), obj.GetName(), err)
+			}
 		}
 	}
 	return nil

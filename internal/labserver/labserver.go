@@ -125,11 +125,23 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := applyDeviceClasses(ctx, dir, cfg); err != nil {
 		return err
 	}
-	for _, n := range cfg.Nodes {
-		if n.GPUs == nil {
-			continue
+	if cfg.Driver != nil {
+		if err := applyManifests(ctx, dir, cfg.Driver.Manifests); err != nil {
+			return err
 		}
-		if err := procs.start(ctx, labstate.RoleDriver, n.Name, driverArgs(dir, n, o.Verbosity), true); err != nil {
+	}
+	for _, n := range cfg.Nodes {
+		var err error
+		switch {
+		case cfg.Driver != nil:
+			var p *process
+			if p, err = outsideDriver(dir, cfg.Driver, n); err == nil {
+				err = procs.startProcess(ctx, p)
+			}
+		case n.GPUs != nil:
+			err = procs.start(ctx, labstate.RoleDriver, n.Name, driverArgs(dir, n, o.Verbosity), true)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -346,19 +358,50 @@ func nodeArgs(dir labstate.Dir, n config.Node, caCert string, verbosity int) ([]
 // read the claims of its pods, nothing more.
 func driverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
 	nd := dir.Node(n.Name)
-	return []string{
-		"--node-name=" + n.Name,
-		"--kubeconfig=" + nd.Kubeconfig(),
-		"--mode=" + n.GPUs.Mode,
-		"--profile=" + n.GPUs.Profile,
-		"--gpus=" + strconv.Itoa(n.GPUs.Count),
+	inventory := []string{"--inventory=fake", "--profile=" + n.GPUs.Profile, "--gpus=" + strconv.Itoa(n.GPUs.Count)}
+	if n.GPUs.NVML != "" {
+		source := n.GPUs.NVML
+		if source == config.NVMLHost {
+			source = "nvml"
+		}
+		inventory = []string{"--inventory=nvml", "--nvml=" + source}
+	}
+	return append(inventory,
+		"--node-name="+n.Name,
+		"--kubeconfig="+nd.Kubeconfig(),
+		"--mode="+n.GPUs.Mode,
 		"--kubelet-registrar-dir=" + nd.PluginsRegistry(),
 		"--kubelet-plugins-dir=" + nd.Plugins(),
 		"--kubelet-device-plugins-dir=" + devicePluginsDir(n, nd),
 		"--cdi-dir=" + nd.CDI(),
-		"--checkpoint-dir=" + nd.DriverCheckpoint(),
-		"--v=" + strconv.Itoa(verbosity),
+		"--checkpoint-dir="+nd.DriverCheckpoint(),
+		"--v="+strconv.Itoa(verbosity),
+	)
+}
+
+// outsideDriver runs a configured outside driver's kubelet plugin on a
+// node, with the node's credentials and directories in its placeholders.
+func outsideDriver(dir labstate.Dir, d *config.Driver, n config.Node) (*process, error) {
+	nd := dir.Node(n.Name)
+	pluginDir := filepath.Join(nd.Plugins(), d.Name)
+	for _, dir := range []string{pluginDir, nd.DriverCheckpoint(), nd.CDI()} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, err
+		}
 	}
+	args := d.Expand(map[string]string{
+		"{nodeName}":     n.Name,
+		"{kubeconfig}":   nd.Kubeconfig(),
+		"{registrarDir}": nd.PluginsRegistry(),
+		"{pluginDir}":    pluginDir,
+		"{cdiDir}":       nd.CDI(),
+		"{stateDir}":     nd.DriverCheckpoint(),
+	})
+	env := os.Environ()
+	for k, v := range d.Env {
+		env = append(env, k+"="+v)
+	}
+	return &process{role: labstate.RoleDriver, node: n.Name, bin: args[0], args: args[1:], env: env, restart: true}, nil
 }
 
 // nodeLabels are the labels a node registers with: its configured labels
@@ -368,7 +411,7 @@ func nodeLabels(n config.Node) map[string]string {
 	for k, v := range n.Labels {
 		labels[k] = v
 	}
-	if n.GPUs != nil {
+	if n.GPUs != nil && n.GPUs.Profile != "" {
 		labels[gpu.NodeProfileLabel] = n.GPUs.Profile
 	}
 	return labels

@@ -5,22 +5,26 @@
 package config
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
+	"strings"
 
-	"github.com/dralab/dralab/drivers/fakegpu"
-	"github.com/dralab/dralab/lab/examples"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	sigsjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
+
+	"github.com/dralab/dralab/drivers/fakegpu"
+	"github.com/dralab/dralab/drivers/nvml"
+	"github.com/dralab/dralab/internal/strictyaml"
+	"github.com/dralab/dralab/lab/examples"
 )
 
 const (
@@ -62,7 +66,40 @@ type Config struct {
 	APIServerPort int `json:"apiServerPort,omitempty"`
 	// Nodes are the lab's nodes, in order.
 	Nodes []Node `json:"nodes"`
+	// Driver runs an outside DRA driver's kubelet plugin on every node
+	// instead of dralab's GPU driver: a driver author's cluster for the
+	// conformance suite, without Docker.
+	Driver *Driver `json:"driver,omitempty"`
 }
+
+// Driver is an outside DRA driver's kubelet plugin, run by the lab on every
+// node as a host process, restarted when it exits.
+type Driver struct {
+	// Name is the DRA driver's name.
+	Name string `json:"name"`
+	// Command is the plugin's command line. Its words may contain the
+	// placeholders of Placeholders, filled in per node.
+	Command []string `json:"command"`
+	// Env is added to the lab's environment for the plugin.
+	Env map[string]string `json:"env,omitempty"`
+	// Manifests are YAML files (relative to the configuration file) the lab
+	// applies once the control plane is up, e.g. the driver's DeviceClasses.
+	Manifests []string `json:"manifests,omitempty"`
+}
+
+// Placeholders are what a driver command may contain, and what each becomes
+// on a node.
+var Placeholders = map[string]string{
+	"{nodeName}":     "the node's name",
+	"{kubeconfig}":   "a kubeconfig with the node's credentials (the Node authorizer lets it write its own slices)",
+	"{registrarDir}": "the kubelet's plugin registration directory",
+	"{pluginDir}":    "the driver's own directory under the kubelet's plugins directory, for its DRA socket",
+	"{cdiDir}":       "the CDI spec directory the node's runtime reads",
+	"{stateDir}":     "a directory that survives the plugin's restarts, for its checkpoint",
+}
+
+// placeholder finds {word} in s.
+var placeholder = regexp.MustCompile(`\{[A-Za-z]+\}`)
 
 // Node is one lab node.
 type Node struct {
@@ -76,12 +113,17 @@ type Node struct {
 	GPUs *GPUs `json:"gpus,omitempty"`
 }
 
-// GPUs names a GPU profile and how many such GPUs a node carries.
+// GPUs say what GPUs a node carries: Count fake GPUs of a Profile, or
+// those NVML reports.
 type GPUs struct {
-	// Profile names the GPU model, e.g. "h100-80gb".
-	Profile string `json:"profile"`
-	// Count is the number of GPUs.
-	Count int `json:"count"`
+	// Profile names the GPU model of fake GPUs, e.g. "h100-80gb".
+	Profile string `json:"profile,omitempty"`
+	// Count is the number of fake GPUs.
+	Count int `json:"count,omitempty"`
+	// NVML takes the GPUs from NVIDIA's management library instead:
+	// "host" (this machine's GPUs, through the NVIDIA driver) or
+	// "mock:<server>" (go-nvml's mock servers, e.g. mock:dgxh100).
+	NVML string `json:"nvml,omitempty"`
 	// Mode is how the node's driver serves them: "dra" (the default,
 	// ResourceSlices and claims) or "device-plugin" (an extended resource
 	// count, the way GPU device plugins work). Never both on one node.
@@ -107,34 +149,45 @@ func Default() *Config {
 	return cfg
 }
 
-// Load reads and validates a configuration file.
+// Load reads and validates a configuration file. A driver's manifests are
+// relative to the file.
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading lab config: %w", err)
 	}
-	return Parse(path, data)
+	return parse(path, filepath.Dir(path), data)
 }
 
 // ErrInvalid wraps every decoding and validation error.
 var ErrInvalid = errors.New("invalid lab config")
 
 // Parse decodes and validates a configuration; source names it in errors.
+// A driver's relative manifest paths are relative to the working directory.
 func Parse(source string, data []byte) (*Config, error) {
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, fmt.Errorf("%w %s: the file is empty", ErrInvalid, source)
-	}
-	jsonData, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		return nil, fmt.Errorf("%w %s: %v", ErrInvalid, source, err)
-	}
+	return parse(source, ".", data)
+}
+
+func parse(source, dir string, data []byte) (*Config, error) {
 	var cfg Config
-	strict, err := sigsjson.UnmarshalStrict(jsonData, &cfg)
-	if err != nil {
-		return nil, fmt.Errorf("%w %s: %v", ErrInvalid, source, err)
+	if err := strictyaml.Decode(data, &cfg); err != nil {
+		return nil, fmt.Errorf("%w %s: %w", ErrInvalid, source, err)
 	}
-	if len(strict) > 0 {
-		return nil, fmt.Errorf("%w %s: %w", ErrInvalid, source, errors.Join(strict...))
+	if cfg.Driver != nil {
+		// The lab process runs detached, elsewhere: relative paths are the
+		// configuration file's.
+		if len(cfg.Driver.Command) > 0 && strings.Contains(cfg.Driver.Command[0], "/") && !filepath.IsAbs(cfg.Driver.Command[0]) {
+			if abs, err := filepath.Abs(filepath.Join(dir, cfg.Driver.Command[0])); err == nil {
+				cfg.Driver.Command[0] = abs
+			}
+		}
+		for i, m := range cfg.Driver.Manifests {
+			if !filepath.IsAbs(m) {
+				if abs, err := filepath.Abs(filepath.Join(dir, m)); err == nil {
+					cfg.Driver.Manifests[i] = abs
+				}
+			}
+		}
 	}
 	if err := cfg.Complete(); err != nil {
 		return nil, fmt.Errorf("%w %s: %w", ErrInvalid, source, err)
@@ -222,21 +275,100 @@ func (c *Config) validate() field.ErrorList {
 			}
 		}
 		if n.GPUs != nil {
-			gp := p.Child("gpus")
-			if n.GPUs.Profile == "" {
-				errs = append(errs, field.Required(gp.Child("profile"), "name a GPU profile, e.g. h100-80gb"))
-			} else if known := fakegpu.BuiltinNames(); !slices.Contains(known, n.GPUs.Profile) {
-				errs = append(errs, field.NotSupported(gp.Child("profile"), n.GPUs.Profile, known))
-			}
-			if n.GPUs.Mode != GPUModeDRA && n.GPUs.Mode != GPUModeDevicePlugin {
-				errs = append(errs, field.NotSupported(gp.Child("mode"), n.GPUs.Mode, []string{GPUModeDRA, GPUModeDevicePlugin}))
-			}
-			if n.GPUs.Count < 1 || n.GPUs.Count > MaxGPUsPerNode {
-				errs = append(errs, field.Invalid(gp.Child("count"), n.GPUs.Count, fmt.Sprintf("must be between 1 and %d", MaxGPUsPerNode)))
+			if c.Driver != nil {
+				errs = append(errs, field.Forbidden(p.Child("gpus"), "the lab runs driver.command on every node instead of dralab's GPU driver: its devices are the outside driver's"))
+			} else {
+				errs = append(errs, n.GPUs.validate(p.Child("gpus"))...)
 			}
 		}
 	}
+	if c.Driver != nil {
+		errs = append(errs, c.Driver.validate(field.NewPath("driver"))...)
+	}
 	return errs
+}
+
+func (g *GPUs) validate(gp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch {
+	case g.NVML != "":
+		if g.Profile != "" || g.Count != 0 {
+			errs = append(errs, field.Forbidden(gp.Child("nvml"), "NVML reports the GPUs: give profile and count, or nvml, not both"))
+		}
+		if mock, ok := strings.CutPrefix(g.NVML, NVMLMockPrefix); ok {
+			if !slices.Contains(nvml.MockServers, mock) {
+				errs = append(errs, field.NotSupported(gp.Child("nvml"), g.NVML, nvmlChoices()))
+			}
+		} else if g.NVML != NVMLHost {
+			errs = append(errs, field.NotSupported(gp.Child("nvml"), g.NVML, nvmlChoices()))
+		}
+	case g.Profile == "":
+		errs = append(errs, field.Required(gp.Child("profile"), "name a GPU profile, e.g. h100-80gb (or set nvml)"))
+	default:
+		if known := fakegpu.BuiltinNames(); !slices.Contains(known, g.Profile) {
+			errs = append(errs, field.NotSupported(gp.Child("profile"), g.Profile, known))
+		}
+		if g.Count < 1 || g.Count > MaxGPUsPerNode {
+			errs = append(errs, field.Invalid(gp.Child("count"), g.Count, fmt.Sprintf("must be between 1 and %d", MaxGPUsPerNode)))
+		}
+	}
+	if g.Mode != GPUModeDRA && g.Mode != GPUModeDevicePlugin {
+		errs = append(errs, field.NotSupported(gp.Child("mode"), g.Mode, []string{GPUModeDRA, GPUModeDevicePlugin}))
+	}
+	return errs
+}
+
+// NVML sources of a node's GPUs.
+const (
+	NVMLHost       = "host"
+	NVMLMockPrefix = "mock:"
+)
+
+func nvmlChoices() []string {
+	out := []string{NVMLHost}
+	for _, m := range nvml.MockServers {
+		out = append(out, NVMLMockPrefix+m)
+	}
+	return out
+}
+
+func (d *Driver) validate(dp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if msgs := validation.IsDNS1123Subdomain(d.Name); len(msgs) > 0 || !strings.Contains(d.Name, ".") {
+		errs = append(errs, field.Invalid(dp.Child("name"), d.Name, "must be a DNS subdomain with at least one dot, the driver's name"))
+	}
+	if len(d.Command) == 0 || d.Command[0] == "" {
+		errs = append(errs, field.Required(dp.Child("command"), "the kubelet plugin's command line, e.g. [/usr/local/bin/my-plugin, --node-name={nodeName}]"))
+	}
+	for i, word := range d.Command {
+		for _, ph := range placeholder.FindAllString(word, -1) {
+			if _, ok := Placeholders[ph]; !ok {
+				errs = append(errs, field.NotSupported(dp.Child("command").Index(i), ph, slices.Sorted(maps.Keys(Placeholders))))
+			}
+		}
+	}
+	for i, m := range d.Manifests {
+		if !filepath.IsAbs(m) {
+			errs = append(errs, field.Invalid(dp.Child("manifests").Index(i), m, "must be absolute once loaded (relative paths are resolved against the configuration file)"))
+		} else if _, err := os.Stat(m); err != nil {
+			errs = append(errs, field.Invalid(dp.Child("manifests").Index(i), m, err.Error()))
+		}
+	}
+	return errs
+}
+
+// Expand fills a driver command's placeholders with a node's values.
+func (d *Driver) Expand(values map[string]string) []string {
+	out := make([]string, len(d.Command))
+	for i, word := range d.Command {
+		out[i] = placeholder.ReplaceAllStringFunc(word, func(ph string) string {
+			if v, ok := values[ph]; ok {
+				return v
+			}
+			return ph
+		})
+	}
+	return out
 }
 
 // Hash identifies a configuration's content: two labs with the same hash are

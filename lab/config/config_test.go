@@ -3,6 +3,8 @@ package config
 import (
 	"errors"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -65,6 +67,13 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"unknown profile", head + "nodes: [{name: a, gpus: {profile: h200-141gb, count: 1}}]\n", []string{"nodes[0].gpus.profile", `"h200-141gb"`, "h100-80gb"}},
 		{"unknown mode", head + "nodes: [{name: a, gpus: {profile: l4-24gb, count: 1, mode: both}}]\n", []string{"nodes[0].gpus.mode", `"both"`}},
 		{"bad label", head + "nodes: [{name: a, labels: {'bad key!': x}}]\n", []string{"nodes[0].labels[bad key!]"}},
+		{"unknown NVML mock", head + "nodes: [{name: a, gpus: {nvml: 'mock:dgx1'}}]\n", []string{"nodes[0].gpus.nvml", `"mock:dgx1"`, "mock:dgxh100"}},
+		{"NVML with a profile", head + "nodes: [{name: a, gpus: {nvml: host, profile: l4-24gb, count: 1}}]\n", []string{"nodes[0].gpus.nvml", "not both"}},
+		{"outside driver without command", head + "driver: {name: gpu.example.com}\nnodes: [{name: a}]\n", []string{"driver.command: Required"}},
+		{"outside driver placeholder", head + "driver: {name: gpu.example.com, command: [plugin, '--node={node}']}\nnodes: [{name: a}]\n", []string{"driver.command[1]", `"{node}"`, "{nodeName}"}},
+		{"outside driver and GPUs", head + "driver: {name: gpu.example.com, command: [plugin]}\nnodes: [{name: a, gpus: {profile: l4-24gb, count: 1}}]\n", []string{"nodes[0].gpus: Forbidden"}},
+		{"outside driver manifest", head + "driver: {name: gpu.example.com, command: [plugin], manifests: [nowhere.yaml]}\nnodes: [{name: a}]\n", []string{"driver.manifests[0]", "nowhere.yaml"}},
+		{"duplicate key", head + "name: a\nname: b\nnodes: [{name: a}]\n", []string{`key "name" already set`}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -92,5 +101,41 @@ func TestHashChangesWithContent(t *testing.T) {
 	b.Nodes[0].GPUs.Count++
 	if a.Hash() == b.Hash() {
 		t.Fatal("different configs hash the same")
+	}
+}
+
+func TestOutsideDriver(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "classes.yaml"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "lab.yaml")
+	data := "apiVersion: lab.dralab.dev/v1alpha1\nkind: Lab\nnodes: [{name: a}, {name: b}]\n" +
+		"driver: {name: gpu.example.com, command: [./bin/plugin, '--node={nodeName}', '--cdi={cdiDir}', '--x={nodeName}-{stateDir}'], manifests: [classes.yaml]}\n"
+	if err := os.WriteFile(file, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := cfg.Driver
+	if d.Command[0] != filepath.Join(dir, "bin/plugin") || d.Manifests[0] != filepath.Join(dir, "classes.yaml") {
+		t.Errorf("paths not resolved against the file: %v %v", d.Command, d.Manifests)
+	}
+	got := d.Expand(map[string]string{"{nodeName}": "a", "{cdiDir}": "/cdi", "{stateDir}": "/s"})
+	want := []string{d.Command[0], "--node=a", "--cdi=/cdi", "--x=a-/s"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("Expand = %v, want %v", got, want)
+	}
+}
+
+func TestNVMLNodes(t *testing.T) {
+	cfg, err := Parse("nvml.yaml", []byte("apiVersion: lab.dralab.dev/v1alpha1\nkind: Lab\nnodes: [{name: a, gpus: {nvml: 'mock:mixed'}}, {name: b, gpus: {nvml: host}}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := cfg.Nodes[0].GPUs; g.NVML != "mock:mixed" || g.Mode != GPUModeDRA || g.Count != 0 {
+		t.Errorf("NVML node = %+v", g)
 	}
 }

@@ -23,6 +23,8 @@ import (
 	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/kit"
+	"github.com/dralab/dralab/drivers/nvml"
+	"github.com/dralab/dralab/drivers/nvml/nvmllib"
 )
 
 // Modes.
@@ -37,6 +39,7 @@ type Options struct {
 	Kubeconfig       string
 	Mode             string
 	Inventory        string
+	NVML             string
 	Profile          string
 	ProfileFile      string
 	ProfileLabel     string
@@ -78,7 +81,8 @@ Every flag can also be set through the environment variable named in brackets.`,
 	f.StringVar(&o.NodeName, "node-name", "", "the node this driver serves (required)")
 	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
 	f.StringVar(&o.Mode, "mode", ModeDRA, "dra or device-plugin")
-	f.StringVar(&o.Inventory, "inventory", "fake", "where devices come from: fake (GPU profiles)")
+	f.StringVar(&o.Inventory, "inventory", InventoryFake, "where devices come from: fake (GPU profiles) or nvml (NVIDIA's management library)")
+	f.StringVar(&o.NVML, "nvml", nvmllib.SourceNVML, "the NVML of an nvml inventory: "+strings.Join(nvmllib.Sources(), ", ")+" (go-nvml's mock servers, for labs without GPUs)")
 	f.StringVar(&o.Profile, "profile", "", "built-in GPU profile of a fake inventory: "+strings.Join(fakegpu.BuiltinNames(), ", "))
 	f.StringVar(&o.ProfileFile, "profile-file", "", "GPU profile file of a fake inventory, instead of --profile")
 	f.StringVar(&o.ProfileLabel, "profile-label", "", "read the profile from this label of the node, instead of --profile (one DaemonSet, mixed nodes)")
@@ -119,10 +123,30 @@ func applyEnv(fs *pflag.FlagSet) error {
 	return err
 }
 
+// Inventories.
+const (
+	InventoryFake = "fake"
+	InventoryNVML = "nvml"
+)
+
 // Run runs the driver until ctx ends.
 func Run(ctx context.Context, o Options) error {
 	logger := klog.FromContext(ctx).WithValues("node", o.NodeName)
 	ctx = klog.NewContext(ctx, logger)
+	var inv kit.Inventory
+	switch o.Inventory {
+	case InventoryNVML:
+		// NVML first: on a machine without it, that is the one thing to say.
+		nv, err := nvmlInventory(o)
+		if err != nil {
+			return err
+		}
+		defer nv.Close()
+		inv = nv
+	case InventoryFake:
+	default:
+		return fmt.Errorf("--inventory %q: want %s or %s", o.Inventory, InventoryFake, InventoryNVML)
+	}
 	if o.NodeName == "" {
 		return fmt.Errorf("--node-name (or $%s) is required", envName("node-name"))
 	}
@@ -130,12 +154,13 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	if err := fromNodeLabels(ctx, client, &o); err != nil {
-		return err
-	}
-	inv, err := inventory(o)
-	if err != nil {
-		return err
+	if inv == nil {
+		if err := fromNodeLabels(ctx, client, &o); err != nil {
+			return err
+		}
+		if inv, err = fakeInventory(o); err != nil {
+			return err
+		}
 	}
 	switch o.Mode {
 	case ModeDRA:
@@ -202,10 +227,22 @@ func fromNodeLabels(ctx context.Context, client kubernetes.Interface, o *Options
 	return nil
 }
 
-func inventory(o Options) (kit.Inventory, error) {
-	if o.Inventory != "fake" {
-		return nil, fmt.Errorf("--inventory %q: want fake", o.Inventory)
+// nvmlInventory opens NVML, or a mock server, whose GPUs get stable
+// identities from the node's name.
+func nvmlInventory(o Options) (*nvml.Inventory, error) {
+	mock := strings.HasPrefix(o.NVML, nvmllib.MockPrefix)
+	if mock && o.NodeName == "" {
+		return nil, fmt.Errorf("--nvml %s: a mock server needs --node-name (or $%s)", o.NVML, envName("node-name"))
 	}
+	lister, err := nvmllib.Open(o.NVML, nvmllib.WithNode(o.NodeName))
+	if err != nil {
+		return nil, err
+	}
+	// A mock's GPUs have no device files for the runtime to find.
+	return &nvml.Inventory{Lister: lister, SysfsRoot: "/sys", OmitDeviceNodes: mock}, nil
+}
+
+func fakeInventory(o Options) (kit.Inventory, error) {
 	var (
 		p   *fakegpu.Profile
 		err error

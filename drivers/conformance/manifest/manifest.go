@@ -1,0 +1,521 @@
+// Package manifest defines a DRA driver's capability manifest, driver.yaml:
+// what the conformance suite may expect of the driver under test. It plays
+// the part of csi-test's test-driver.yaml with one difference: the file is
+// versioned and decoded strictly, so a misspelt capability is an error
+// naming the file and the field, never a test silently skipped.
+package manifest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/dralab/dralab/internal/strictyaml"
+)
+
+// Manifest file identity.
+const (
+	APIVersion = "conformance.dralab.dev/v1alpha1"
+	Kind       = "DriverManifest"
+)
+
+// Defaults of the timeouts a manifest leaves out.
+const (
+	DefaultPodRunningTimeout = 2 * time.Minute
+	DefaultPrepareTimeout    = 30 * time.Second
+)
+
+// Limits Kubernetes puts on what a manifest names; checking them here
+// reports a bad manifest before the suite creates anything.
+const (
+	// maxDriverNameLength is resource.k8s.io's DriverNameMaxLength: a driver
+	// name is a DNS subdomain but also a label value in places.
+	maxDriverNameLength = 63
+	// minPrioritizedClasses: a prioritized list of one class is a plain
+	// request and would test nothing.
+	minPrioritizedClasses = 2
+	// maxPrioritizedClasses is resource.k8s.io's
+	// FirstAvailableDeviceRequestMaxSize: a request's firstAvailable list
+	// holds at most 8 subrequests.
+	maxPrioritizedClasses = 8
+)
+
+// ErrInvalid wraps every decoding and validation error of a manifest.
+var ErrInvalid = errors.New("invalid driver manifest")
+
+// Capability names a DRA feature the driver supports; the suite runs the
+// tests of a feature only for a driver whose manifest enables it.
+type Capability string
+
+// Capabilities are named after the upstream Kubernetes feature gate where
+// one exists, so that a manifest reads like the cluster's --feature-gates.
+const (
+	// DRAPrioritizedList: claims may ask for the driver's devices through a
+	// prioritized list (firstAvailable) over the manifest's
+	// prioritizedClasses, and the driver prepares results whose request is
+	// "request/subrequest".
+	DRAPrioritizedList Capability = "DRAPrioritizedList"
+	// DRAAdminAccess: the driver prepares claims with adminAccess for
+	// devices already allocated to other claims, for monitoring, without
+	// disturbing the workload using them.
+	DRAAdminAccess Capability = "DRAAdminAccess"
+	// DRADeviceTaints: the driver's devices can be tainted, by the driver in
+	// its ResourceSlices or by a DeviceTaintRule, and pods that do not
+	// tolerate a taint neither get nor keep such a device.
+	DRADeviceTaints Capability = "DRADeviceTaints"
+	// DRAExtendedResource: the driver's DeviceClass advertises
+	// extendedResourceName, so a pod asking for that extended resource in
+	// its container resources gets a device through a claim the scheduler
+	// creates, without writing a claim itself.
+	DRAExtendedResource Capability = "DRAExtendedResource"
+	// DRAPartitionableDevices: the driver publishes partitions that consume
+	// shared counters of a physical device, and allocating one partition
+	// makes the overlapping ones unavailable.
+	DRAPartitionableDevices Capability = "DRAPartitionableDevices"
+	// DRAConsumableCapacity: the driver's devices allow multiple allocations,
+	// each claim consuming part of a device's capacity, and the driver
+	// prepares several claims on one device.
+	DRAConsumableCapacity Capability = "DRAConsumableCapacity"
+	// DRADeviceBindingConditions: the driver's devices carry binding
+	// conditions, and a pod is bound only once the driver reports them met
+	// in the claim's device status.
+	DRADeviceBindingConditions Capability = "DRADeviceBindingConditions"
+	// DRAResourceClaimDeviceStatus: the driver writes the status of the
+	// devices it prepared (conditions, data, network data) into the claim.
+	DRAResourceClaimDeviceStatus Capability = "DRAResourceClaimDeviceStatus"
+	// SharedClaims: one claim used by several pods is prepared for each of
+	// them and gives every pod the same device.
+	SharedClaims Capability = "SharedClaims"
+	// OpaqueConfig: the driver accepts opaque configuration addressed to it
+	// in a DeviceClass or claim, and fails preparation with a clear error
+	// for configuration it cannot parse.
+	OpaqueConfig Capability = "OpaqueConfig"
+)
+
+// knownCapabilities lists every capability, in the order of the constants.
+var knownCapabilities = []Capability{
+	DRAPrioritizedList,
+	DRAAdminAccess,
+	DRADeviceTaints,
+	DRAExtendedResource,
+	DRAPartitionableDevices,
+	DRAConsumableCapacity,
+	DRADeviceBindingConditions,
+	DRAResourceClaimDeviceStatus,
+	SharedClaims,
+	OpaqueConfig,
+}
+
+// Capabilities returns every capability a manifest may name.
+func Capabilities() []Capability {
+	return slices.Clone(knownCapabilities)
+}
+
+// Manifest is a validated driver.yaml with its defaults applied.
+type Manifest struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Driver is the DRA driver's name, a DNS subdomain such as
+	// gpu.example.com.
+	Driver string `json:"driver"`
+	// DeviceClass selects one device of the driver.
+	DeviceClass string `json:"deviceClass"`
+	// PrioritizedClasses are the classes of the prioritized-list tests,
+	// most preferred first.
+	PrioritizedClasses []string `json:"prioritizedClasses,omitempty"`
+	// Capabilities says which features the driver supports; a capability
+	// not named is not supported.
+	Capabilities map[Capability]bool `json:"capabilities,omitempty"`
+	// ExtendedResourceName is the extended resource the driver's
+	// DeviceClass advertises (spec.extendedResourceName); empty: the name
+	// every class has implicitly, deviceclass.resource.kubernetes.io/<class>.
+	ExtendedResourceName string `json:"extendedResourceName,omitempty"`
+	// Proof is how a container shows that it got its device.
+	Proof Proof `json:"proof"`
+	// Timeouts bound how long the suite waits.
+	Timeouts Timeouts `json:"timeouts"`
+	// Sanity tunes the sanity layer, which calls the driver's kubelet
+	// plugin directly.
+	Sanity Sanity `json:"sanity"`
+}
+
+// Proof is how a container shows that it got its device: exactly one of
+// Env and Command is set.
+type Proof struct {
+	Env     *EnvProof     `json:"env,omitempty"`
+	Command *CommandProof `json:"command,omitempty"`
+}
+
+// EnvProof: the driver sets the environment variable Name in the
+// container (through CDI) to a value that Pattern matches.
+type EnvProof struct {
+	Name string `json:"name"`
+	// Pattern is a Go regular expression; anchor it to match the whole
+	// value.
+	Pattern string `json:"pattern"`
+}
+
+// CommandProof: Args, run in the container, print output that Pattern
+// matches, e.g. nvidia-smi -L listing the device.
+type CommandProof struct {
+	Args []string `json:"args"`
+	// Pattern is a Go regular expression matched against the command's
+	// output.
+	Pattern string `json:"pattern"`
+}
+
+// Timeouts bound how long the suite waits for the driver.
+type Timeouts struct {
+	// PodRunning is how long a pod using the driver's devices may take to
+	// run: scheduling, preparation and container start.
+	PodRunning time.Duration `json:"podRunning"`
+	// Prepare is how long one NodePrepareResources call may take.
+	Prepare time.Duration `json:"prepare"`
+}
+
+// MarshalJSON writes durations the way the file spells them ("2m0s"), so
+// that a marshalled Manifest parses back to itself.
+func (t Timeouts) MarshalJSON() ([]byte, error) {
+	return json.Marshal(timeoutsFile{PodRunning: t.PodRunning.String(), Prepare: t.Prepare.String()})
+}
+
+// Sanity tunes the sanity layer.
+type Sanity struct {
+	// Restartable: the sanity layer may restart the driver between
+	// preparing and unpreparing a claim, to check that the driver's
+	// checkpoint survives a restart.
+	Restartable bool `json:"restartable"`
+}
+
+// Enabled reports whether the manifest says the driver supports c.
+func (m *Manifest) Enabled(c Capability) bool {
+	return m.Capabilities[c]
+}
+
+// document is a driver.yaml as written. Durations stay strings and optional
+// booleans pointers until validation, so that a bad duration is reported
+// with its field among all other errors, and a default is told apart from
+// an explicit false.
+type document struct {
+	Manifest
+	Timeouts *timeoutsFile `json:"timeouts,omitempty"`
+	Sanity   *sanityFile   `json:"sanity,omitempty"`
+}
+
+type timeoutsFile struct {
+	PodRunning string `json:"podRunning,omitempty"`
+	Prepare    string `json:"prepare,omitempty"`
+}
+
+type sanityFile struct {
+	Restartable *bool `json:"restartable,omitempty"`
+}
+
+// Load reads and validates a manifest file.
+func Load(file string) (*Manifest, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("reading driver manifest: %w", err)
+	}
+	return Parse(file, data)
+}
+
+// Parse decodes a manifest strictly, applies defaults and validates it;
+// source names the file in errors. Every validation error is reported, not
+// only the first.
+func Parse(source string, data []byte) (*Manifest, error) {
+	wrap := func(err error) error { return fmt.Errorf("%w %s: %w", ErrInvalid, source, err) }
+	var f document
+	if err := strictyaml.Decode(data, &f); err != nil {
+		return nil, wrap(err)
+	}
+	m, errs := f.complete()
+	if len(errs) > 0 {
+		return nil, wrap(errs.ToAggregate())
+	}
+	return m, nil
+}
+
+// complete turns the document into a Manifest with defaults applied and
+// returns every error found on the way.
+func (f *document) complete() (*Manifest, field.ErrorList) {
+	m := f.Manifest
+	errs := m.validate()
+
+	timeouts := timeoutsFile{}
+	if f.Timeouts != nil {
+		timeouts = *f.Timeouts
+	}
+	tp := field.NewPath("timeouts")
+	var err *field.Error
+	m.Timeouts.PodRunning, err = parseDuration(tp.Child("podRunning"), timeouts.PodRunning, DefaultPodRunningTimeout)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	m.Timeouts.Prepare, err = parseDuration(tp.Child("prepare"), timeouts.Prepare, DefaultPrepareTimeout)
+	if err != nil {
+		errs = append(errs, err)
+	}
+
+	m.Sanity.Restartable = true
+	if f.Sanity != nil && f.Sanity.Restartable != nil {
+		m.Sanity.Restartable = *f.Sanity.Restartable
+	}
+	return &m, errs
+}
+
+func parseDuration(p *field.Path, s string, def time.Duration) (time.Duration, *field.Error) {
+	if s == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, field.Invalid(p, s, `must be a Go duration such as "90s" or "2m"`)
+	}
+	if d <= 0 {
+		return 0, field.Invalid(p, s, "must be positive")
+	}
+	return d, nil
+}
+
+func (m *Manifest) validate() field.ErrorList {
+	var errs field.ErrorList
+	if m.APIVersion != APIVersion {
+		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), m.APIVersion, []string{APIVersion}))
+	}
+	if m.Kind != Kind {
+		errs = append(errs, field.NotSupported(field.NewPath("kind"), m.Kind, []string{Kind}))
+	}
+
+	dp := field.NewPath("driver")
+	switch {
+	case m.Driver == "":
+		errs = append(errs, field.Required(dp, "the DRA driver's name, e.g. gpu.example.com"))
+	case len(m.Driver) > maxDriverNameLength:
+		errs = append(errs, field.TooLong(dp, m.Driver, maxDriverNameLength))
+	default:
+		for _, msg := range validation.IsDNS1123Subdomain(m.Driver) {
+			errs = append(errs, field.Invalid(dp, m.Driver, msg))
+		}
+		if !strings.Contains(m.Driver, ".") {
+			errs = append(errs, field.Invalid(dp, m.Driver, "must be a domain name with a dot, e.g. gpu.example.com, so that it cannot clash with another vendor's driver"))
+		}
+	}
+
+	errs = append(errs, validateClassName(field.NewPath("deviceClass"), m.DeviceClass)...)
+
+	pp := field.NewPath("prioritizedClasses")
+	switch n := len(m.PrioritizedClasses); {
+	case n == 0 && m.Enabled(DRAPrioritizedList):
+		errs = append(errs, field.Required(pp, fmt.Sprintf("%s is enabled: list at least %d classes, most preferred first", DRAPrioritizedList, minPrioritizedClasses)))
+	case n > 0 && n < minPrioritizedClasses:
+		errs = append(errs, field.TooFew(pp, n, minPrioritizedClasses))
+	case n > maxPrioritizedClasses:
+		errs = append(errs, field.TooMany(pp, n, maxPrioritizedClasses))
+	}
+	seen := sets.New[string]()
+	for i, class := range m.PrioritizedClasses {
+		errs = append(errs, validateClassName(pp.Index(i), class)...)
+		if seen.Has(class) {
+			errs = append(errs, field.Duplicate(pp.Index(i), class))
+		}
+		seen.Insert(class)
+	}
+
+	errs = append(errs, validateCapabilities(field.NewPath("capabilities"), m.Capabilities)...)
+
+	if m.ExtendedResourceName != "" {
+		errs = append(errs, validateExtendedResourceName(field.NewPath("extendedResourceName"), m.ExtendedResourceName)...)
+	}
+
+	errs = append(errs, m.Proof.validate(field.NewPath("proof"))...)
+	return errs
+}
+
+func validateClassName(p *field.Path, name string) field.ErrorList {
+	if name == "" {
+		return field.ErrorList{field.Required(p, "a DeviceClass name")}
+	}
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1123Subdomain(name) {
+		errs = append(errs, field.Invalid(p, name, msg))
+	}
+	return errs
+}
+
+// validateExtendedResourceName applies the API server's rule for extended
+// resources: domain-prefixed, outside kubernetes.io, and usable in a quota
+// as requests.<name>.
+func validateExtendedResourceName(p *field.Path, name string) field.ErrorList {
+	var errs field.ErrorList
+	domain, _, prefixed := strings.Cut(name, "/")
+	if !prefixed {
+		errs = append(errs, field.Invalid(p, name, "must be prefixed with a domain, e.g. example.com/gpu"))
+	} else if domain == "kubernetes.io" || strings.HasSuffix(domain, ".kubernetes.io") {
+		errs = append(errs, field.Invalid(p, name, "the kubernetes.io domain is reserved for native resources"))
+	}
+	for _, msg := range validation.IsQualifiedName("requests." + name) {
+		errs = append(errs, field.Invalid(p, name, msg))
+	}
+	return errs
+}
+
+func validateCapabilities(p *field.Path, caps map[Capability]bool) field.ErrorList {
+	var unknown []string
+	for c := range caps {
+		if !slices.Contains(knownCapabilities, c) {
+			unknown = append(unknown, string(c))
+		}
+	}
+	sort.Strings(unknown) // map order would make the message change from run to run
+	var known []string
+	for _, c := range knownCapabilities {
+		known = append(known, string(c))
+	}
+	var errs field.ErrorList
+	for _, name := range unknown {
+		detail := "unknown capability; "
+		if s := suggest(name, known); s != "" {
+			detail += "did you mean " + s + "? "
+		}
+		detail += "known: " + strings.Join(known, ", ")
+		// The name is already the last element of the path: omit it as
+		// the value, so the message does not repeat it.
+		errs = append(errs, &field.Error{Type: field.ErrorTypeNotSupported, Field: p.Child(name).String(), BadValue: field.OmitValueType{}, Detail: detail})
+	}
+	return errs
+}
+
+func (pr *Proof) validate(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch {
+	case pr.Env == nil && pr.Command == nil:
+		return field.ErrorList{field.Required(p, "set exactly one of env and command: how a container shows it got its device")}
+	case pr.Env != nil && pr.Command != nil:
+		errs = append(errs, field.Forbidden(p, "set exactly one of env and command, not both"))
+	}
+	if e := pr.Env; e != nil {
+		ep := p.Child("env")
+		if e.Name == "" {
+			errs = append(errs, field.Required(ep.Child("name"), "the environment variable the driver sets, e.g. GPU_DEVICE_0"))
+		} else {
+			for _, msg := range validation.IsEnvVarName(e.Name) {
+				errs = append(errs, field.Invalid(ep.Child("name"), e.Name, msg))
+			}
+		}
+		errs = append(errs, validatePattern(ep.Child("pattern"), e.Pattern)...)
+	}
+	if c := pr.Command; c != nil {
+		cp := p.Child("command")
+		if len(c.Args) == 0 {
+			errs = append(errs, field.Required(cp.Child("args"), "the command to run in the container, e.g. [nvidia-smi, -L]"))
+		}
+		errs = append(errs, validatePattern(cp.Child("pattern"), c.Pattern)...)
+	}
+	return errs
+}
+
+// validatePattern requires a pattern because an empty one matches
+// anything, which would make the proof prove nothing.
+func validatePattern(p *field.Path, pattern string) field.ErrorList {
+	if pattern == "" {
+		return field.ErrorList{field.Required(p, "a Go regular expression the value must match")}
+	}
+	if _, err := regexp.Compile(pattern); err != nil {
+		return field.ErrorList{field.Invalid(p, pattern, err.Error())}
+	}
+	return nil
+}
+
+// suggest returns the known name closest to name, or "" when none is close
+// enough to be a likely typo.
+func suggest(name string, known []string) string {
+	best, bestDist := "", -1
+	for _, k := range known {
+		d := editDistance(strings.ToLower(name), strings.ToLower(k))
+		if bestDist < 0 || d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	// A third of the name may be wrong: "DRAPriorityList" still suggests
+	// DRAPrioritizedList, "GPU" suggests nothing.
+	if bestDist > max(2, len(name)/3) {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(rb)]
+}
+
+// ExtendedResource is the extended resource a pod asks for to get one of
+// the driver's devices without a claim.
+func (m *Manifest) ExtendedResource() string {
+	if m.ExtendedResourceName != "" {
+		return m.ExtendedResourceName
+	}
+	return "deviceclass.resource.kubernetes.io/" + m.DeviceClass
+}
+
+// Match finds the proof in a container's output (its log): the env
+// variable's value (the container prints its environment) or the match of
+// the command's pattern. It returns the proven value.
+func (p Proof) Match(output string) (string, error) {
+	switch {
+	case p.Env != nil:
+		re, err := regexp.Compile(p.Env.Pattern)
+		if err != nil {
+			return "", err
+		}
+		for _, line := range strings.Split(output, "\n") {
+			v, ok := strings.CutPrefix(strings.TrimRight(line, "\r"), p.Env.Name+"=")
+			if !ok {
+				continue
+			}
+			if !re.MatchString(v) {
+				return "", fmt.Errorf("%s=%q does not match %q", p.Env.Name, v, p.Env.Pattern)
+			}
+			return v, nil
+		}
+		return "", fmt.Errorf("the container's environment has no %s", p.Env.Name)
+	case p.Command != nil:
+		re, err := regexp.Compile(p.Command.Pattern)
+		if err != nil {
+			return "", err
+		}
+		if m := re.FindString(output); m != "" {
+			return m, nil
+		}
+		return "", fmt.Errorf("the output of %v does not match %q", p.Command.Args, p.Command.Pattern)
+	}
+	return "", fmt.Errorf("the manifest names no proof")
+}

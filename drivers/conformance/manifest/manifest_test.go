@@ -1,0 +1,243 @@
+package manifest
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+func TestExampleLoads(t *testing.T) {
+	m, err := Load("testdata/driver.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Manifest{
+		APIVersion:         APIVersion,
+		Kind:               Kind,
+		Driver:             "gpu.dralab.dev",
+		DeviceClass:        "gpu.dralab.dev",
+		PrioritizedClasses: []string{"h100.gpu.dralab.dev", "a100.gpu.dralab.dev", "l4.gpu.dralab.dev"},
+		Capabilities: map[Capability]bool{
+			DRAPrioritizedList:      true,
+			DRAAdminAccess:          true,
+			DRADeviceTaints:         true,
+			DRAExtendedResource:     true,
+			DRAPartitionableDevices: false,
+			SharedClaims:            true,
+			OpaqueConfig:            true,
+		},
+		ExtendedResourceName: "dralab.dev/gpu",
+		Proof:                Proof{Env: &EnvProof{Name: "GPU_DEVICE_0", Pattern: "^gpu-[0-9]+$"}},
+		Timeouts:             Timeouts{PodRunning: 90 * time.Second, Prepare: DefaultPrepareTimeout},
+		Sanity:               Sanity{Restartable: false},
+	}
+	if !reflect.DeepEqual(m, want) {
+		t.Errorf("Load = %+v\nwant %+v", m, want)
+	}
+	for c, want := range map[Capability]bool{DRAAdminAccess: true, DRAPartitionableDevices: false, DRAConsumableCapacity: false} {
+		if got := m.Enabled(c); got != want {
+			t.Errorf("Enabled(%s) = %v, want %v", c, got, want)
+		}
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := Load("testdata/no-such-driver.yaml")
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Load of a missing file = %v, want fs.ErrNotExist", err)
+	}
+}
+
+const minimal = `apiVersion: conformance.dralab.dev/v1alpha1
+kind: DriverManifest
+driver: gpu.example.com
+deviceClass: gpu.example.com
+proof:
+  command: {args: [nvidia-smi, -L], pattern: "GPU [0-9]+"}
+`
+
+func TestMinimalRoundTripsWithDefaults(t *testing.T) {
+	m, err := Parse("driver.yaml", []byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Manifest{
+		APIVersion:  APIVersion,
+		Kind:        Kind,
+		Driver:      "gpu.example.com",
+		DeviceClass: "gpu.example.com",
+		Proof:       Proof{Command: &CommandProof{Args: []string{"nvidia-smi", "-L"}, Pattern: "GPU [0-9]+"}},
+		Timeouts:    Timeouts{PodRunning: DefaultPodRunningTimeout, Prepare: DefaultPrepareTimeout},
+		Sanity:      Sanity{Restartable: true},
+	}
+	if !reflect.DeepEqual(m, want) {
+		t.Fatalf("Parse = %+v\nwant %+v", m, want)
+	}
+	if m.Enabled(DRAPrioritizedList) {
+		t.Error("a capability the manifest does not name is enabled")
+	}
+
+	// Written back, the defaults are explicit and parse to the same manifest.
+	data, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	written, err := yaml.JSONToYAML(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"podRunning: 2m0s", "prepare: 30s", "restartable: true"} {
+		if !strings.Contains(string(written), w) {
+			t.Errorf("written manifest lacks %q:\n%s", w, written)
+		}
+	}
+	again, err := Parse("written.yaml", written)
+	if err != nil {
+		t.Fatalf("written manifest does not parse: %v\n%s", err, written)
+	}
+	if !reflect.DeepEqual(again, m) {
+		t.Errorf("round trip = %+v\nwant %+v", again, m)
+	}
+}
+
+func TestParseErrorsNameFileAndField(t *testing.T) {
+	// Each case replaces or adds lines of the minimal manifest.
+	without := func(field string) string {
+		var kept []string
+		for _, l := range strings.SplitAfter(minimal, "\n") {
+			if !strings.HasPrefix(l, field+":") {
+				kept = append(kept, l)
+			}
+		}
+		return strings.Join(kept, "")
+	}
+	withProof := func(proof string) string {
+		return strings.Replace(minimal, "proof:\n  command: {args: [nvidia-smi, -L], pattern: \"GPU [0-9]+\"}\n", "proof:\n"+proof, 1)
+	}
+	cases := []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"empty", "", []string{"empty"}},
+		{"only comments", "# nothing yet\n", []string{"only comments"}},
+		{"malformed yaml", minimal + "capabilities: [\n", []string{"yaml"}},
+		{"unknown top-level field", minimal + "drivr: gpu.example.com\n", []string{`unknown field "drivr"`}},
+		{"unknown nested field", minimal + "sanity: {restartable: true, reboot: true}\n", []string{`unknown field "sanity.reboot"`}},
+		{"field in wrong case", minimal + "DeviceClass: x\n", []string{`unknown field "DeviceClass"`}},
+		{"wrong type", minimal + "capabilities: {SharedClaims: yes please}\n", []string{"capabilities", "bool"}},
+		{
+			"misspelt capability", minimal + "capabilities:\n  DRAPriorityList: true\n",
+			[]string{"driver.yaml: capabilities.DRAPriorityList: ", "unknown capability; did you mean DRAPrioritizedList? known: DRAPrioritizedList, DRAAdminAccess"},
+		},
+		{"capability without its prefix", minimal + "capabilities: {AdminAccess: true}\n", []string{"capabilities.AdminAccess", "did you mean DRAAdminAccess?"}},
+		{"capability far from any", minimal + "capabilities: {Teleport: true}\n", []string{"capabilities.Teleport: ", "unknown capability; known: "}},
+		{"bad apiVersion", strings.Replace(minimal, "conformance.dralab.dev/v1alpha1", "conformance.dralab.dev/v1", 1), []string{"apiVersion: Unsupported value", `"conformance.dralab.dev/v1"`, APIVersion}},
+		{"bad kind", strings.Replace(minimal, "kind: DriverManifest", "kind: Driver", 1), []string{"kind: Unsupported value", `"Driver"`, Kind}},
+		{"missing driver", without("driver"), []string{"driver: Required"}},
+		{"driver without a dot", strings.Replace(minimal, "driver: gpu.example.com", "driver: gpu", 1), []string{"driver: Invalid value", "with a dot"}},
+		{"driver not a DNS name", strings.Replace(minimal, "driver: gpu.example.com", "driver: GPU.Example.com", 1), []string{"driver: Invalid value", "lowercase"}},
+		{"missing device class", without("deviceClass"), []string{"deviceClass: Required"}},
+		{"no proof", strings.Split(minimal, "proof:")[0], []string{"proof: Required", "exactly one of env and command"}},
+		{
+			"env and command", withProof("  env: {name: GPU_DEVICE_0, pattern: \"^gpu-[0-9]+$\"}\n  command: {args: [ls], pattern: gpu}\n"),
+			[]string{"driver.yaml: proof: Forbidden", "exactly one of env and command, not both"},
+		},
+		{"bad env regexp", withProof("  env: {name: GPU_DEVICE_0, pattern: \"^gpu-[0-9+$\"}\n"), []string{"proof.env.pattern: Invalid value", "missing closing ]"}},
+		{"bad command regexp", withProof("  command: {args: [ls], pattern: \"(gpu\"}\n"), []string{"proof.command.pattern: Invalid value", "missing closing )"}},
+		{"empty pattern", withProof("  env: {name: GPU_DEVICE_0}\n"), []string{"proof.env.pattern: Required"}},
+		{"bad env name", withProof("  env: {name: 0GPU, pattern: gpu}\n"), []string{"proof.env.name: Invalid value", `"0GPU"`}},
+		{"command without args", withProof("  command: {pattern: gpu}\n"), []string{"proof.command.args: Required"}},
+		{"prioritized list without classes", minimal + "capabilities: {DRAPrioritizedList: true}\n", []string{"prioritizedClasses: Required", "DRAPrioritizedList is enabled"}},
+		{"prioritized list of one", minimal + "prioritizedClasses: [a.example.com]\n", []string{"prioritizedClasses: Too few"}},
+		{"prioritized list of nine", minimal + "prioritizedClasses: [a, b, c, d, e, f, g, h, i]\n", []string{"prioritizedClasses: Too many"}},
+		{"duplicate prioritized class", minimal + "prioritizedClasses: [a, b, a]\n", []string{"prioritizedClasses[2]: Duplicate", `"a"`}},
+		{"extended resource without domain", minimal + "extendedResourceName: gpu\n", []string{"extendedResourceName: Invalid value", "prefixed with a domain"}},
+		{"native resource name", minimal + "extendedResourceName: kubernetes.io/gpu\n", []string{"extendedResourceName: Invalid value", "reserved"}},
+		{"bad duration", minimal + "timeouts: {podRunning: 2 minutes}\n", []string{"timeouts.podRunning: Invalid value", `"2 minutes"`, "Go duration"}},
+		{"duration without unit", minimal + "timeouts: {prepare: \"30\"}\n", []string{"timeouts.prepare: Invalid value", `"30"`}},
+		{"zero duration", minimal + "timeouts: {prepare: 0s}\n", []string{"timeouts.prepare: Invalid value", "must be positive"}},
+		{"negative duration", minimal + "timeouts: {podRunning: -1m}\n", []string{"timeouts.podRunning: Invalid value", "must be positive"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse("driver.yaml", []byte(c.yaml))
+			if err == nil {
+				t.Fatalf("no error for\n%s", c.yaml)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error does not wrap ErrInvalid: %v", err)
+			}
+			for _, w := range append(c.want, "driver.yaml: ") {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestParseReportsEveryError(t *testing.T) {
+	data := `apiVersion: conformance.dralab.dev/v1alpha1
+kind: DriverManifest
+deviceClass: gpu.example.com
+capabilities: {DRAPrioritizedList: true, OpaqueConfg: true}
+proof:
+  env: {name: GPU_DEVICE_0, pattern: "("}
+timeouts: {prepare: soon}
+`
+	_, err := Parse("driver.yaml", []byte(data))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, w := range []string{"driver: Required", "prioritizedClasses: Required", "capabilities.OpaqueConfg", "did you mean OpaqueConfig?", "proof.env.pattern", "timeouts.prepare"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not mention %q", err, w)
+		}
+	}
+}
+
+func TestSuggest(t *testing.T) {
+	known := make([]string, 0, len(knownCapabilities))
+	for _, c := range Capabilities() {
+		known = append(known, string(c))
+	}
+	for name, want := range map[string]string{
+		"DRAPriorityList":           "DRAPrioritizedList",
+		"draadminaccess":            "DRAAdminAccess",
+		"DRADeviceTaint":            "DRADeviceTaints",
+		"SharedClaim":               "SharedClaims",
+		"ConsumableCapacity":        "DRAConsumableCapacity",
+		"DRAResourceClaimStatus":    "DRAResourceClaimDeviceStatus",
+		"GPU":                       "",
+		"DynamicResourceAllocation": "",
+	} {
+		if got := suggest(name, known); got != want {
+			t.Errorf("suggest(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+func TestProofMatch(t *testing.T) {
+	env := Proof{Env: &EnvProof{Name: "GPU_DEVICE_0", Pattern: "^gpu-[0-9]+$"}}
+	if v, err := env.Match("PATH=/bin\nGPU_DEVICE_0=gpu-3\nGPU_DEVICE_0_UUID=x\n"); err != nil || v != "gpu-3" {
+		t.Errorf("env proof = %q, %v; want gpu-3", v, err)
+	}
+	for out, want := range map[string]string{"PATH=/bin\n": "has no GPU_DEVICE_0", "GPU_DEVICE_0=cpu\n": `does not match`} {
+		if _, err := env.Match(out); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("env proof of %q = %v, want an error containing %q", out, err, want)
+		}
+	}
+	cmd := Proof{Command: &CommandProof{Args: []string{"nvidia-smi", "-L"}, Pattern: `GPU 0: NVIDIA \S+`}}
+	if v, err := cmd.Match("GPU 0: NVIDIA H100 (UUID: GPU-1)"); err != nil || v != "GPU 0: NVIDIA H100" {
+		t.Errorf("command proof = %q, %v", v, err)
+	}
+	if _, err := cmd.Match("No devices were found"); err == nil {
+		t.Error("command proof matched output without a GPU")
+	}
+}

@@ -1,0 +1,220 @@
+// Package nvml is the inventory of dralab's GPU driver on machines with
+// NVIDIA GPUs: GPUs as an enumeration backend (a Lister) reports them,
+// published under the same attribute names and types as the fake driver,
+// so that one claim works against both. The package is pure Go: the cgo
+// that NVML needs lives in nvmllib alone, so attributes and names can be
+// built and tested anywhere.
+package nvml
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/dralab/dralab/drivers/fakegpu"
+	"github.com/dralab/dralab/drivers/kit"
+)
+
+// GPU is what enumeration learns about one GPU. A zero field is something
+// the backend could not report: its attribute or capacity is left out of
+// the device rather than published wrong.
+type GPU struct {
+	// Minor is the number of the device file /dev/nvidia<minor>; it names
+	// the device because, unlike Index, it does not change when another
+	// GPU of the machine disappears.
+	Minor int
+	// Index is NVML's enumeration index.
+	Index        int
+	UUID         string
+	ProductName  string
+	Brand        string
+	Architecture string
+	MemoryBytes  uint64
+	// ComputeCapability is the CUDA compute capability, major and minor.
+	ComputeCapability [2]int
+	// DriverVersion is the version as NVML writes it, e.g. "535.104.05".
+	DriverVersion string
+	// CUDADriverVersion is NVML's integer form, 1000×major + 10×minor.
+	CUDADriverVersion int
+	// PCIBusID is the bus ID as NVML writes it, e.g. "00000000:3B:00.0".
+	PCIBusID string
+	// PCIeRoot is the GPU's PCIe root complex, e.g. "pci0000:3a", when the
+	// backend knows it without sysfs: only mock backends do, whose bus IDs
+	// are invented and must not be looked up in the host's sysfs, where
+	// they may name some other device.
+	PCIeRoot string
+}
+
+// Lister enumerates a machine's GPUs.
+type Lister interface {
+	GPUs(ctx context.Context) ([]GPU, error)
+	// Close releases the backend; a closed Lister lists nothing.
+	Close() error
+}
+
+// Inventory is a node's GPUs as a Lister reports them.
+type Inventory struct {
+	Lister
+	// SysfsRoot is where sysfs is mounted, "/sys" if empty; the PCIe root
+	// complexes are read from it.
+	SysfsRoot string
+	// OmitDeviceNodes leaves the device files out of the devices: a mock
+	// backend's GPUs have none, and the container runtime fails to create
+	// a container whose CDI device files it cannot stat.
+	OmitDeviceNodes bool
+}
+
+var _ kit.Inventory = &Inventory{}
+
+// Device attribute names: those of NVIDIA's DRA driver, which the fake
+// driver publishes too.
+const (
+	attrType              = "type"
+	attrIndex             = "index"
+	attrMinor             = "minor"
+	attrUUID              = "uuid"
+	attrProductName       = "productName"
+	attrBrand             = "brand"
+	attrArchitecture      = "architecture"
+	attrComputeCapability = "cudaComputeCapability"
+	attrDriverVersion     = "driverVersion"
+	attrCUDADriverVersion = "cudaDriverVersion"
+	capacityMemory        = "memory"
+)
+
+// VisibleDevicesEnv is the variable through which the NVIDIA container
+// toolkit learns a container's GPUs, by UUID.
+const VisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES"
+
+// controlNodes are the device files every CUDA process opens besides its
+// GPUs' own. Each GPU lists them: a claim of any of its GPUs needs them,
+// and CDI replaces a device file already in the container rather than
+// adding it twice.
+var controlNodes = []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
+
+// DeviceName is the name of the GPU with the given minor number.
+func DeviceName(minor int) string { return fmt.Sprintf("gpu-%d", minor) }
+
+// Devices implements kit.Inventory: one device per GPU, named after its
+// minor number and sorted by it.
+func (inv *Inventory) Devices(ctx context.Context) ([]kit.Device, error) {
+	if inv.Lister == nil {
+		return nil, errors.New("NVML inventory: no GPU lister")
+	}
+	gpus, err := inv.GPUs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing GPUs: %w", err)
+	}
+	gpus = slices.Clone(gpus)
+	slices.SortFunc(gpus, func(a, b GPU) int { return cmp.Compare(a.Minor, b.Minor) })
+	logger := klog.FromContext(ctx)
+	devices := make([]kit.Device, 0, len(gpus))
+	for i, g := range gpus {
+		if g.Minor < 0 {
+			return nil, fmt.Errorf("GPU at index %d has no minor number (%d), which names its device", g.Index, g.Minor)
+		}
+		if i > 0 && gpus[i-1].Minor == g.Minor {
+			return nil, fmt.Errorf("GPUs at index %d and %d have the same minor number %d", gpus[i-1].Index, g.Index, g.Minor)
+		}
+		devices = append(devices, inv.device(logger, g))
+	}
+	logger.V(1).Info("Enumerated GPUs", "count", len(devices))
+	return devices, nil
+}
+
+func (inv *Inventory) device(logger klog.Logger, g GPU) kit.Device {
+	name := DeviceName(g.Minor)
+	logger = logger.WithValues("device", name, "index", g.Index)
+	attrs := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, 12)
+	attrs[attrType] = resourceapi.DeviceAttribute{StringValue: ptr.To("gpu")}
+	attrs[attrIndex] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(g.Index))}
+	attrs[attrMinor] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(g.Minor))}
+	setString := func(name resourceapi.QualifiedName, v string) {
+		if v != "" {
+			attrs[name] = resourceapi.DeviceAttribute{StringValue: ptr.To(v)}
+		}
+	}
+	setString(attrUUID, g.UUID)
+	setString(attrProductName, g.ProductName)
+	setString(attrBrand, g.Brand)
+	setString(attrArchitecture, g.Architecture)
+	setVersion := func(name resourceapi.QualifiedName, v string) {
+		if v == "" {
+			return
+		}
+		semver, err := fakegpu.NormalizeVersion(v)
+		if err != nil {
+			// One odd value must not keep the node's GPUs unpublished.
+			logger.Error(err, "Leaving out an attribute NVML reported in a form that is not a version", "attribute", name)
+			return
+		}
+		attrs[name] = resourceapi.DeviceAttribute{VersionValue: ptr.To(semver)}
+	}
+	if g.ComputeCapability != [2]int{} {
+		setVersion(attrComputeCapability, fmt.Sprintf("%d.%d", g.ComputeCapability[0], g.ComputeCapability[1]))
+	}
+	setVersion(attrDriverVersion, g.DriverVersion)
+	if g.CUDADriverVersion > 0 {
+		setVersion(attrCUDADriverVersion, cudaVersion(g.CUDADriverVersion))
+	}
+	if g.PCIBusID != "" {
+		busID, err := normalizeBusID(g.PCIBusID)
+		if err != nil {
+			logger.Error(err, "Leaving out the PCI bus ID and PCIe root")
+		} else {
+			setString(deviceattribute.StandardDeviceAttributePCIBusID, busID)
+			setString(deviceattribute.StandardDeviceAttributePCIeRoot, inv.pcieRoot(logger, g, busID))
+		}
+	}
+
+	dev := kit.Device{
+		API: resourceapi.Device{Name: name, Attributes: attrs},
+		Env: map[string]string{"": name},
+	}
+	if g.MemoryBytes > 0 && g.MemoryBytes <= math.MaxInt64 {
+		dev.API.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			capacityMemory: {Value: *resource.NewQuantity(int64(g.MemoryBytes), resource.BinarySI)},
+		}
+	}
+	if g.ProductName != "" {
+		dev.Env["PRODUCT"] = g.ProductName
+	}
+	if g.UUID != "" {
+		dev.Env["UUID"] = g.UUID
+		dev.ClaimEnv = map[string]string{VisibleDevicesEnv: g.UUID}
+	}
+	if !inv.OmitDeviceNodes {
+		dev.DeviceNodes = append([]string{fmt.Sprintf("/dev/nvidia%d", g.Minor)}, controlNodes...)
+	}
+	return dev
+}
+
+// pcieRoot is the GPU's root complex, or "" when neither the backend nor
+// sysfs knows it: a GPU without the attribute can still be allocated,
+// just not by a claim that asks for GPUs under one root.
+func (inv *Inventory) pcieRoot(logger klog.Logger, g GPU, busID string) string {
+	if g.PCIeRoot != "" {
+		return g.PCIeRoot
+	}
+	root, err := sysfsPCIeRoot(cmp.Or(inv.SysfsRoot, "/sys"), busID)
+	if err != nil {
+		logger.V(1).Info("Leaving out the PCIe root", "err", err)
+		return ""
+	}
+	return root
+}
+
+// cudaVersion turns NVML's integer CUDA version into "major.minor":
+// 12040 → "12.4". NVML's integer carries no patch level.
+func cudaVersion(v int) string {
+	return fmt.Sprintf("%d.%d", v/1000, v%1000/10)
+}

@@ -1,0 +1,108 @@
+//go:build cgo
+
+package nvmllib
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxb200"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+
+	"github.com/dralab/dralab/drivers/fakegpu"
+)
+
+func newMockServer(name string) (*server.Server, error) {
+	switch name {
+	case "dgxa100":
+		return dgxa100.New(), nil
+	case "dgxb200":
+		return dgxb200.New(), nil
+	case "dgxh100":
+		return dgxh100.New(), nil
+	case "dgxh200":
+		return dgxh200.New(), nil
+	case "mixed":
+		return mixedServer()
+	}
+	return nil, unknownSourceError(MockPrefix + name)
+}
+
+// mixedServer is a server of one model per allocation tier the lab's
+// classes know: 2 H100 SXM5 80GB, 2 A100 SXM4 80GB and 4 L4 24GB, the
+// default lab's fake mix. go-nvml's catalogue has no L4: l4PCIe24GB
+// describes it. Its driver version has a leading zero ("05"), as real ones
+// often do, so that the mock exercises the version normalisation.
+func mixedServer() (*server.Server, error) {
+	return server.New(
+		server.WithGPUs(slices.Concat(
+			gpus.Multiple(2, gpus.H100_SXM5_80GB),
+			gpus.Multiple(2, gpus.A100_SXM4_80GB),
+			gpus.Multiple(4, l4PCIe24GB),
+		)...),
+		server.WithDriverVersion("550.127.05"),
+		server.WithNVMLVersion("12.550.127.05"),
+		server.WithCUDADriverVersion(12040),
+	)
+}
+
+// patchMock fills the gaps of go-nvml's mock devices, which get random
+// UUIDs and no PCI bus IDs: the lab restarts drivers on hollow nodes, and
+// a GPU must keep its UUID across restarts and differ from the next
+// node's. It returns the root complex of each bus ID.
+func patchMock(s *server.Server, node string) (map[string]string, error) {
+	roots := make(map[string]string, len(s.Devices))
+	for i, dev := range s.Devices {
+		d, ok := dev.(*server.Device)
+		if !ok {
+			return nil, fmt.Errorf("mock device %d is a %T, not a *server.Device", i, dev)
+		}
+		domain, rootBus, bus := mockTopology(i)
+		busID := fmt.Sprintf("%08X:%02X:00.0", domain, bus)
+		info := nvml.PciInfo{Domain: domain, Bus: bus, PciDeviceId: d.Config.PciDeviceId}
+		putCString(info.BusId[:], busID)
+		putCString(info.BusIdLegacy[:], fmt.Sprintf("%04X:%02X:00.0", domain, bus))
+		d.UUID = fakegpu.DeviceUUID(node, d.Minor)
+		d.PciBusID = busID
+		d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return info, nvml.SUCCESS }
+		roots[busID] = fmt.Sprintf("pci%04x:%02x", domain, rootBus)
+	}
+	return roots, nil
+}
+
+// mockRootBuses are the root complexes' bus numbers of the fake driver's
+// layout, so that a mock and a fake node of the same size publish the same
+// topology: two GPUs behind each of four roots, as on a DGX.
+var mockRootBuses = []uint32{0x15, 0x37, 0x96, 0xb8}
+
+// mockTopology places the i-th GPU: its PCI domain, its root complex's bus
+// and its own bus.
+func mockTopology(i int) (domain, rootBus, bus uint32) {
+	n := uint32(i)
+	perDomain := uint32(2 * len(mockRootBuses))
+	rootBus = mockRootBuses[n%perDomain/2]
+	return n / perDomain, rootBus, rootBus + 1 + n%2
+}
+
+func putCString(dst []int8, s string) {
+	for i := 0; i < len(s) && i < len(dst)-1; i++ {
+		dst[i] = int8(s[i])
+	}
+}
+
+// l4PCIe24GB is NVIDIA's L4 as NVML describes it: Ada Lovelace, compute
+// capability 8.9, 23034 MiB of usable memory, PCI device 0x27b8, no MIG.
+var l4PCIe24GB = gpus.Config{
+	Name:         "NVIDIA L4",
+	Architecture: nvml.DEVICE_ARCH_ADA,
+	Brand:        nvml.BRAND_NVIDIA,
+	MemoryMB:     23034,
+	CudaMajor:    8,
+	CudaMinor:    9,
+	PciDeviceId:  0x27B810DE,
+}

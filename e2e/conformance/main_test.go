@@ -1,0 +1,97 @@
+// Package conformance runs dralab's DRA driver conformance suite: the
+// kubelet-plugin sanity checks (layer 1, drivers/conformance/sanity) on
+// every node of an embedded lab, and the cluster features (layer 2,
+// drivers/conformance/cluster) against any cluster, for the driver a
+// manifest describes.
+//
+//	go test ./e2e/conformance -args --manifest=driver.yaml [--lab-config=lab.yaml | --kubeconfig=...]
+//
+// Without --kubeconfig the suite starts an embedded lab from --lab-config
+// (default: the default lab) in a temporary state directory and deletes it
+// afterwards. `go run mage.go conformance:run` wraps it, with a summary and
+// JUnit XML. `go test -short` runs none of it.
+package conformance
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+
+	"sigs.k8s.io/e2e-framework/pkg/env"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+
+	"github.com/dralab/dralab/drivers/conformance/cluster"
+	"github.com/dralab/dralab/drivers/conformance/manifest"
+	"github.com/dralab/dralab/internal/realnode"
+	"github.com/dralab/dralab/internal/testlab"
+	"github.com/dralab/dralab/lab"
+	"github.com/dralab/dralab/lab/config"
+)
+
+var (
+	manifestFile = flag.String("manifest", "../../drivers/fakegpu/driver.yaml", "the driver's conformance manifest")
+	labConfig    = flag.String("lab-config", "", "lab configuration of the embedded lab the suite starts without --kubeconfig (default: the default lab)")
+	image        = flag.String("image", "", "image of the proof containers (default: busybox:1.37; the embedded lab's own busybox there)")
+)
+
+var (
+	testenv  env.Environment
+	theLab   *lab.Lab
+	driver   *manifest.Manifest
+	options  cluster.Options
+	shortRun = "the conformance suite needs a cluster: run without -short"
+)
+
+func TestMain(m *testing.M) {
+	cfg, err := envconf.NewFromFlags()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	driver, err = manifest.Load(*manifestFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	options.Image = *image
+	testenv = env.NewWithConfig(cfg)
+	if !testing.Short() && cfg.KubeconfigFile() == "" {
+		if options.Image == "" {
+			// Imported on a real node; any image "runs" on a hollow one.
+			options.Image = realnode.BusyboxImage
+		}
+		testenv.Setup(startLab).Finish(stopLab)
+	}
+	os.Exit(testenv.Run(m))
+}
+
+func startLab(ctx context.Context, cfg *envconf.Config) (context.Context, error) {
+	labCfg := config.Default()
+	if *labConfig != "" {
+		var err error
+		if labCfg, err = config.Load(*labConfig); err != nil {
+			return ctx, err
+		}
+	}
+	l, err := testlab.Start(ctx, labCfg, "dralab-conformance")
+	theLab = l
+	if err != nil {
+		return ctx, err
+	}
+	cfg.WithKubeconfigFile(l.Kubeconfig())
+	return ctx, nil
+}
+
+func stopLab(ctx context.Context, _ *envconf.Config) (context.Context, error) {
+	return ctx, testlab.Stop(ctx, theLab)
+}
+
+// TestCluster is layer 2: one e2e-framework feature per capability.
+func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip(shortRun)
+	}
+	testenv.Test(t, cluster.Features(driver, options)...)
+}

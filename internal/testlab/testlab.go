@@ -1,0 +1,55 @@
+// Package testlab starts and deletes the embedded labs that test suites
+// (e2e, conformance) run against: in a temporary state directory, so that a
+// lab a person is using is left alone, with a short path, so that the
+// nodes' plugin sockets stay under the 108-byte limit of a unix socket
+// path.
+package testlab
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/lab"
+	"github.com/dralab/dralab/lab/config"
+)
+
+// Start brings up an embedded lab of cfg under the given name.
+func Start(ctx context.Context, cfg *config.Config, name string) (*lab.Lab, error) {
+	cfg.Name = name
+	bin, err := build.Dralab(ctx)
+	if err != nil {
+		return nil, err
+	}
+	root, err := os.MkdirTemp("", "dl-")
+	if err != nil {
+		return nil, err
+	}
+	l, err := lab.New(lab.WithConfig(cfg), lab.WithStateRoot(root), lab.WithBinary(bin), lab.WithRetain(true))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := l.Up(ctx); err != nil {
+		return l, fmt.Errorf("starting the %s lab: %w", name, err)
+	}
+	return l, nil
+}
+
+// Stop collects the lab's logs into $ARTIFACTS/<name>-logs when set,
+// deletes the lab and its state directory.
+func Stop(ctx context.Context, l *lab.Lab) error {
+	if l == nil {
+		return nil
+	}
+	st, _ := l.Status(ctx)
+	if dir := os.Getenv("ARTIFACTS"); dir != "" && st != nil {
+		_ = l.CollectLogs(ctx, filepath.Join(dir, st.Name+"-logs"))
+	}
+	err := l.Down(ctx)
+	if st != nil {
+		_ = os.RemoveAll(filepath.Dir(st.StateDir))
+	}
+	return err
+}
