@@ -44,6 +44,7 @@ var wantSystem = map[string]struct{ driver, cuda string }{
 
 var wantArchitecture = map[nvml.DeviceArchitecture]string{
 	nvml.DEVICE_ARCH_AMPERE: "Ampere", nvml.DEVICE_ARCH_HOPPER: "Hopper", nvml.DEVICE_ARCH_BLACKWELL: "Blackwell",
+	nvml.DEVICE_ARCH_ADA: "Ada Lovelace",
 }
 
 // TestMockServers checks every device of every mock server against the
