@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -27,6 +26,8 @@ import (
 	"k8s.io/klog/v2"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/dralab/dralab/internal/natural"
 )
 
 // Device is one device of an inventory.
@@ -374,24 +375,5 @@ func toPluginDevices(in []PreparedDevice) []kubeletplugin.Device {
 
 // sortDeviceNames orders names like gpu-2 before gpu-10.
 func sortDeviceNames(names []string) {
-	sort.Slice(names, func(i, j int) bool {
-		pi, ni := splitIndex(names[i])
-		pj, nj := splitIndex(names[j])
-		if pi != pj {
-			return pi < pj
-		}
-		return ni < nj
-	})
-}
-
-func splitIndex(name string) (string, int) {
-	i := strings.LastIndexByte(name, '-')
-	if i < 0 {
-		return name, -1
-	}
-	n, err := strconv.Atoi(name[i+1:])
-	if err != nil {
-		return name, -1
-	}
-	return name[:i], n
+	sort.Slice(names, func(i, j int) bool { return natural.Less(names[i], names[j]) })
 }

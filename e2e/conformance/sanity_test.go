@@ -2,19 +2,14 @@ package conformance
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
-	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dralab/dralab/drivers/conformance/sanity"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/testlab"
 )
 
 // TestSanity is layer 1 on one node of an embedded lab: the node's plugin
@@ -36,70 +31,10 @@ func TestSanity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node, err := busiestNode(ctx, client, driver.Driver)
+	cfg, err := testlab.SanityConfig(ctx, dir, client, driver)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("sanity checks of %s on node %s", driver.Driver, node)
-	nd := dir.Node(node)
-	sanity.Test(t, sanity.Config{
-		Manifest:     driver,
-		Client:       client,
-		NodeName:     node,
-		RegistrarDir: nd.PluginsRegistry(),
-		CDIDir:       nd.CDI(),
-		Restart:      func(ctx context.Context) error { return restartDriver(ctx, dir, node) },
-	})
-}
-
-// busiestNode is the node with most devices of the driver.
-func busiestNode(ctx context.Context, client kubernetes.Interface, driverName string) (string, error) {
-	slices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + driverName})
-	if err != nil {
-		return "", err
-	}
-	counts := map[string]int{}
-	best := ""
-	for _, s := range slices.Items {
-		if s.Spec.NodeName == nil {
-			continue
-		}
-		n := *s.Spec.NodeName
-		counts[n] += len(s.Spec.Devices)
-		if best == "" || counts[n] > counts[best] || (counts[n] == counts[best] && n < best) {
-			best = n
-		}
-	}
-	if best == "" {
-		return "", fmt.Errorf("no node publishes devices of %s", driverName)
-	}
-	return best, nil
-}
-
-// restartDriver kills the node's driver and waits for the lab to start it
-// again, as a crashed plugin would be restarted by its DaemonSet.
-func restartDriver(ctx context.Context, dir labstate.Dir, node string) error {
-	st, err := dir.ReadStatus()
-	if err != nil {
-		return err
-	}
-	p, ok := st.Process(labstate.RoleDriver, node)
-	if !ok || !p.Running {
-		return fmt.Errorf("the lab runs no driver on node %s", node)
-	}
-	if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil {
-		return fmt.Errorf("killing the driver of %s: %w", node, err)
-	}
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		st, err := dir.ReadStatus()
-		if err != nil {
-			return false, nil
-		}
-		q, ok := st.Process(labstate.RoleDriver, node)
-		if !ok || !q.Running || q.PID == p.PID {
-			return false, nil
-		}
-		_, err = os.Stat(fmt.Sprintf("/proc/%d", q.PID))
-		return err == nil, nil
-	})
+	t.Logf("sanity checks of %s on node %s", driver.Driver, cfg.NodeName)
+	sanity.Test(t, cfg)
 }

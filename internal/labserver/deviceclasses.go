@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
 	memory "k8s.io/client-go/discovery/cached"
@@ -80,6 +81,36 @@ func applyManifests(ctx context.Context, dir labstate.Dir, files []string) error
 				return fmt.Errorf("driver manifest %s: %s %s: %w", f, obj.GetKind(), obj.GetName(), err)
 			}
 		}
+	}
+	return nil
+}
+
+// grantDrivers lets the lab's DRA drivers (labstate.DriverGroup) read
+// ResourceClaims: what the kubelet plugin helper reads before preparing.
+func grantDrivers(ctx context.Context, dir labstate.Dir) error {
+	restConfig, err := clientcmd.BuildConfigFromFlags("", dir.Kubeconfig())
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return err
+	}
+	const name = "dralab:driver"
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get"}}},
+	}
+	if _, err := client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating ClusterRole %s: %w", name, err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: labstate.DriverGroup}},
+	}
+	if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating ClusterRoleBinding %s: %w", name, err)
 	}
 	return nil
 }

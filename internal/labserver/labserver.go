@@ -122,6 +122,9 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	defer cp.Stop()
 
+	if err := grantDrivers(ctx, dir); err != nil {
+		return err
+	}
 	if err := applyDeviceClasses(ctx, dir, cfg); err != nil {
 		return err
 	}
@@ -353,9 +356,10 @@ func nodeArgs(dir labstate.Dir, n config.Node, caCert string, verbosity int) ([]
 	return args, nil
 }
 
-// driverArgs runs the GPU driver of a node, with the node's own
-// credentials: the Node authorizer lets it write its own ResourceSlices and
-// read the claims of its pods, nothing more.
+// driverArgs runs the GPU driver of a node, with the node's identity: the
+// Node authorizer lets it write its own ResourceSlices; the driver group
+// lets it read claims, as a DaemonSet's ServiceAccount would, which the
+// conformance suite's sanity checks need (they prepare claims no pod uses).
 func driverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
 	nd := dir.Node(n.Name)
 	inventory := []string{"--inventory=fake", "--profile=" + n.GPUs.Profile, "--gpus=" + strconv.Itoa(n.GPUs.Count)}
@@ -368,12 +372,12 @@ func driverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
 	}
 	return append(inventory,
 		"--node-name="+n.Name,
-		"--kubeconfig="+nd.Kubeconfig(),
+		"--kubeconfig="+nd.DriverKubeconfig(),
 		"--mode="+n.GPUs.Mode,
-		"--kubelet-registrar-dir=" + nd.PluginsRegistry(),
-		"--kubelet-plugins-dir=" + nd.Plugins(),
-		"--kubelet-device-plugins-dir=" + devicePluginsDir(n, nd),
-		"--cdi-dir=" + nd.CDI(),
+		"--kubelet-registrar-dir="+nd.PluginsRegistry(),
+		"--kubelet-plugins-dir="+nd.Plugins(),
+		"--kubelet-device-plugins-dir="+devicePluginsDir(n, nd),
+		"--cdi-dir="+nd.CDI(),
 		"--checkpoint-dir="+nd.DriverCheckpoint(),
 		"--v="+strconv.Itoa(verbosity),
 	)
@@ -391,7 +395,7 @@ func outsideDriver(dir labstate.Dir, d *config.Driver, n config.Node) (*process,
 	}
 	args := d.Expand(map[string]string{
 		"{nodeName}":     n.Name,
-		"{kubeconfig}":   nd.Kubeconfig(),
+		"{kubeconfig}":   nd.DriverKubeconfig(),
 		"{registrarDir}": nd.PluginsRegistry(),
 		"{pluginDir}":    pluginDir,
 		"{cdiDir}":       nd.CDI(),

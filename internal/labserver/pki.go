@@ -79,7 +79,9 @@ func writePKI(dir labstate.Dir, server string, nodes []string) (controlplane.PKI
 		{dir.ComponentKubeconfig("kube-controller-manager"), "system:kube-controller-manager", nil},
 	}
 	for _, n := range nodes {
-		ids = append(ids, identity{dir.Node(n).Kubeconfig(), "system:node:" + n, []string{"system:nodes"}})
+		ids = append(ids,
+			identity{dir.Node(n).Kubeconfig(), "system:node:" + n, []string{"system:nodes"}},
+			identity{dir.Node(n).DriverKubeconfig(), "system:node:" + n, []string{"system:nodes", labstate.DriverGroup}})
 	}
 	for _, id := range ids {
 		pair, err := ca.Issue(pki.Request{CommonName: id.commonName, Organization: id.organization, Client: true})

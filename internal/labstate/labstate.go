@@ -98,6 +98,15 @@ func (n NodeDir) CDI() string { return n.path("cdi") }
 // Kubeconfig is the node's kubelet kubeconfig.
 func (n NodeDir) Kubeconfig() string { return n.path("kubelet.kubeconfig") }
 
+// DriverKubeconfig is the kubeconfig of the node's DRA driver: the node's
+// identity (the Node authorizer lets it write the node's ResourceSlices)
+// in the group DriverGroup too, to which the lab grants reading any claim,
+// as a driver DaemonSet's ServiceAccount has.
+func (n NodeDir) DriverKubeconfig() string { return n.path("driver.kubeconfig") }
+
+// DriverGroup is the group of the lab's DRA drivers.
+const DriverGroup = "dralab:drivers"
+
 // CertDir is the kubelet's --cert-dir.
 func (n NodeDir) CertDir() string { return n.path("pki") }
 

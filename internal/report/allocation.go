@@ -20,6 +20,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/natural"
 )
 
 // Row is one allocated device of one pod's claim, or one pod without an
@@ -126,7 +127,9 @@ func Read(ctx context.Context, client kubernetes.Interface, namespace string) (*
 		if !a.Equal(&b) {
 			return a.Before(&b)
 		}
-		return s.Pods[i].Name < s.Pods[j].Name
+		// Timestamps have seconds: pods created in one second are in the
+		// order their numbers say.
+		return natural.Less(s.Pods[i].Name, s.Pods[j].Name)
 	})
 	return s, nil
 }

@@ -85,8 +85,12 @@ func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.Resourc
 	for i := range nodes {
 		byName[labNode(&nodes[i])] = &nodes[i]
 	}
+	driver := gpu.DriverName
+	if cfg.Driver != nil {
+		driver = cfg.Driver.Name
+	}
 	for _, s := range rs {
-		if s.Spec.Driver != gpu.DriverName {
+		if s.Spec.Driver != driver {
 			continue
 		}
 		for name, n := range byName {
@@ -103,7 +107,19 @@ func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.Resourc
 			missing[n.Name] = "is not registered"
 		case NodeReady(node) != string(v1.ConditionTrue):
 			missing[n.Name] = "is not Ready"
+		case cfg.Driver != nil:
+			// An outside driver's devices are its own to describe: the
+			// node is ready once it publishes one.
+			if published[n.Name] == 0 {
+				missing[n.Name] = fmt.Sprintf("publishes no device of %s yet", driver)
+			}
 		case n.GPUs == nil:
+		case n.GPUs.NVML != "":
+			// NVML says how many GPUs there are.
+			q := node.Status.Allocatable[v1.ResourceName(gpu.ExtendedResource)]
+			if (n.GPUs.Mode == config.GPUModeDRA && published[n.Name] == 0) || (n.GPUs.Mode == config.GPUModeDevicePlugin && q.Value() == 0) {
+				missing[n.Name] = fmt.Sprintf("has no GPUs from NVML (%s) yet", n.GPUs.NVML)
+			}
 		case n.GPUs.Mode == config.GPUModeDRA && published[n.Name] != n.GPUs.Count:
 			missing[n.Name] = fmt.Sprintf("has %d of its %d GPUs in ResourceSlices", published[n.Name], n.GPUs.Count)
 		case n.GPUs.Mode == config.GPUModeDevicePlugin:

@@ -415,7 +415,14 @@ func (b *Backend) Status(ctx context.Context, name string) (*backend.Status, err
 			runtime, _, runtimeOK = processState(s, labstate.RoleContainerd, n.Name)
 			ns.Process = "kubelet " + ns.Process + ", containerd " + runtime
 		}
-		if n.GPUs != nil {
+		switch {
+		case cfg.Driver != nil:
+			ns.Profile = cfg.Driver.Name
+			ns.Driver, ns.DriverPID, driverOK = processState(s, labstate.RoleDriver, n.Name)
+		case n.GPUs != nil && n.GPUs.NVML != "":
+			ns.Profile = fmt.Sprintf("NVML %s (%s)", n.GPUs.NVML, n.GPUs.Mode)
+			ns.Driver, ns.DriverPID, driverOK = processState(s, labstate.RoleDriver, n.Name)
+		case n.GPUs != nil:
 			ns.Profile = fmt.Sprintf("%d× %s (%s)", n.GPUs.Count, n.GPUs.Profile, n.GPUs.Mode)
 			ns.Driver, ns.DriverPID, driverOK = processState(s, labstate.RoleDriver, n.Name)
 		}

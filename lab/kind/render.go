@@ -54,6 +54,14 @@ const cdiPatch = `[plugins."io.containerd.grpc.v1.cri"]
 // Render turns a lab configuration into kind's cluster configuration: a
 // control plane and one worker per lab node, labelled with its GPUs.
 func Render(cfg *config.Config) (*v1alpha4.Cluster, error) {
+	if cfg.Driver != nil {
+		return nil, fmt.Errorf("lab %s: driver: an outside driver runs as a host process of the embedded lab; on kind, deploy it with its own chart", cfg.Name)
+	}
+	for i, n := range cfg.Nodes {
+		if n.GPUs != nil && n.GPUs.NVML != "" {
+			return nil, fmt.Errorf("lab %s: nodes[%d].gpus.nvml: NVML nodes (mock servers included) run on the embedded lab; on kind, give fake profiles", cfg.Name, i)
+		}
+	}
 	c := &v1alpha4.Cluster{
 		TypeMeta:                v1alpha4.TypeMeta{Kind: "Cluster", APIVersion: "kind.x-k8s.io/v1alpha4"},
 		Name:                    cfg.Name,

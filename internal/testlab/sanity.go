@@ -1,0 +1,89 @@
+package testlab
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/dralab/dralab/drivers/conformance/manifest"
+	"github.com/dralab/dralab/drivers/conformance/sanity"
+	"github.com/dralab/dralab/internal/labstate"
+)
+
+// SanityConfig points the conformance suite's sanity checks at the lab
+// node with most devices of the manifest's driver: its plugin sockets and
+// CDI directory are host paths of the lab, and a killed driver is
+// restarted by the lab.
+func SanityConfig(ctx context.Context, dir labstate.Dir, client kubernetes.Interface, m *manifest.Manifest) (sanity.Config, error) {
+	node, err := busiestNode(ctx, client, m.Driver)
+	if err != nil {
+		return sanity.Config{}, err
+	}
+	nd := dir.Node(node)
+	return sanity.Config{
+		Manifest:     m,
+		Client:       client,
+		NodeName:     node,
+		RegistrarDir: nd.PluginsRegistry(),
+		CDIDir:       nd.CDI(),
+		Restart:      func(ctx context.Context) error { return RestartDriver(ctx, dir, node) },
+	}, nil
+}
+
+// busiestNode is the node with most devices of the driver.
+func busiestNode(ctx context.Context, client kubernetes.Interface, driverName string) (string, error) {
+	slices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + driverName})
+	if err != nil {
+		return "", err
+	}
+	counts := map[string]int{}
+	best := ""
+	for _, s := range slices.Items {
+		if s.Spec.NodeName == nil {
+			continue
+		}
+		n := *s.Spec.NodeName
+		counts[n] += len(s.Spec.Devices)
+		if best == "" || counts[n] > counts[best] || (counts[n] == counts[best] && n < best) {
+			best = n
+		}
+	}
+	if best == "" {
+		return "", fmt.Errorf("no node publishes devices of %s", driverName)
+	}
+	return best, nil
+}
+
+// RestartDriver kills the node's driver and waits for the lab to start it
+// again, as a crashed plugin would be restarted by its DaemonSet.
+func RestartDriver(ctx context.Context, dir labstate.Dir, node string) error {
+	st, err := dir.ReadStatus()
+	if err != nil {
+		return err
+	}
+	p, ok := st.Process(labstate.RoleDriver, node)
+	if !ok || !p.Running {
+		return fmt.Errorf("the lab runs no driver on node %s", node)
+	}
+	if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("killing the driver of %s: %w", node, err)
+	}
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		st, err := dir.ReadStatus()
+		if err != nil {
+			return false, nil
+		}
+		q, ok := st.Process(labstate.RoleDriver, node)
+		if !ok || !q.Running || q.PID == p.PID {
+			return false, nil
+		}
+		_, err = os.Stat(fmt.Sprintf("/proc/%d", q.PID))
+		return err == nil, nil
+	})
+}
