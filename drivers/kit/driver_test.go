@@ -38,7 +38,7 @@ func testDevices(n int) staticInventory {
 	for i := range n {
 		name := fmt.Sprintf("gpu-%d", i)
 		devs = append(devs, Device{
-			API: resourceapi.Device{Name: name},
+			API:      resourceapi.Device{Name: name},
 			Env:      map[string]string{"": name, "UUID": "uuid-" + name},
 			ClaimEnv: map[string]string{"VISIBLE_DEVICES": "uuid-" + name},
 		})

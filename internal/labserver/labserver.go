@@ -398,6 +398,7 @@ func outsideDriver(dir labstate.Dir, d *config.Driver, n config.Node) (*process,
 		"{kubeconfig}":   nd.DriverKubeconfig(),
 		"{registrarDir}": nd.PluginsRegistry(),
 		"{pluginDir}":    pluginDir,
+		"{pluginsDir}":   nd.Plugins(),
 		"{cdiDir}":       nd.CDI(),
 		"{stateDir}":     nd.DriverCheckpoint(),
 	})

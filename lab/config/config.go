@@ -94,6 +94,7 @@ var Placeholders = map[string]string{
 	"{kubeconfig}":   "a kubeconfig with the node's credentials (the Node authorizer lets it write its own slices)",
 	"{registrarDir}": "the kubelet's plugin registration directory",
 	"{pluginDir}":    "the driver's own directory under the kubelet's plugins directory, for its DRA socket",
+	"{pluginsDir}":   "the kubelet's plugins directory, the parent of {pluginDir}",
 	"{cdiDir}":       "the CDI spec directory the node's runtime reads",
 	"{stateDir}":     "a directory that survives the plugin's restarts, for its checkpoint",
 }
