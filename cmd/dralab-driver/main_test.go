@@ -14,6 +14,9 @@ import (
 // non-zero exit: never the symbol lookup error that any NVML call after a
 // failed Init ends with.
 func TestNVMLWithoutTheLibrary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the driver: run without -short")
+	}
 	if _, err := os.Stat("/dev/nvidiactl"); err == nil {
 		t.Skip("this machine has an NVIDIA driver: the NVML inventory starts here (go run mage.go device:check covers it)")
 	}

@@ -7,10 +7,14 @@ import (
 	"context"
 	goflag "flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -50,6 +54,8 @@ type Options struct {
 	DevicePluginsDir string
 	CDIDir           string
 	CheckpointDir    string
+	// List prints the inventory's devices as YAML and exits.
+	List bool
 }
 
 // EnvPrefix prefixes every flag's environment-variable twin.
@@ -74,6 +80,9 @@ Every flag can also be set through the environment variable named in brackets.`,
 			return applyEnv(cmd.Flags())
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.List {
+				return List(cmd.Context(), o, cmd.OutOrStdout())
+			}
 			return Run(cmd.Context(), o)
 		},
 	}
@@ -93,6 +102,7 @@ Every flag can also be set through the environment variable named in brackets.`,
 	f.StringVar(&o.DevicePluginsDir, "kubelet-device-plugins-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory (device-plugin mode)")
 	f.StringVar(&o.CDIDir, "cdi-dir", "/var/run/cdi", "where CDI specs are written for the container runtime")
 	f.StringVar(&o.CheckpointDir, "checkpoint-dir", "/var/lib/dralab-driver", "where the checkpoint of prepared claims is kept")
+	f.BoolVar(&o.List, "list", false, "print the devices the driver would publish, as YAML, and exit (an NVML inventory needs no cluster for it)")
 	klogFlags := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	f.AddGoFlag(klogFlags.Lookup("v"))
@@ -225,6 +235,42 @@ func fromNodeLabels(ctx context.Context, client kubernetes.Interface, o *Options
 		o.GPUs = n
 	}
 	return nil
+}
+
+// List writes the inventory's devices, as published in ResourceSlices, to
+// w. A fake inventory needs --profile and --gpus (no node labels are read).
+func List(ctx context.Context, o Options, w io.Writer) error {
+	var inv kit.Inventory
+	switch o.Inventory {
+	case InventoryNVML:
+		nv, err := nvmlInventory(o)
+		if err != nil {
+			return err
+		}
+		defer nv.Close()
+		inv = nv
+	case InventoryFake:
+		var err error
+		if inv, err = fakeInventory(o); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("--inventory %q: want %s or %s", o.Inventory, InventoryFake, InventoryNVML)
+	}
+	devs, err := inv.Devices(ctx)
+	if err != nil {
+		return err
+	}
+	api := make([]resourceapi.Device, 0, len(devs))
+	for _, d := range devs {
+		api = append(api, d.API)
+	}
+	data, err := yaml.Marshal(api)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(data)
+	return err
 }
 
 // nvmlInventory opens NVML, or a mock server, whose GPUs get stable
