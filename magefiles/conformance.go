@@ -46,6 +46,9 @@ func runConformance(ctx context.Context, manifest, layer string) error {
 	if dir == "" {
 		dir = "."
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
 	name := strings.TrimSuffix(filepath.Base(filepath.Dir(manifest))+"-"+filepath.Base(manifest), ".yaml")
 	junitFile := filepath.Join(dir, "junit-conformance-"+name+".xml")
 	o := conformance.Options{

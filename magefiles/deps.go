@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 
 	"github.com/magefile/mage/mg"
 	"github.com/magefile/mage/sh"
@@ -15,6 +16,16 @@ import (
 // Deps installs host packages.
 type Deps mg.Namespace
 
+// Build installs the C compiler the driver's cgo build (NVML) needs, when
+// it is missing.
+func (Deps) Build() error {
+	if _, err := exec.LookPath("gcc"); err == nil {
+		fmt.Println("A C compiler is installed.")
+		return nil
+	}
+	return aptInstall("gcc", "libc6-dev")
+}
+
 // Realnode installs what a real lab node needs from Debian's packages:
 // runc, the CNI plugins, busybox-static (for the images) and iptables.
 func (Deps) Realnode() error {
@@ -22,10 +33,14 @@ func (Deps) Realnode() error {
 		fmt.Println("The real node's host packages are installed.")
 		return nil
 	}
-	args := append([]string{"install", "-y", "-q", "--no-install-recommends"}, realnode.HostPackages...)
+	return aptInstall(realnode.HostPackages...)
+}
+
+func aptInstall(packages ...string) error {
+	args := append([]string{"install", "-y", "-q", "--no-install-recommends"}, packages...)
 	env := map[string]string{"DEBIAN_FRONTEND": "noninteractive"}
 	if os.Geteuid() != 0 {
-		return fmt.Errorf("installing %v needs root: sudo apt-get %v", realnode.HostPackages, args)
+		return fmt.Errorf("installing %v needs root: sudo apt-get %v", packages, args)
 	}
 	if err := sh.RunWithV(env, "apt-get", "update", "-q"); err != nil {
 		return err

@@ -43,7 +43,7 @@ func (Test) E2E(ctx context.Context) error {
 // once, then runs every test: unit, integration (each starts its own
 // embedded lab, one with a real node) and e2e. This is what CI runs.
 func (Test) All(ctx context.Context) error {
-	mg.Deps(Deps.Realnode)
+	mg.SerialDeps(Deps.Build, Deps.Realnode)
 	u := ui.Stderr()
 	done := u.Step("Building dralab (the first build compiles Kubernetes: 15–25 min on 2 cores)")
 	bin, err := build.Dralab(ctx)
