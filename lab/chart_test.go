@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/charts"
@@ -60,10 +59,7 @@ func TestChartOnRealNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := newLab(t, stateRoot(t), bin, cfg)
-	if _, err := l.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
+	l, restConfig, client := upLab(ctx, t, stateRoot(t), bin, cfg)
 	st, err := l.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -83,10 +79,6 @@ func TestChartOnRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := realnode.ImportArchive(ctx, filepath.Dir(bin), realnode.Paths{Node: node}, archive); err != nil {
-		t.Fatal(err)
-	}
-	restConfig, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
-	if err != nil {
 		t.Fatal(err)
 	}
 	server, err := url.Parse(restConfig.Host)
@@ -114,7 +106,6 @@ func TestChartOnRealNode(t *testing.T) {
 	if err := charts.Install(ctx, l.Kubeconfig(), charts.DriverChart, "dralab-driver", "dralab-system", values); err != nil {
 		t.Fatal(err)
 	}
-	client := kubernetes.NewForConfigOrDie(restConfig)
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		slices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=real-h100"})
 		return err == nil && len(slices.Items) == 1 && len(slices.Items[0].Spec.Devices) == 2, nil

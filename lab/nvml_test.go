@@ -6,18 +6,6 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/e2e-framework/pkg/env"
-	"sigs.k8s.io/e2e-framework/pkg/envconf"
-
-	"github.com/dralab/dralab/drivers/conformance/cluster"
-	"github.com/dralab/dralab/drivers/conformance/manifest"
-	"github.com/dralab/dralab/drivers/conformance/sanity"
-	"github.com/dralab/dralab/internal/labstate"
-	"github.com/dralab/dralab/internal/testlab"
-	"github.com/dralab/dralab/lab/config"
-	"github.com/dralab/dralab/lab/examples"
 )
 
 // TestNVMLMockLab brings up lab/examples/nvml-mock.yaml: the GPU driver
@@ -28,24 +16,7 @@ import (
 func TestNVMLMockLab(t *testing.T) {
 	bin := binary(t)
 	ctx := context.Background()
-	data, err := examples.FS.ReadFile("nvml-mock.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse("nvml-mock.yaml", data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Name = "t-nvml"
-	l := newLab(t, stateRoot(t), bin, cfg)
-	if _, err := l.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
-	restConfig, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := kubernetes.NewForConfigOrDie(restConfig)
+	l, restConfig, client := upLab(ctx, t, stateRoot(t), bin, exampleConfig(t, "nvml-mock.yaml", "t-nvml"))
 
 	slices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -73,23 +44,5 @@ func TestNVMLMockLab(t *testing.T) {
 
 	runScenarios(ctx, t, restConfig, "claims", "prioritized-fallback")
 
-	m, err := manifest.Load("../drivers/nvml/driver.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Run("conformance sanity", func(t *testing.T) {
-		st, err := l.Status(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc, err := testlab.SanityConfig(ctx, labstate.Dir(st.StateDir), client, m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sanity.Test(t, sc)
-	})
-	t.Run("conformance cluster", func(t *testing.T) {
-		testenv := env.NewWithConfig(envconf.New().WithKubeconfigFile(l.Kubeconfig()))
-		testenv.Test(t, cluster.Features(m, cluster.Options{})...)
-	})
+	runConformance(ctx, t, l, client, "../drivers/nvml/driver.yaml")
 }

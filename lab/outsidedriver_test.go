@@ -6,19 +6,10 @@ import (
 	"path/filepath"
 	"testing"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/e2e-framework/pkg/env"
-	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/yaml"
 
-	"github.com/dralab/dralab/drivers/conformance/cluster"
-	"github.com/dralab/dralab/drivers/conformance/manifest"
-	"github.com/dralab/dralab/drivers/conformance/sanity"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/build"
-	"github.com/dralab/dralab/internal/labstate"
-	"github.com/dralab/dralab/internal/testlab"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -69,20 +60,7 @@ driver:
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := newLab(t, stateRoot(t), bin, cfg)
-	if _, err := l.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
-	m, err := manifest.Load("../drivers/fakegpu/driver.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Only H100s: the prioritized list's first class always wins.
-	restConfig, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := kubernetes.NewForConfigOrDie(restConfig)
+	l, _, client := upLab(ctx, t, stateRoot(t), bin, cfg)
 	st, err := l.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -92,15 +70,5 @@ driver:
 			t.Errorf("node %+v: want healthy, serving %s", n, gpu.DriverName)
 		}
 	}
-	t.Run("conformance sanity", func(t *testing.T) {
-		sc, err := testlab.SanityConfig(ctx, labstate.Dir(st.StateDir), client, m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sanity.Test(t, sc)
-	})
-	t.Run("conformance cluster", func(t *testing.T) {
-		testenv := env.NewWithConfig(envconf.New().WithKubeconfigFile(l.Kubeconfig()))
-		testenv.Test(t, cluster.Features(m, cluster.Options{})...)
-	})
+	runConformance(ctx, t, l, client, "../drivers/fakegpu/driver.yaml")
 }

@@ -16,15 +16,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/internal/report"
-	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/embedded"
-	"github.com/dralab/dralab/lab/examples"
 	"github.com/dralab/dralab/scenarios"
 )
 
@@ -43,21 +40,9 @@ func TestRealNode(t *testing.T) {
 		t.Fatalf("missing %v: run go run mage.go deps:realnode (CI does)", missing)
 	}
 	ctx := context.Background()
-	data, err := examples.FS.ReadFile("real-node.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse("real-node.yaml", data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Name = "t-real"
 	root := stateRoot(t)
 	chainsBefore := realnode.IptablesChains(ctx)
-	l := newLab(t, root, bin, cfg)
-	if _, err := l.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
+	l, restConfig, client := upLab(ctx, t, root, bin, exampleConfig(t, "real-node.yaml", "t-real"))
 	st, err := l.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -73,11 +58,6 @@ func TestRealNode(t *testing.T) {
 	pids = append(pids, s.PID)
 	ports := listeningPorts(t, pids)
 
-	restConfig, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := kubernetes.NewForConfigOrDie(restConfig)
 	node, err := client.CoreV1().Nodes().Get(ctx, "real-h100", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -35,10 +35,7 @@ func (Conformance) Sanity(ctx context.Context, manifest string) error {
 }
 
 func runConformance(ctx context.Context, manifest, layer string) error {
-	u := ui.Stderr()
-	done := u.Step("Building dralab (the first build compiles Kubernetes: 15–25 min on 2 cores)")
-	bin, err := build.Dralab(ctx)
-	done(err)
+	bin, err := buildDralab(ctx)
 	if err != nil {
 		return err
 	}
@@ -63,7 +60,7 @@ func runConformance(ctx context.Context, manifest, layer string) error {
 	if o.Kubeconfig != "" {
 		where = o.Kubeconfig
 	}
-	done = u.Step(fmt.Sprintf("Running the conformance suite of %s on %s", manifest, where))
+	done := ui.Stderr().Step(fmt.Sprintf("Running the conformance suite of %s on %s", manifest, where))
 	report, err := conformance.Run(ctx, o)
 	if err == nil && report.Failed() {
 		err = fmt.Errorf("the driver fails conformance checks")

@@ -25,10 +25,7 @@ func (Test) Unit() error {
 // an embedded lab it starts and deletes; with KUBECONFIG set to a file, on
 // that cluster instead.
 func (Test) E2E(ctx context.Context) error {
-	u := ui.Stderr()
-	done := u.Step("Building dralab")
-	bin, err := build.Dralab(ctx)
-	done(err)
+	bin, err := buildDralab(ctx)
 	if err != nil {
 		return err
 	}
@@ -44,10 +41,7 @@ func (Test) E2E(ctx context.Context) error {
 // embedded lab, one with a real node) and e2e. This is what CI runs.
 func (Test) All(ctx context.Context) error {
 	mg.SerialDeps(Deps.Build, Deps.Realnode)
-	u := ui.Stderr()
-	done := u.Step("Building dralab (the first build compiles Kubernetes: 15–25 min on 2 cores)")
-	bin, err := build.Dralab(ctx)
-	done(err)
+	bin, err := buildDralab(ctx)
 	if err != nil {
 		return err
 	}
@@ -60,4 +54,12 @@ func (Test) All(ctx context.Context) error {
 		args = append(args, "-v")
 	}
 	return sh.RunWithV(env, "go", append(args, "./...")...)
+}
+
+// buildDralab builds the dralab and driver binaries, showing the step.
+func buildDralab(ctx context.Context) (string, error) {
+	done := ui.Stderr().Step("Building dralab (the first build compiles Kubernetes: 15–25 min on 2 cores)")
+	bin, err := build.Dralab(ctx)
+	done(err)
+	return bin, err
 }

@@ -10,13 +10,13 @@ import (
 	"k8s.io/client-go/discovery"
 	memory "k8s.io/client-go/discovery/cached"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/kubeapply"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/lab/backend"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -31,11 +31,7 @@ func applyDeviceClasses(ctx context.Context, dir labstate.Dir, cfg *config.Confi
 	if !needed {
 		return nil
 	}
-	restConfig, err := clientcmd.BuildConfigFromFlags("", dir.Kubeconfig())
-	if err != nil {
-		return err
-	}
-	client, err := kubernetes.NewForConfig(restConfig)
+	client, err := backend.NewClient(dir.Kubeconfig())
 	if err != nil {
 		return err
 	}
@@ -88,11 +84,7 @@ func applyManifests(ctx context.Context, dir labstate.Dir, files []string) error
 // grantDrivers lets the lab's DRA drivers (labstate.DriverGroup) read
 // ResourceClaims: what the kubelet plugin helper reads before preparing.
 func grantDrivers(ctx context.Context, dir labstate.Dir) error {
-	restConfig, err := clientcmd.BuildConfigFromFlags("", dir.Kubeconfig())
-	if err != nil {
-		return err
-	}
-	client, err := kubernetes.NewForConfig(restConfig)
+	client, err := backend.NewClient(dir.Kubeconfig())
 	if err != nil {
 		return err
 	}

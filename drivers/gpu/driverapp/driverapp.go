@@ -144,18 +144,14 @@ func Run(ctx context.Context, o Options) error {
 	logger := klog.FromContext(ctx).WithValues("node", o.NodeName)
 	ctx = klog.NewContext(ctx, logger)
 	var inv kit.Inventory
-	switch o.Inventory {
-	case InventoryNVML:
+	if o.Inventory != InventoryFake {
 		// NVML first: on a machine without it, that is the one thing to say.
-		nv, err := nvmlInventory(o)
-		if err != nil {
+		var closeInv func()
+		var err error
+		if inv, closeInv, err = openInventory(o); err != nil {
 			return err
 		}
-		defer nv.Close()
-		inv = nv
-	case InventoryFake:
-	default:
-		return fmt.Errorf("--inventory %q: want %s or %s", o.Inventory, InventoryFake, InventoryNVML)
+		defer closeInv()
 	}
 	if o.NodeName == "" {
 		return fmt.Errorf("--node-name (or $%s) is required", envName("node-name"))
@@ -168,7 +164,7 @@ func Run(ctx context.Context, o Options) error {
 		if err := fromNodeLabels(ctx, client, &o); err != nil {
 			return err
 		}
-		if inv, err = fakeInventory(o); err != nil {
+		if inv, _, err = openInventory(o); err != nil {
 			return err
 		}
 	}
@@ -240,23 +236,11 @@ func fromNodeLabels(ctx context.Context, client kubernetes.Interface, o *Options
 // List writes the inventory's devices, as published in ResourceSlices, to
 // w. A fake inventory needs --profile and --gpus (no node labels are read).
 func List(ctx context.Context, o Options, w io.Writer) error {
-	var inv kit.Inventory
-	switch o.Inventory {
-	case InventoryNVML:
-		nv, err := nvmlInventory(o)
-		if err != nil {
-			return err
-		}
-		defer nv.Close()
-		inv = nv
-	case InventoryFake:
-		var err error
-		if inv, err = fakeInventory(o); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("--inventory %q: want %s or %s", o.Inventory, InventoryFake, InventoryNVML)
+	inv, closeInv, err := openInventory(o)
+	if err != nil {
+		return err
 	}
+	defer closeInv()
 	devs, err := inv.Devices(ctx)
 	if err != nil {
 		return err
@@ -271,6 +255,22 @@ func List(ctx context.Context, o Options, w io.Writer) error {
 	}
 	_, err = w.Write(data)
 	return err
+}
+
+// openInventory opens the inventory the options name; close releases it.
+func openInventory(o Options) (inv kit.Inventory, close func(), err error) {
+	switch o.Inventory {
+	case InventoryNVML:
+		nv, err := nvmlInventory(o)
+		if err != nil {
+			return nil, nil, err
+		}
+		return nv, func() { _ = nv.Close() }, nil
+	case InventoryFake:
+		fake, err := fakeInventory(o)
+		return fake, func() {}, err
+	}
+	return nil, nil, fmt.Errorf("--inventory %q: want %s or %s", o.Inventory, InventoryFake, InventoryNVML)
 }
 
 // nvmlInventory opens NVML, or a mock server, whose GPUs get stable

@@ -1,0 +1,76 @@
+package lab_test
+
+import (
+	"context"
+	"testing"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/e2e-framework/pkg/env"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+
+	"github.com/dralab/dralab/drivers/conformance/cluster"
+	"github.com/dralab/dralab/drivers/conformance/manifest"
+	"github.com/dralab/dralab/drivers/conformance/sanity"
+	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/testlab"
+	"github.com/dralab/dralab/lab"
+	"github.com/dralab/dralab/lab/config"
+	"github.com/dralab/dralab/lab/examples"
+)
+
+// exampleConfig is an example configuration under a test's lab name.
+func exampleConfig(t *testing.T, file, name string) *config.Config {
+	t.Helper()
+	data, err := examples.FS.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(file, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Name = name
+	return cfg
+}
+
+// upLab brings a lab up, deleted when the test ends, and returns it with a
+// client of it.
+func upLab(ctx context.Context, t *testing.T, root, bin string, cfg *config.Config) (*lab.Lab, *rest.Config, kubernetes.Interface) {
+	t.Helper()
+	l := newLab(t, root, bin, cfg)
+	if _, err := l.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restConfig, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, restConfig, kubernetes.NewForConfigOrDie(restConfig)
+}
+
+// runConformance runs both layers of the conformance suite for a driver
+// manifest on a lab, as subtests.
+func runConformance(ctx context.Context, t *testing.T, l *lab.Lab, client kubernetes.Interface, manifestFile string) {
+	t.Helper()
+	m, err := manifest.Load(manifestFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := l.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("conformance sanity", func(t *testing.T) {
+		sc, err := testlab.SanityConfig(ctx, labstate.Dir(st.StateDir), client, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sanity.Test(t, sc)
+	})
+	t.Run("conformance cluster", func(t *testing.T) {
+		testenv := env.NewWithConfig(envconf.New().WithKubeconfigFile(l.Kubeconfig()))
+		testenv.Test(t, cluster.Features(m, cluster.Options{})...)
+	})
+}
