@@ -201,6 +201,28 @@ func TestUpExplainsPortInUse(t *testing.T) {
 	}
 }
 
+// A state directory too deep for the nodes' unix sockets is refused before
+// anything starts, naming the socket, instead of drivers failing forever.
+func TestUpRefusesSocketPathsTooLong(t *testing.T) {
+	bin := binary(t)
+	root := filepath.Join(stateRoot(t), strings.Repeat("deep/", 12))
+	cfg := smallConfig("t-deep", "node-with-a-long-name")
+	cfg.Nodes[0].GPUs = &config.GPUs{Profile: "l4-24gb", Count: 1}
+	if err := cfg.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	l := newLab(t, root, bin, cfg)
+	_, err := l.Up(context.Background())
+	if !errors.Is(err, embedded.ErrPathTooLong) || !strings.Contains(err.Error(), "node-with-a-long-name") || !strings.Contains(err.Error(), "-reg.sock") {
+		t.Fatalf("Up = %v, want ErrPathTooLong naming the node and socket", err)
+	}
+	if _, err := os.Stat(root); err == nil {
+		if entries, _ := os.ReadDir(root); len(entries) > 0 {
+			t.Errorf("Up left state behind in %s: %v", root, entries)
+		}
+	}
+}
+
 func TestUpReplacesStaleState(t *testing.T) {
 	bin := binary(t)
 	ctx := context.Background()

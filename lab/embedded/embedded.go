@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
+	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/atomicfile"
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/labstate"
@@ -107,6 +108,9 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 		if err := checkPortFree(cfg.APIServerPort); err != nil {
 			return backend.UpResult{}, err
 		}
+	}
+	if err := checkSocketPaths(dir, cfg); err != nil {
+		return backend.UpResult{}, err
 	}
 
 	done := progress("Preparing the dralab binary")
@@ -515,4 +519,30 @@ func logTail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return "last lines of " + path + ":\n    " + strings.Join(lines, "\n    ")
+}
+
+// ErrPathTooLong means a node's plugin socket would not fit a unix socket
+// path.
+var ErrPathTooLong = errors.New("state directory too long for the nodes' sockets")
+
+// maxSocketPath is the longest path a unix socket address holds (108 bytes
+// with the terminating NUL on Linux).
+const maxSocketPath = 107
+
+// checkSocketPaths refuses a lab whose deepest socket, a driver's
+// registration socket, would not fit: the driver would exit at every start
+// and the lab wait for its devices in vain.
+func checkSocketPaths(dir labstate.Dir, cfg *config.Config) error {
+	driver := gpu.DriverName
+	if cfg.Driver != nil {
+		driver = cfg.Driver.Name
+	}
+	for _, n := range cfg.Nodes {
+		sock := filepath.Join(dir.Node(n.Name).PluginsRegistry(), driver+"-reg.sock")
+		if len(sock) > maxSocketPath {
+			return fmt.Errorf("%w: node %s's %s is %d bytes, over the %d a unix socket path may have; use a shorter state root (XDG_STATE_HOME), lab name or node name",
+				ErrPathTooLong, n.Name, sock, len(sock), maxSocketPath)
+		}
+	}
+	return nil
 }
