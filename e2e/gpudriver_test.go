@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +21,9 @@ import (
 
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/kit"
+	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/report"
+	"github.com/dralab/dralab/internal/testlab"
 )
 
 // gpuNodes counts the driver's published GPUs per tier, from the slices.
@@ -259,34 +260,15 @@ func TestDriverRestart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var driverPID int
 			var cdiDir, checkpoint string
 			for _, n := range st.Nodes {
 				if n.Name == first.Node {
-					driverPID, cdiDir = n.DriverPID, n.CDIDir
+					cdiDir = n.CDIDir
 					checkpoint = filepath.Join(filepath.Dir(n.CDIDir), "driver", "checkpoint.json")
 				}
 			}
-			if driverPID == 0 {
-				t.Fatalf("no running driver for node %s: %+v", first.Node, st.Nodes)
-			}
-			if err := syscall.Kill(driverPID, syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			// The lab restarts the driver.
-			err = wait.For(func(ctx context.Context) (bool, error) {
-				st, err := theLab.Status(ctx)
-				if err != nil {
-					return false, nil
-				}
-				for _, n := range st.Nodes {
-					if n.Name == first.Node {
-						return n.DriverPID != 0 && n.DriverPID != driverPID, nil
-					}
-				}
-				return false, nil
-			}, wait.WithContext(ctx), wait.WithTimeout(30*time.Second), wait.WithInterval(100*time.Millisecond))
-			if err != nil {
+			// Killed; the lab restarts it.
+			if err := testlab.RestartDriver(ctx, labstate.Dir(st.StateDir), first.Node); err != nil {
 				t.Fatalf("the driver was not restarted: %v", err)
 			}
 			if specs := specFiles(t, cdiDir); len(specs) != 1 {

@@ -24,6 +24,15 @@ var _ kit.Inventory = &Inventory{}
 // root, as on an 8-GPU server with PCIe switches.
 var rootBuses = []int{0x15, 0x37, 0x96, 0xb8}
 
+// PCITopology places a server's i-th GPU: its PCI domain, the bus of its
+// root complex, and its own bus. The NVML mock servers use the same layout,
+// so that fake and mock nodes of one size publish the same topology.
+func PCITopology(i int) (domain, rootBus, bus int) {
+	perDomain := 2 * len(rootBuses)
+	rootBus = rootBuses[i%perDomain/2]
+	return i / perDomain, rootBus, rootBus + 1 + i%2
+}
+
 // Devices implements kit.Inventory: gpu-0 … gpu-<Count-1>, with UUIDs
 // derived from the node name and index (stable across restarts, distinct
 // across nodes) and PCI addresses laid out like a real server.
@@ -45,8 +54,8 @@ func (inv *Inventory) Devices(context.Context) ([]kit.Device, error) {
 	for i := range inv.Count {
 		name := fmt.Sprintf("gpu-%d", i)
 		uuid := DeviceUUID(inv.Node, i)
-		domain, root := i/(2*len(rootBuses)), rootBuses[(i/2)%len(rootBuses)]
-		busID := fmt.Sprintf("%04x:%02x:00.0", domain, root+1+i%2)
+		domain, root, bus := PCITopology(i)
+		busID := fmt.Sprintf("%04x:%02x:00.0", domain, bus)
 		pcieRoot := fmt.Sprintf("pci%04x:%02x", domain, root)
 		devices = append(devices, kit.Device{
 			API: resourceapi.Device{

@@ -178,23 +178,41 @@ func TestMixedServer(t *testing.T) {
 	}
 }
 
+// A DGX mock node and a fake node of 8 H100s publish the same topology and
+// UUIDs: a scenario's PCIe-root expectations hold on both.
 func TestMockTopologyIsTheFakeDriver(t *testing.T) {
 	profile, err := fakegpu.LookupProfile("h100-80gb")
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake, err := (&fakegpu.Inventory{Node: node, Profile: profile, Count: 16}).Devices(context.Background())
+	fake, err := (&fakegpu.Inventory{Node: node, Profile: profile, Count: 8}).Devices(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, d := range fake {
-		domain, rootBus, bus := mockTopology(i)
-		busID, root := fmt.Sprintf("%04x:%02x:00.0", domain, bus), fmt.Sprintf("pci%04x:%02x", domain, rootBus)
-		if *d.API.Attributes["resource.kubernetes.io/pciBusID"].StringValue != busID || *d.API.Attributes["resource.kubernetes.io/pcieRoot"].StringValue != root {
-			t.Errorf("GPU %d: mock %s under %s, fake %s under %s", i, busID, root,
-				*d.API.Attributes["resource.kubernetes.io/pciBusID"].StringValue, *d.API.Attributes["resource.kubernetes.io/pcieRoot"].StringValue)
+	l, err := Open("mock:dgxh100", WithNode(node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	mocked := listed(t, l)
+	if len(mocked) != len(fake) {
+		t.Fatalf("mock lists %d GPUs, fake %d", len(mocked), len(fake))
+	}
+	for i := range fake {
+		for _, a := range []resourceapi.QualifiedName{"resource.kubernetes.io/pciBusID", "resource.kubernetes.io/pcieRoot", "uuid"} {
+			f, m := fake[i].API.Attributes[a].StringValue, mocked[i].API.Attributes[a].StringValue
+			if f == nil || m == nil || *f != *m {
+				t.Errorf("GPU %d %s: mock %v, fake %v", i, a, ptrString(m), ptrString(f))
+			}
 		}
 	}
+}
+
+func ptrString(s *string) string {
+	if s == nil {
+		return "<none>"
+	}
+	return *s
 }
 
 func TestMockIsStableAcrossRestarts(t *testing.T) {

@@ -62,9 +62,9 @@ func patchMock(s *server.Server, node string) (map[string]string, error) {
 		if !ok {
 			return nil, fmt.Errorf("mock device %d is a %T, not a *server.Device", i, dev)
 		}
-		domain, rootBus, bus := mockTopology(i)
+		domain, rootBus, bus := fakegpu.PCITopology(i)
 		busID := fmt.Sprintf("%08X:%02X:00.0", domain, bus)
-		info := nvml.PciInfo{Domain: domain, Bus: bus, PciDeviceId: d.Config.PciDeviceId}
+		info := nvml.PciInfo{Domain: uint32(domain), Bus: uint32(bus), PciDeviceId: d.Config.PciDeviceId}
 		putCString(info.BusId[:], busID)
 		putCString(info.BusIdLegacy[:], fmt.Sprintf("%04X:%02X:00.0", domain, bus))
 		d.UUID = fakegpu.DeviceUUID(node, d.Minor)
@@ -73,20 +73,6 @@ func patchMock(s *server.Server, node string) (map[string]string, error) {
 		roots[busID] = fmt.Sprintf("pci%04x:%02x", domain, rootBus)
 	}
 	return roots, nil
-}
-
-// mockRootBuses are the root complexes' bus numbers of the fake driver's
-// layout, so that a mock and a fake node of the same size publish the same
-// topology: two GPUs behind each of four roots, as on a DGX.
-var mockRootBuses = []uint32{0x15, 0x37, 0x96, 0xb8}
-
-// mockTopology places the i-th GPU: its PCI domain, its root complex's bus
-// and its own bus.
-func mockTopology(i int) (domain, rootBus, bus uint32) {
-	n := uint32(i)
-	perDomain := uint32(2 * len(mockRootBuses))
-	rootBus = mockRootBuses[n%perDomain/2]
-	return n / perDomain, rootBus, rootBus + 1 + n%2
 }
 
 func putCString(dst []int8, s string) {
