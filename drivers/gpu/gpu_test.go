@@ -2,6 +2,7 @@ package gpu_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -89,6 +90,23 @@ func TestTierClassesSelectTheirProfiles(t *testing.T) {
 			if matches(t, classes[tier.ClassName()], dev) {
 				t.Errorf("class %s matches %+v", tier.ClassName(), dev)
 			}
+		}
+	}
+}
+
+func TestConfigure(t *testing.T) {
+	env, err := gpu.Configure([]byte(`{"apiVersion": "gpu.dralab.dev/v1alpha1", "kind": "GPUConfig", "timeSlicing": {"interval": "Short"}}`))
+	if err != nil || env["TIMESLICE"] != "Short" || len(env) != 1 {
+		t.Fatalf("Configure = %v, %v", env, err)
+	}
+	for in, want := range map[string]string{
+		`{"apiVersion": "gpu.dralab.dev/v1alpha1", "kind": "GPUConfig", "timeSlicing": {"interval": "Forever"}}`: `timeSlicing.interval "Forever": want one of Default, Short`,
+		`{"apiVersion": "gpu.dralab.dev/v1alpha1", "kind": "GPUConfig", "timeSlice": {}}`:                        `unknown field "timeSlice"`,
+		`{"apiVersion": "gpu.example.com/v1", "kind": "GPUConfig"}`:                                              `want gpu.dralab.dev/v1alpha1, GPUConfig`,
+		`[1]`: "GPUConfig",
+	} {
+		if _, err := gpu.Configure([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Configure(%s) = %v, want an error containing %q", in, err, want)
 		}
 	}
 }

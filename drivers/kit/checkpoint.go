@@ -47,6 +47,9 @@ type PreparedDevice struct {
 	// Shared is true for admin access and shared (consumable capacity)
 	// allocations, which may hold the device together with other claims.
 	Shared bool `json:"shared,omitempty"`
+	// ConfigEnv are the variables the claim's configuration gives the
+	// device, kept to rewrite a lost CDI spec without the claim.
+	ConfigEnv map[string]string `json:"configEnv,omitempty"`
 }
 
 func newCheckpoint(driver, node string) *Checkpoint {

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -70,6 +71,11 @@ type Options struct {
 	// EnvPrefix names the per-device environment variables.
 	EnvPrefix string
 	Inventory Inventory
+	// Configure turns an opaque configuration addressed to the driver (in a
+	// DeviceClass or a claim) into variables of the devices it applies to,
+	// keyed like Device.Env; an error fails the claim's preparation. Nil:
+	// the driver takes no configuration and refuses any.
+	Configure func(parameters []byte) (map[string]string, error)
 }
 
 // Driver is a running DRA kubelet plugin.
@@ -227,12 +233,17 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 			return nil, fmt.Errorf("claim %s: device %s is already prepared for claim %s/%s (%s); refusing to hand it out twice",
 				klog.KObj(claim), r.Device, other.Namespace, other.Name, uid)
 		}
+		configEnv, err := d.configEnv(claim, r.Request)
+		if err != nil {
+			return nil, err
+		}
+		pd := PreparedDevice{
+			Requests: []string{r.Request}, Pool: r.Pool, Device: r.Device, Shared: shared, ConfigEnv: configEnv,
+		}
 		name := string(claim.UID) + "-" + r.Device
-		spec.Devices = append(spec.Devices, cdispec.Device{Name: name, ContainerEdits: d.edits(n, dev)})
-		prepared.Devices = append(prepared.Devices, PreparedDevice{
-			Requests: []string{r.Request}, Pool: r.Pool, Device: r.Device,
-			CDIDeviceIDs: []string{d.opts.CDIKind + "=" + name}, Shared: shared,
-		})
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: name, ContainerEdits: d.edits(n, dev, pd)})
+		pd.CDIDeviceIDs = []string{d.opts.CDIKind + "=" + name}
+		prepared.Devices = append(prepared.Devices, pd)
 		n++
 	}
 	spec.ContainerEdits = claimEdits(d.devicesOf(prepared))
@@ -254,9 +265,56 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	return toPluginDevices(prepared.Devices), nil
 }
 
-// edits are a device's container edits as the n-th device of its claim.
-func (d *Driver) edits(n int, dev Device) cdispec.ContainerEdits {
+// configEnv is what the opaque configurations addressed to this driver make
+// of the claim's request, in the allocation's order (class before claim),
+// later ones overriding earlier ones.
+func (d *Driver) configEnv(claim *resourceapi.ResourceClaim, request string) (map[string]string, error) {
+	var env map[string]string
+	for i, c := range claim.Status.Allocation.Devices.Config {
+		if c.Opaque == nil || c.Opaque.Driver != d.opts.DriverName || !appliesTo(c.Requests, request) {
+			continue
+		}
+		if d.opts.Configure == nil {
+			return nil, fmt.Errorf("claim %s: configuration %d (%s): driver %s takes no configuration", klog.KObj(claim), i, c.Source, d.opts.DriverName)
+		}
+		vars, err := d.opts.Configure(c.Opaque.Parameters.Raw)
+		if err != nil {
+			return nil, fmt.Errorf("claim %s: configuration %d (%s) for request %s: %w", klog.KObj(claim), i, c.Source, request, err)
+		}
+		for k, v := range vars {
+			if env == nil {
+				env = map[string]string{}
+			}
+			env[k] = v
+		}
+	}
+	return env, nil
+}
+
+// appliesTo says whether a configuration for requests (none: all) applies
+// to a result's request; naming a request covers its subrequests.
+func appliesTo(requests []string, result string) bool {
+	if len(requests) == 0 {
+		return true
+	}
+	for _, r := range requests {
+		if r == result || strings.HasPrefix(result, r+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// edits are a device's container edits as the n-th device of its claim,
+// with its configuration's variables.
+func (d *Driver) edits(n int, dev Device, pd PreparedDevice) cdispec.ContainerEdits {
 	var edits cdispec.ContainerEdits
+	if len(pd.ConfigEnv) > 0 {
+		env := make(map[string]string, len(dev.Env)+len(pd.ConfigEnv))
+		maps.Copy(env, dev.Env)
+		maps.Copy(env, pd.ConfigEnv)
+		dev.Env = env
+	}
 	for _, kv := range deviceEnv(d.opts.EnvPrefix, n, dev) {
 		edits.Env = append(edits.Env, kv[0]+"="+kv[1])
 	}
@@ -277,7 +335,7 @@ func (d *Driver) ensureSpec(uid types.UID, c *PreparedClaim) error {
 		if !ok {
 			return fmt.Errorf("prepared claim %s uses device %q, which is no longer in the inventory", uid, pd.Device)
 		}
-		spec.Devices = append(spec.Devices, cdispec.Device{Name: string(uid) + "-" + pd.Device, ContainerEdits: d.edits(i, dev)})
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: string(uid) + "-" + pd.Device, ContainerEdits: d.edits(i, dev, pd)})
 	}
 	spec.ContainerEdits = claimEdits(d.devicesOf(c))
 	return d.cdi.WriteSpec(spec, c.CDISpec)

@@ -17,6 +17,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
@@ -58,7 +59,7 @@ type harness struct {
 // newHarness starts a driver with its real kubelet plugin server, and acts
 // as the kubelet: it calls NodePrepareResources and NodeUnprepareResources
 // over the driver's socket, with claims from a fake API server.
-func newHarness(t testing.TB, devices int) *harness {
+func newHarness(t testing.TB, devices int, mutate ...func(*Options)) *harness {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "kit-")
 	if err != nil {
@@ -73,6 +74,9 @@ func newHarness(t testing.TB, devices int) *harness {
 		RegistrarDir: filepath.Join(dir, "registry"), PluginDir: filepath.Join(dir, "plugin"),
 		CDIDir: filepath.Join(dir, "cdi"), CheckpointPath: filepath.Join(dir, "state", "checkpoint.json"),
 		CDIKind: "test.dev/gpu", EnvPrefix: "GPU_DEVICE", Inventory: testDevices(devices),
+	}
+	for _, m := range mutate {
+		m(&h.opts)
 	}
 	if err := os.MkdirAll(h.opts.RegistrarDir, 0o750); err != nil {
 		t.Fatal(err)
@@ -120,6 +124,16 @@ func (h *harness) claim(name string, devices ...string) *resourceapi.ResourceCla
 		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results, r)
 	}
 	c, err := h.client.ResourceV1().ResourceClaims("ns").Create(context.Background(), c, metav1.CreateOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return c
+}
+
+// updateStatus writes a claim's changed allocation.
+func (h *harness) updateStatus(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+	h.t.Helper()
+	c, err := h.client.ResourceV1().ResourceClaims(c.Namespace).UpdateStatus(context.Background(), c, metav1.UpdateOptions{})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -346,5 +360,51 @@ func TestPublishesNodeSlice(t *testing.T) {
 	}
 	if s.Spec.Devices[0].Name != "gpu-0" || s.Spec.Devices[2].Name != "gpu-2" {
 		t.Errorf("devices out of order: %v", s.Spec.Devices)
+	}
+}
+
+// Opaque configuration addressed to the driver reaches the devices of the
+// requests it names, class configuration first, the claim's overriding it;
+// a configuration the driver refuses fails the claim with its error, and
+// another driver's configuration is not the driver's business.
+func TestOpaqueConfig(t *testing.T) {
+	h := newHarness(t, 4, func(o *Options) {
+		o.Configure = func(params []byte) (map[string]string, error) {
+			if string(params) == `"bad"` {
+				return nil, fmt.Errorf("bad parameters")
+			}
+			return map[string]string{"MODE": strings.Trim(string(params), `"`)}, nil
+		}
+	})
+	opaque := func(source resourceapi.AllocationConfigSource, driver, params string, requests ...string) resourceapi.DeviceAllocationConfiguration {
+		return resourceapi.DeviceAllocationConfiguration{Source: source, Requests: requests, DeviceConfiguration: resourceapi.DeviceConfiguration{
+			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: driver, Parameters: runtime.RawExtension{Raw: []byte(params)}}}}
+	}
+	c := h.claim("configured", "gpu-0")
+	c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{
+		opaque(resourceapi.AllocationConfigSourceClass, testDriver, `"class"`),
+		opaque(resourceapi.AllocationConfigSourceClaim, testDriver, `"claim"`, "gpu"),
+		opaque(resourceapi.AllocationConfigSourceClaim, "other.example.com", `"bad"`),
+		opaque(resourceapi.AllocationConfigSourceClaim, testDriver, `"bad"`, "another-request"),
+	}
+	c = h.updateStatus(c)
+	res := h.prepare(c)[string(c.UID)]
+	if res.Error != "" {
+		t.Fatalf("prepare: %s", res.Error)
+	}
+	env := strings.Join(h.containerEnv(res.Devices[0].CdiDeviceIds), "\n")
+	if !strings.Contains(env, "GPU_DEVICE_0_MODE=claim") {
+		t.Errorf("container env lacks the claim's configuration:\n%s", env)
+	}
+
+	bad := h.claim("misconfigured", "gpu-1")
+	bad.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{opaque(resourceapi.AllocationConfigSourceClaim, testDriver, `"bad"`)}
+	bad = h.updateStatus(bad)
+	res = h.prepare(bad)[string(bad.UID)]
+	if !strings.Contains(res.Error, "bad parameters") || !strings.Contains(res.Error, "ns/misconfigured") {
+		t.Errorf("prepare of a misconfigured claim: error %q, want the driver's error naming the claim", res.Error)
+	}
+	if files := h.specFiles(); len(files) != 1 {
+		t.Errorf("CDI specs: %v, want only the configured claim's", files)
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
+
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -61,9 +63,10 @@ func Features(m *manifest.Manifest, o Options) []features.Feature {
 		s.feature("admin access", manifest.DRAAdminAccess, "an admin claim gets an in-use device, the workload keeps it", s.adminAccess),
 		s.feature("device taints", manifest.DRADeviceTaints, "tainted devices are not allocated until untainted", s.deviceTaints),
 		s.feature("extended resource", manifest.DRAExtendedResource, "a pod asking for the extended resource gets a device", s.extendedResource),
+		s.feature("opaque config", manifest.OpaqueConfig, "valid configuration is prepared, invalid configuration fails preparation", s.opaqueConfig),
 	}
 	for _, c := range []manifest.Capability{manifest.DRAPartitionableDevices, manifest.DRAConsumableCapacity,
-		manifest.DRADeviceBindingConditions, manifest.DRAResourceClaimDeviceStatus, manifest.OpaqueConfig} {
+		manifest.DRADeviceBindingConditions, manifest.DRAResourceClaimDeviceStatus} {
 		out = append(out, s.feature(string(c), c, "declared", nil))
 	}
 	return out
@@ -485,6 +488,71 @@ func (s *suite) extendedResource(ctx context.Context, t *testing.T, k *kit) erro
 		return fmt.Errorf("the pod runs but its status names no claim for %s", name)
 	}
 	t.Logf("pod asking for %s got claim %s and proves %q", name, st.ResourceClaimName, v)
+	return nil
+}
+
+// opaqueConfig: a claim configured with the manifest's valid parameters
+// runs; one with its invalid parameters is allocated but never runs, the
+// kubelet reporting that the driver refused to prepare it.
+func (s *suite) opaqueConfig(ctx context.Context, t *testing.T, k *kit) error {
+	configured := func(name string, params []byte) error {
+		claim := &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: k.ns},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+				Requests: []resourceapi.DeviceRequest{k.request("dev")},
+				Config: []resourceapi.DeviceClaimConfiguration{{Requests: []string{"dev"}, DeviceConfiguration: resourceapi.DeviceConfiguration{
+					Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: s.m.Driver, Parameters: runtime.RawExtension{Raw: params}}}}},
+			}},
+		}
+		if _, err := k.client.ResourceV1().ResourceClaims(k.ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("claim %s: %w", name, err)
+		}
+		return k.pod(ctx, name, []string{name}, nil)
+	}
+	if err := configured("valid", s.m.OpaqueConfig.Valid); err != nil {
+		return err
+	}
+	if _, err := k.proof(ctx, "valid"); err != nil {
+		return fmt.Errorf("with the valid configuration: %w", err)
+	}
+	if err := configured("invalid", s.m.OpaqueConfig.Invalid); err != nil {
+		return err
+	}
+	// The kubelet reports a failed preparation as an event; where its
+	// events are not recorded (the embedded lab's hollow nodes), the pod,
+	// allocated and bound, must still not have started after a grace.
+	const grace = 10 * time.Second
+	var refused string
+	var boundAt time.Time
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, k.m.Timeouts.PodRunning, true, func(ctx context.Context) (bool, error) {
+		pod, err := k.client.CoreV1().Pods(k.ns).Get(ctx, "invalid", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if pod.Status.Phase == v1.PodRunning || pod.Status.Phase == v1.PodSucceeded {
+			return false, fmt.Errorf("the pod with the invalid configuration runs: the driver prepared %s", s.m.OpaqueConfig.Invalid)
+		}
+		events, err := k.client.CoreV1().Events(k.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=invalid,reason=FailedPrepareDynamicResources"})
+		if err == nil && len(events.Items) > 0 {
+			refused = "the kubelet reports: " + events.Items[0].Message
+			return true, nil
+		}
+		if pod.Spec.NodeName == "" {
+			return false, nil
+		}
+		if boundAt.IsZero() {
+			boundAt = time.Now()
+		}
+		if time.Since(boundAt) >= grace {
+			refused = fmt.Sprintf("the pod is bound to %s and still %s after %v (no kubelet event recorded)", pod.Spec.NodeName, podState(pod), grace)
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the invalid configuration: %w", err)
+	}
+	t.Logf("invalid configuration refused: %s", refused)
 	return nil
 }
 

@@ -140,6 +140,9 @@ type Manifest struct {
 	// DeviceClass advertises (spec.extendedResourceName); empty: the name
 	// every class has implicitly, deviceclass.resource.kubernetes.io/<class>.
 	ExtendedResourceName string `json:"extendedResourceName,omitempty"`
+	// OpaqueConfig are the opaque parameters of the opaque-config check,
+	// required with OpaqueConfig.
+	OpaqueConfig *OpaqueConfigSample `json:"opaqueConfig,omitempty"`
 	// Proof is how a container shows that it got its device.
 	Proof Proof `json:"proof"`
 	// Timeouts bound how long the suite waits.
@@ -147,6 +150,14 @@ type Manifest struct {
 	// Sanity tunes the sanity layer, which calls the driver's kubelet
 	// plugin directly.
 	Sanity Sanity `json:"sanity"`
+}
+
+// OpaqueConfigSample is configuration the driver takes (Valid) and one it
+// must refuse (Invalid), each the parameters of an opaque configuration
+// addressed to the driver.
+type OpaqueConfigSample struct {
+	Valid   json.RawMessage `json:"valid"`
+	Invalid json.RawMessage `json:"invalid"`
 }
 
 // Proof is how a container shows that it got its device: exactly one of
@@ -336,6 +347,21 @@ func (m *Manifest) validate() field.ErrorList {
 
 	if m.ExtendedResourceName != "" {
 		errs = append(errs, validateExtendedResourceName(field.NewPath("extendedResourceName"), m.ExtendedResourceName)...)
+	}
+
+	op := field.NewPath("opaqueConfig")
+	switch {
+	case m.OpaqueConfig == nil && m.Enabled(OpaqueConfig):
+		errs = append(errs, field.Required(op, fmt.Sprintf("%s is enabled: give valid and invalid parameters for the driver", OpaqueConfig)))
+	case m.OpaqueConfig != nil:
+		for _, p := range []struct {
+			name string
+			raw  json.RawMessage
+		}{{"valid", m.OpaqueConfig.Valid}, {"invalid", m.OpaqueConfig.Invalid}} {
+			if len(p.raw) == 0 || p.raw[0] != '{' {
+				errs = append(errs, field.Required(op.Child(p.name), "an object: the parameters of an opaque configuration for the driver"))
+			}
+		}
 	}
 
 	errs = append(errs, m.Proof.validate(field.NewPath("proof"))...)

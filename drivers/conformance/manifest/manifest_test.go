@@ -33,9 +33,13 @@ func TestExampleLoads(t *testing.T) {
 			OpaqueConfig:            true,
 		},
 		ExtendedResourceName: "dralab.dev/gpu",
-		Proof:                Proof{Env: &EnvProof{Name: "GPU_DEVICE_0", Pattern: "^gpu-[0-9]+$"}},
-		Timeouts:             Timeouts{PodRunning: 90 * time.Second, Prepare: DefaultPrepareTimeout},
-		Sanity:               Sanity{Restartable: false},
+		OpaqueConfig: &OpaqueConfigSample{
+			Valid:   json.RawMessage(`{"apiVersion":"gpu.dralab.dev/v1alpha1","kind":"GPUConfig","timeSlicing":{"interval":"Short"}}`),
+			Invalid: json.RawMessage(`{"apiVersion":"gpu.dralab.dev/v1alpha1","kind":"GPUConfig","timeSlicing":{"interval":"Forever"}}`),
+		},
+		Proof:    Proof{Env: &EnvProof{Name: "GPU_DEVICE_0", Pattern: "^gpu-[0-9]+$"}},
+		Timeouts: Timeouts{PodRunning: 90 * time.Second, Prepare: DefaultPrepareTimeout},
+		Sanity:   Sanity{Restartable: false},
 	}
 	if !reflect.DeepEqual(m, want) {
 		t.Errorf("Load = %+v\nwant %+v", m, want)
@@ -157,6 +161,8 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"prioritized list of one", minimal + "prioritizedClasses: [a.example.com]\n", []string{"prioritizedClasses: Too few"}},
 		{"prioritized list of nine", minimal + "prioritizedClasses: [a, b, c, d, e, f, g, h, i]\n", []string{"prioritizedClasses: Too many"}},
 		{"duplicate prioritized class", minimal + "prioritizedClasses: [a, b, a]\n", []string{"prioritizedClasses[2]: Duplicate", `"a"`}},
+		{"opaque config without samples", minimal + "capabilities: {OpaqueConfig: true}\n", []string{"opaqueConfig: Required", "OpaqueConfig is enabled"}},
+		{"opaque config not an object", minimal + "opaqueConfig: {valid: 3, invalid: {a: 1}}\n", []string{"opaqueConfig.valid: Required", "an object"}},
 		{"extended resource without domain", minimal + "extendedResourceName: gpu\n", []string{"extendedResourceName: Invalid value", "prefixed with a domain"}},
 		{"native resource name", minimal + "extendedResourceName: kubernetes.io/gpu\n", []string{"extendedResourceName: Invalid value", "reserved"}},
 		{"bad duration", minimal + "timeouts: {podRunning: 2 minutes}\n", []string{"timeouts.podRunning: Invalid value", `"2 minutes"`, "Go duration"}},

@@ -181,6 +181,7 @@ func Run(ctx context.Context, o Options) error {
 			CDIKind:        gpu.CDIKind,
 			EnvPrefix:      gpu.EnvPrefix,
 			Inventory:      inv,
+			Configure:      gpu.Configure,
 		})
 		if err != nil {
 			return err
