@@ -48,12 +48,7 @@ nodes:
 // the claims and prioritized-fallback scenarios pass with it.
 func TestChartOnRealNode(t *testing.T) {
 	bin := binary(t)
-	if os.Geteuid() != 0 {
-		t.Fatal("the real node needs root; run the tests as root (CI does)")
-	}
-	if missing := realnode.MissingHostPrograms(); len(missing) > 0 {
-		t.Fatalf("missing %v: run go run mage.go deps:realnode (CI does)", missing)
-	}
+	requireRealNodeHost(t)
 	ctx := context.Background()
 	cfg, err := config.Parse("chart lab", []byte(chartLab))
 	if err != nil {

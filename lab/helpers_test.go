@@ -2,6 +2,7 @@ package lab_test
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	"k8s.io/client-go/kubernetes"
@@ -14,6 +15,7 @@ import (
 	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/drivers/conformance/sanity"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/internal/testlab"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
@@ -73,4 +75,16 @@ func runConformance(ctx context.Context, t *testing.T, l *lab.Lab, client kubern
 		testenv := env.NewWithConfig(envconf.New().WithKubeconfigFile(l.Kubeconfig()))
 		testenv.Test(t, cluster.Features(m, cluster.Options{})...)
 	})
+}
+
+// requireRealNodeHost fails a test of a real node on a host that cannot run
+// one, saying what to do: CI runs as root with the packages installed.
+func requireRealNodeHost(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the real node needs root; run the tests as root (CI does)")
+	}
+	if missing := realnode.MissingHostPrograms(); len(missing) > 0 {
+		t.Fatalf("missing %v: run go run mage.go deps:realnode (CI does)", missing)
+	}
 }

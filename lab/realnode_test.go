@@ -33,12 +33,7 @@ import (
 // the lab remains on the host.
 func TestRealNode(t *testing.T) {
 	bin := binary(t)
-	if os.Geteuid() != 0 {
-		t.Fatal("the real node needs root; run the tests as root (CI does)")
-	}
-	if missing := realnode.MissingHostPrograms(); len(missing) > 0 {
-		t.Fatalf("missing %v: run go run mage.go deps:realnode (CI does)", missing)
-	}
+	requireRealNodeHost(t)
 	ctx := context.Background()
 	root := stateRoot(t)
 	chainsBefore := realnode.IptablesChains(ctx)
