@@ -11,6 +11,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/cel"
+
+	"github.com/dralab/dralab/internal/devicecel"
 )
 
 const (
@@ -87,7 +89,11 @@ func newClass(name string, expressions ...string) resourceapi.DeviceClass {
 // library, so it agrees with the scheduler by construction.
 func TierOf(ctx context.Context, dev cel.Device) (string, error) {
 	for _, t := range Tiers {
-		ok, err := selects(ctx, []string{driverSelector, t.Selector()}, dev)
+		sel, err := devicecel.Compile(driverSelector, t.Selector())
+		if err != nil {
+			return "", err
+		}
+		ok, err := sel.Match(ctx, dev)
 		if err != nil {
 			return "", err
 		}
@@ -96,18 +102,4 @@ func TierOf(ctx context.Context, dev cel.Device) (string, error) {
 		}
 	}
 	return "", nil
-}
-
-func selects(ctx context.Context, expressions []string, dev cel.Device) (bool, error) {
-	for _, e := range expressions {
-		res := cel.GetCompiler(cel.Features{}).CompileCELExpression(e, cel.Options{})
-		if res.Error != nil {
-			return false, res.Error
-		}
-		ok, _, err := res.DeviceMatches(ctx, dev)
-		if err != nil || !ok {
-			return false, err
-		}
-	}
-	return true, nil
 }

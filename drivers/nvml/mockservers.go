@@ -1,5 +1,13 @@
 package nvml
 
+// Sources of an NVML inventory, as the driver's --nvml flag names them.
+const (
+	// SourceLibrary is the machine's NVML library.
+	SourceLibrary = "nvml"
+	// MockPrefix precedes a mock server's name, e.g. "mock:dgxh100".
+	MockPrefix = "mock:"
+)
+
 // MockServers are the go-nvml mock servers the driver can run on instead
 // of a real NVML library (--nvml=mock:<name>): the DGX servers of go-nvml's
 // mock package, 8 GPUs each, and "mixed", dralab's server of one model per

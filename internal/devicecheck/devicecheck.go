@@ -24,7 +24,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -32,6 +31,7 @@ import (
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/testlab"
+	"github.com/dralab/dralab/lab/backend"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -84,11 +84,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	fmt.Fprintf(o.Out, "Lab up with the NVML driver on node %s in %v\n", node, time.Since(start).Round(time.Millisecond))
-	restConfig, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
-	if err != nil {
-		return err
-	}
-	client, err := kubernetes.NewForConfig(restConfig)
+	client, err := backend.NewClient(l.Kubeconfig())
 	if err != nil {
 		return err
 	}
@@ -178,9 +174,7 @@ func prepareClaim(ctx context.Context, client kubernetes.Interface, product stri
 
 // list runs the driver's --list: the devices it would publish.
 func list(ctx context.Context, driver, source string) ([]resourceapi.Device, error) {
-	if source == config.NVMLHost {
-		source = "nvml"
-	}
+	source = config.NVMLSource(source)
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, driver, "--list", "--inventory=nvml", "--nvml="+source, "--node-name="+node)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

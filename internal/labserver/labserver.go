@@ -364,11 +364,7 @@ func driverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
 	nd := dir.Node(n.Name)
 	inventory := []string{"--inventory=fake", "--profile=" + n.GPUs.Profile, "--gpus=" + strconv.Itoa(n.GPUs.Count)}
 	if n.GPUs.NVML != "" {
-		source := n.GPUs.NVML
-		if source == config.NVMLHost {
-			source = "nvml"
-		}
-		inventory = []string{"--inventory=nvml", "--nvml=" + source}
+		inventory = []string{"--inventory=nvml", "--nvml=" + config.NVMLSource(n.GPUs.NVML)}
 	}
 	return append(inventory,
 		"--node-name="+n.Name,

@@ -296,7 +296,7 @@ func (g *GPUs) validate(gp *field.Path) field.ErrorList {
 		if g.Profile != "" || g.Count != 0 {
 			errs = append(errs, field.Forbidden(gp.Child("nvml"), "NVML reports the GPUs: give profile and count, or nvml, not both"))
 		}
-		if mock, ok := strings.CutPrefix(g.NVML, NVMLMockPrefix); ok {
+		if mock, ok := strings.CutPrefix(g.NVML, nvml.MockPrefix); ok {
 			if !slices.Contains(nvml.MockServers, mock) {
 				errs = append(errs, field.NotSupported(gp.Child("nvml"), g.NVML, nvmlChoices()))
 			}
@@ -321,14 +321,22 @@ func (g *GPUs) validate(gp *field.Path) field.ErrorList {
 
 // NVML sources of a node's GPUs.
 const (
-	NVMLHost       = "host"
-	NVMLMockPrefix = "mock:"
+	NVMLHost = "host"
 )
+
+// NVMLSource is the driver's --nvml for a node's configured nvml: the
+// machine's library for "host", the mock server otherwise.
+func NVMLSource(configured string) string {
+	if configured == NVMLHost {
+		return nvml.SourceLibrary
+	}
+	return configured
+}
 
 func nvmlChoices() []string {
 	out := []string{NVMLHost}
 	for _, m := range nvml.MockServers {
-		out = append(out, NVMLMockPrefix+m)
+		out = append(out, nvml.MockPrefix+m)
 	}
 	return out
 }

@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
+	"github.com/dralab/dralab/internal/devicecel"
 )
 
 // Options tune the features to the cluster.
@@ -603,24 +604,20 @@ func matching(ctx context.Context, client kubernetes.Interface, className string
 	} else if err != nil {
 		return 0, err
 	}
+	var expressions []string
+	for _, sel := range class.Spec.Selectors {
+		if sel.CEL != nil {
+			expressions = append(expressions, sel.CEL.Expression)
+		}
+	}
+	selectors, err := devicecel.Compile(expressions...)
+	if err != nil {
+		return 0, fmt.Errorf("DeviceClass %s: %w", className, err)
+	}
 	n := 0
 	for _, d := range devs {
-		ok := true
-		for _, sel := range class.Spec.Selectors {
-			if sel.CEL == nil {
-				continue
-			}
-			res := cel.GetCompiler(cel.Features{}).CompileCELExpression(sel.CEL.Expression, cel.Options{})
-			if res.Error != nil {
-				return 0, fmt.Errorf("DeviceClass %s: %w", className, res.Error)
-			}
-			match, _, err := res.DeviceMatches(ctx, cel.Device{Driver: d.driver, Attributes: d.dev.Attributes, Capacity: d.dev.Capacity})
-			if err != nil || !match {
-				ok = false
-				break
-			}
-		}
-		if ok {
+		// A device whose evaluation fails is one the allocator skips.
+		if ok, _ := selectors.Match(ctx, cel.Device{Driver: d.driver, Attributes: d.dev.Attributes, Capacity: d.dev.Capacity}); ok {
 			n++
 		}
 	}

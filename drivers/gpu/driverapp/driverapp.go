@@ -91,7 +91,7 @@ Every flag can also be set through the environment variable named in brackets.`,
 	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
 	f.StringVar(&o.Mode, "mode", ModeDRA, "dra or device-plugin")
 	f.StringVar(&o.Inventory, "inventory", InventoryFake, "where devices come from: fake (GPU profiles) or nvml (NVIDIA's management library)")
-	f.StringVar(&o.NVML, "nvml", nvmllib.SourceNVML, "the NVML of an nvml inventory: "+strings.Join(nvmllib.Sources(), ", ")+" (go-nvml's mock servers, for labs without GPUs)")
+	f.StringVar(&o.NVML, "nvml", nvml.SourceLibrary, "the NVML of an nvml inventory: "+strings.Join(nvmllib.Sources(), ", ")+" (go-nvml's mock servers, for labs without GPUs)")
 	f.StringVar(&o.Profile, "profile", "", "built-in GPU profile of a fake inventory: "+strings.Join(fakegpu.BuiltinNames(), ", "))
 	f.StringVar(&o.ProfileFile, "profile-file", "", "GPU profile file of a fake inventory, instead of --profile")
 	f.StringVar(&o.ProfileLabel, "profile-label", "", "read the profile from this label of the node, instead of --profile (one DaemonSet, mixed nodes)")
@@ -277,7 +277,7 @@ func openInventory(o Options) (inv kit.Inventory, close func(), err error) {
 // nvmlInventory opens NVML, or a mock server, whose GPUs get stable
 // identities from the node's name.
 func nvmlInventory(o Options) (*nvml.Inventory, error) {
-	mock := strings.HasPrefix(o.NVML, nvmllib.MockPrefix)
+	mock := strings.HasPrefix(o.NVML, nvml.MockPrefix)
 	if mock && o.NodeName == "" {
 		return nil, fmt.Errorf("--nvml %s: a mock server needs --node-name (or $%s)", o.NVML, envName("node-name"))
 	}

@@ -15,18 +15,18 @@ import (
 	dnvml "github.com/dralab/dralab/drivers/nvml"
 )
 
-// Open lists GPUs from a source: SourceNVML (or "") for the machine's
-// NVML library, MockPrefix+name for one of nvml.MockServers. It initializes
+// Open lists GPUs from a source: nvml.SourceLibrary (or "") for the machine's
+// NVML library, nvml.MockPrefix+name for one of nvml.MockServers. It initializes
 // NVML; the caller closes the Lister to shut it down.
 func Open(source string, opts ...Option) (dnvml.Lister, error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if source == "" || source == SourceNVML {
+	if source == "" || source == dnvml.SourceLibrary {
 		return open(nvml.New(), nil)
 	}
-	name, ok := strings.CutPrefix(source, MockPrefix)
+	name, ok := strings.CutPrefix(source, dnvml.MockPrefix)
 	if !ok {
 		return nil, unknownSourceError(source)
 	}

@@ -60,7 +60,7 @@ func TestMockServers(t *testing.T) {
 				}
 				inv := &dnvml.Inventory{SysfsRoot: t.TempDir()}
 				if topology == "mock" {
-					inv.Lister, err = Open(MockPrefix+name, WithNode(node))
+					inv.Lister, err = Open(dnvml.MockPrefix+name, WithNode(node))
 				} else {
 					inv.Lister, err = sysfsOnly(t, name, inv.SysfsRoot)
 				}
@@ -398,7 +398,7 @@ func TestUnknownSources(t *testing.T) {
 // NVIDIA driver it must fail with ErrLibraryNotFound, not kill the test
 // binary; on a GPU machine it lists the GPUs, which -v shows.
 func TestMachineLibrary(t *testing.T) {
-	l, err := Open(SourceNVML)
+	l, err := Open(dnvml.SourceLibrary)
 	if errors.Is(err, ErrLibraryNotFound) {
 		t.Logf("no NVML here: %v", err)
 		return

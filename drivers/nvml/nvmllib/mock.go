@@ -15,6 +15,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/dralab/dralab/drivers/fakegpu"
+	dnvml "github.com/dralab/dralab/drivers/nvml"
 )
 
 func newMockServer(name string) (*server.Server, error) {
@@ -30,7 +31,7 @@ func newMockServer(name string) (*server.Server, error) {
 	case "mixed":
 		return mixedServer()
 	}
-	return nil, unknownSourceError(MockPrefix + name)
+	return nil, unknownSourceError(dnvml.MockPrefix + name)
 }
 
 // mixedServer is a server of one model per allocation tier the lab's

@@ -18,14 +18,6 @@ import (
 	dnvml "github.com/dralab/dralab/drivers/nvml"
 )
 
-// Sources that Open accepts.
-const (
-	// SourceNVML is the machine's NVML library; "" means it too.
-	SourceNVML = "nvml"
-	// MockPrefix precedes a mock server's name, e.g. "mock:dgxh100".
-	MockPrefix = "mock:"
-)
-
 // ErrLibraryNotFound means the machine has no NVML library.
 var ErrLibraryNotFound = errors.New("NVML library not found: is the NVIDIA driver installed?")
 
@@ -37,9 +29,9 @@ var ErrUnknownSource = errors.New("unknown GPU source")
 
 // Sources lists what Open accepts, for flag help and error messages.
 func Sources() []string {
-	out := []string{SourceNVML}
+	out := []string{dnvml.SourceLibrary}
 	for _, s := range dnvml.MockServers {
-		out = append(out, MockPrefix+s)
+		out = append(out, dnvml.MockPrefix+s)
 	}
 	return out
 }

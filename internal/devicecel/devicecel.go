@@ -1,0 +1,39 @@
+// Package devicecel evaluates DeviceClass selectors against published
+// devices with the allocator's own CEL library, so that what dralab says
+// about a device (its tier, whether a class has a free one) agrees with the
+// scheduler by construction.
+package devicecel
+
+import (
+	"context"
+
+	"k8s.io/dynamic-resource-allocation/cel"
+)
+
+// Selectors are compiled CEL selectors that must all match.
+type Selectors []cel.CompilationResult
+
+// Compile compiles expressions once, for many devices.
+func Compile(expressions ...string) (Selectors, error) {
+	out := make(Selectors, 0, len(expressions))
+	for _, e := range expressions {
+		res := cel.GetCompiler(cel.Features{}).CompileCELExpression(e, cel.Options{})
+		if res.Error != nil {
+			return nil, res.Error
+		}
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+// Match says whether every selector selects dev; an evaluation error is
+// returned with a false match, as the allocator fails such a device.
+func (s Selectors) Match(ctx context.Context, dev cel.Device) (bool, error) {
+	for _, res := range s {
+		ok, _, err := res.DeviceMatches(ctx, dev)
+		if err != nil || !ok {
+			return false, err
+		}
+	}
+	return true, nil
+}
