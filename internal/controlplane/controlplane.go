@@ -57,6 +57,10 @@ type Options struct {
 	AdminKubeconfig string
 	// FeatureGates is passed as --feature-gates, e.g. "A=true,B=false".
 	FeatureGates string
+	// AuditPolicy and AuditLog, when set, make the API server write an
+	// audit log (JSON lines) of the requests the policy selects.
+	AuditPolicy string
+	AuditLog    string
 }
 
 // ControlPlane is a running control plane.
@@ -215,6 +219,15 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, opts Options, etcdUR
 		"--profiling=false",
 		// Stop in seconds instead of waiting for in-flight requests up to a minute.
 		"--shutdown-send-retry-after=true",
+	}
+	if opts.AuditPolicy != "" {
+		args = append(args,
+			"--audit-policy-file="+opts.AuditPolicy,
+			"--audit-log-path="+opts.AuditLog,
+			"--audit-log-format=json",
+			"--audit-log-maxsize=100",
+			"--audit-log-maxbackup=1",
+		)
 	}
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("kube-apiserver flags: %w", err)

@@ -84,6 +84,10 @@ func Run(ctx context.Context, o Options) (err error) {
 		listener.Close()
 		return err
 	}
+	if err := atomicfile.Write(dir.AuditPolicy(), []byte(auditPolicy), 0o600); err != nil {
+		listener.Close()
+		return fmt.Errorf("writing the audit policy: %w", err)
+	}
 
 	// Nodes start while the control plane does: their kubelets retry until
 	// the API answers, and their own start-up overlaps with it.
@@ -116,6 +120,8 @@ func Run(ctx context.Context, o Options) (err error) {
 		ControllerManagerKubeconfig: dir.ComponentKubeconfig("kube-controller-manager"),
 		SchedulerConfig:             dir.SchedulerConfig(),
 		AdminKubeconfig:             dir.Kubeconfig(),
+		AuditPolicy:                 dir.AuditPolicy(),
+		AuditLog:                    dir.AuditLog(),
 	})
 	if err != nil {
 		return fmt.Errorf("starting the control plane: %w", err)
@@ -455,6 +461,22 @@ profiles:
       enabled:
       - name: DynamicResources
         weight: 20
+`
+
+// auditPolicy records what drivers do: the requests of the lab's drivers
+// and of workload service accounts (a driver installed with its chart), at
+// Metadata level, so that a driver's RBAC can be compared with the verbs it
+// really uses. The controllers' own service accounts (kube-system) and
+// everyone else are not recorded: the log stays small on busy labs.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: None
+  userGroups: ["system:serviceaccounts:kube-system"]
+- level: Metadata
+  userGroups: ["system:serviceaccounts", "` + labstate.DriverGroup + `"]
+- level: None
 `
 
 func writeSchedulerConfig(dir labstate.Dir) error {

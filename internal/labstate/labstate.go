@@ -69,6 +69,13 @@ func (d Dir) PIDFile() string { return d.path("lab.pid") }
 // StatusFile is written by the lab process as it starts, runs and stops.
 func (d Dir) StatusFile() string { return d.path("status.json") }
 
+// AuditPolicy is the API server's audit policy.
+func (d Dir) AuditPolicy() string { return d.path("audit-policy.yaml") }
+
+// AuditLog is the API server's audit log: one JSON event a line, for the
+// requests of drivers and workload service accounts (see AuditPolicy).
+func (d Dir) AuditLog() string { return d.Log("audit") }
+
 // SchedulerConfig is the scheduler's configuration file.
 func (d Dir) SchedulerConfig() string { return d.path("kube-scheduler.yaml") }
 
