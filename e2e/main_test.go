@@ -3,7 +3,8 @@
 // embedded lab (in a temporary state directory, so a lab you are using is
 // left alone) and deletes it at the end; with --kubeconfig it runs against
 // that cluster, skipping the features that need the embedded lab's host
-// paths. `go test -short` runs no e2e feature.
+// paths, when it is a dralab lab or DRALAB_TARGET names its context (else
+// it refuses to start). `go test -short` runs no e2e feature.
 package e2e
 
 import (
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/env"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 
+	"github.com/dralab/dralab/internal/target"
 	"github.com/dralab/dralab/internal/testlab"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
@@ -41,6 +43,13 @@ func TestMain(m *testing.M) {
 		skipReason = "e2e needs a cluster: run without -short"
 	case cfg.KubeconfigFile() == "":
 		testenv.Setup(startEmbeddedLab).Finish(stopEmbeddedLab)
+	default:
+		t, err := target.Resolve(target.Request{Kubeconfig: cfg.KubeconfigFile(), Context: cfg.KubeContext(), Consent: os.Getenv(target.EnvConsent)})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "e2e target:", t)
 	}
 	os.Exit(testenv.Run(m))
 }

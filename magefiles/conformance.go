@@ -13,6 +13,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/conformance"
 	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/internal/target"
 	"github.com/dralab/dralab/internal/ui"
 )
 
@@ -20,10 +21,12 @@ import (
 type Conformance mg.Namespace
 
 // Run runs both layers (kubelet-plugin sanity and cluster features) for the
-// driver of a manifest, e.g. drivers/fakegpu/driver.yaml: against
-// $KUBECONFIG when set, else on an embedded lab of $DRALAB_CONFIG (or the
-// default lab) that it starts and deletes. It prints a summary and writes
-// JUnit XML to $ARTIFACTS (or the working directory).
+// driver of a manifest, e.g. drivers/fakegpu/driver.yaml, on an embedded
+// lab of $DRALAB_CONFIG (or the default lab) that it starts and deletes;
+// with $KUBECONFIG set, on that cluster when it is a dralab lab or
+// $DRALAB_TARGET names its context, else it refuses. It prints the target
+// first, then a summary, and writes JUnit XML to $ARTIFACTS (or the
+// working directory).
 func (Conformance) Run(ctx context.Context, manifest string) error {
 	return runConformance(ctx, manifest, conformance.LayerAll)
 }
@@ -35,6 +38,16 @@ func (Conformance) Sanity(ctx context.Context, manifest string) error {
 }
 
 func runConformance(ctx context.Context, manifest, layer string) error {
+	o := conformance.Options{
+		Manifest: manifest, Layer: layer,
+		Kubeconfig: os.Getenv("KUBECONFIG"), Target: os.Getenv(target.EnvConsent), LabConfig: os.Getenv("DRALAB_CONFIG"),
+	}
+	where, err := conformance.Where(o)
+	if err != nil {
+		return err
+	}
+	u := ui.Stderr()
+	u.Println("Target: " + where)
 	bin, err := buildDralab(ctx)
 	if err != nil {
 		return err
@@ -47,20 +60,12 @@ func runConformance(ctx context.Context, manifest, layer string) error {
 		return err
 	}
 	name := strings.TrimSuffix(filepath.Base(filepath.Dir(manifest))+"-"+filepath.Base(manifest), ".yaml")
-	junitFile := filepath.Join(dir, "junit-conformance-"+name+".xml")
-	o := conformance.Options{
-		Manifest: manifest, Layer: layer, JUnit: junitFile,
-		Kubeconfig: os.Getenv("KUBECONFIG"), LabConfig: os.Getenv("DRALAB_CONFIG"),
-		Env: []string{build.EnvBinary + "=" + bin},
-	}
+	o.JUnit = filepath.Join(dir, "junit-conformance-"+name+".xml")
+	o.Env = []string{build.EnvBinary + "=" + bin}
 	if os.Getenv("CI") != "" || mg.Verbose() {
 		o.Log = os.Stderr
 	}
-	where := "an embedded lab it starts"
-	if o.Kubeconfig != "" {
-		where = o.Kubeconfig
-	}
-	done := ui.Stderr().Step(fmt.Sprintf("Running the conformance suite of %s on %s", manifest, where))
+	done := u.Step("Running the conformance suite of " + manifest)
 	report, err := conformance.Run(ctx, o)
 	if err == nil && report.Failed() {
 		err = fmt.Errorf("the driver fails conformance checks")
@@ -68,7 +73,7 @@ func runConformance(ctx context.Context, manifest, layer string) error {
 	done(err)
 	if report != nil {
 		fmt.Println(report.Summary())
-		fmt.Println("JUnit:", junitFile)
+		fmt.Println("JUnit:", o.JUnit)
 	}
 	return err
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/magefile/mage/sh"
 
 	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/internal/target"
 	"github.com/dralab/dralab/internal/ui"
 )
 
@@ -22,16 +23,22 @@ func (Test) Unit() error {
 }
 
 // E2E runs the e2e suite (every scenario, the driver and lab features) on
-// an embedded lab it starts and deletes; with KUBECONFIG set to a file, on
-// that cluster instead.
+// an embedded lab it starts and deletes; with KUBECONFIG set, on that
+// cluster when it is a dralab lab or DRALAB_TARGET names its context, else
+// it refuses. It prints the target first.
 func (Test) E2E(ctx context.Context) error {
+	t, err := target.Resolve(target.Request{Kubeconfig: os.Getenv("KUBECONFIG"), Consent: os.Getenv(target.EnvConsent)})
+	if err != nil {
+		return err
+	}
+	ui.Stderr().Println("Target: " + t.String())
 	bin, err := buildDralab(ctx)
 	if err != nil {
 		return err
 	}
 	args := []string{"test", "-count=1", "-timeout=30m", "-v", "./e2e"}
-	if kc := os.Getenv("KUBECONFIG"); kc != "" {
-		args = append(args, "-args", "--kubeconfig="+kc)
+	if t != nil {
+		args = append(args, "-args", "--kubeconfig="+t.Kubeconfig)
 	}
 	return sh.RunWithV(map[string]string{build.EnvBinary: bin}, "go", args...)
 }

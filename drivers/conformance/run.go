@@ -16,6 +16,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/internal/junit"
+	"github.com/dralab/dralab/internal/target"
 )
 
 // Layers select what Run runs.
@@ -29,10 +30,16 @@ const (
 type Options struct {
 	// Manifest is the driver's manifest file (required).
 	Manifest string
-	// Kubeconfig runs against that cluster; empty: an embedded lab of
+	// Kubeconfig runs against that cluster: a dralab lab's own kubeconfig,
+	// or any cluster whose context Target names. Empty: an embedded lab of
 	// LabConfig (empty: the default lab) that the run starts and deletes.
 	Kubeconfig string
 	LabConfig  string
+	// Target is the kubeconfig context the caller allows the suite to run
+	// on although it is not a dralab lab (what DRALAB_TARGET says): the
+	// suite creates and deletes namespaces, claims and DeviceTaintRules
+	// there. A Kubeconfig alone is not that consent.
+	Target string
 	// Layer is LayerAll, LayerSanity or LayerCluster.
 	Layer string
 	// JUnit is the JUnit XML file to write; empty: none.
@@ -43,12 +50,20 @@ type Options struct {
 	Env []string
 }
 
+// ErrNoConsent means Options.Kubeconfig is not a dralab lab's and
+// Options.Target does not name its context.
+var ErrNoConsent = target.ErrNoConsent
+
 // Run runs the suite and returns its report; an error means the suite
-// could not run (a bad manifest, a build failure), not that checks failed:
-// see Report.Failed.
+// could not run (a bad manifest, a cluster it may not use, a build
+// failure), not that checks failed: see Report.Failed.
 func Run(ctx context.Context, o Options) (*junit.Report, error) {
-	// A bad manifest is one clear error before anything is built.
+	// A bad manifest or a cluster the suite may not touch is one clear
+	// error before anything is built.
 	if _, err := manifest.Load(o.Manifest); err != nil {
+		return nil, err
+	}
+	if _, err := Where(o); err != nil {
 		return nil, err
 	}
 	abs := func(p string) (string, error) {
@@ -85,7 +100,8 @@ func Run(ctx context.Context, o Options) (*junit.Report, error) {
 	}
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Env = append(os.Environ(), o.Env...)
+	// The suite's TestMain checks the target again, with this consent.
+	cmd.Env = append(append(os.Environ(), o.Env...), target.EnvConsent+"="+o.Target)
 	log := o.Log
 	if log == nil {
 		log = io.Discard
@@ -115,4 +131,17 @@ func Run(ctx context.Context, o Options) (*junit.Report, error) {
 		}
 	}
 	return report, nil
+}
+
+// Where says where Run would run: "a fresh embedded lab", or the context
+// and server of Options.Kubeconfig. It fails, with an error wrapping
+// ErrNoConsent that names the context, its server and how to consent, when
+// the kubeconfig is not a dralab lab's and Options.Target does not name
+// its context.
+func Where(o Options) (string, error) {
+	t, err := target.Resolve(target.Request{Kubeconfig: o.Kubeconfig, Consent: o.Target})
+	if err != nil {
+		return "", err
+	}
+	return t.String(), nil
 }

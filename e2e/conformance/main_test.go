@@ -8,8 +8,10 @@
 //
 // Without --kubeconfig the suite starts an embedded lab from --lab-config
 // (default: the default lab) in a temporary state directory and deletes it
-// afterwards. `go run mage.go conformance:run` wraps it, with a summary and
-// JUnit XML. `go test -short` runs none of it.
+// afterwards. A --kubeconfig that is not a dralab lab's is used only when
+// DRALAB_TARGET names its context; else the suite refuses to start.
+// `go run mage.go conformance:run` wraps it, with a summary and JUnit XML.
+// `go test -short` runs none of it.
 package conformance
 
 import (
@@ -25,6 +27,7 @@ import (
 	"github.com/dralab/dralab/drivers/conformance/cluster"
 	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/internal/realnode"
+	"github.com/dralab/dralab/internal/target"
 	"github.com/dralab/dralab/internal/testlab"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
@@ -57,12 +60,21 @@ func TestMain(m *testing.M) {
 	}
 	options.Image = *image
 	testenv = env.NewWithConfig(cfg)
-	if !testing.Short() && cfg.KubeconfigFile() == "" {
+	switch {
+	case testing.Short():
+	case cfg.KubeconfigFile() == "":
 		if options.Image == "" {
 			// Imported on a real node; any image "runs" on a hollow one.
 			options.Image = realnode.BusyboxImage
 		}
 		testenv.Setup(startLab).Finish(stopLab)
+	default:
+		t, err := target.Resolve(target.Request{Kubeconfig: cfg.KubeconfigFile(), Context: cfg.KubeContext(), Consent: os.Getenv(target.EnvConsent)})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "conformance target:", t)
 	}
 	os.Exit(testenv.Run(m))
 }

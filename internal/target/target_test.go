@@ -1,0 +1,143 @@
+package target
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/dralab/dralab/internal/labstate"
+)
+
+// writeKubeconfig writes a kubeconfig whose current context is ctx, at
+// server, to file.
+func writeKubeconfig(t *testing.T, file, ctx, server string) {
+	t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: server}
+	cfg.Contexts[ctx] = &clientcmdapi.Context{Cluster: "c"}
+	cfg.Contexts["other"] = &clientcmdapi.Context{Cluster: "c"}
+	cfg.CurrentContext = ctx
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := clientcmd.WriteToFile(*cfg, file); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lab writes what an embedded lab's state directory holds about its API
+// server: the administrator kubeconfig and a status naming the server.
+func lab(t *testing.T, statusServer string) string {
+	t.Helper()
+	dir := labstate.Dir(filepath.Join(t.TempDir(), "mylab"))
+	writeKubeconfig(t, dir.Kubeconfig(), "dralab", "https://127.0.0.1:40001")
+	if err := dir.WriteStatus(&labstate.Status{Phase: labstate.PhaseRunning, APIServer: statusServer}); err != nil {
+		t.Fatal(err)
+	}
+	return dir.Kubeconfig()
+}
+
+func TestResolve(t *testing.T) {
+	foreign := filepath.Join(t.TempDir(), "config")
+	writeKubeconfig(t, foreign, "prod", "https://10.0.0.1:6443")
+	labKubeconfig := lab(t, "https://127.0.0.1:40001")
+
+	t.Run("no kubeconfig: a fresh lab", func(t *testing.T) {
+		got, err := Resolve(Request{})
+		if err != nil || got != nil {
+			t.Fatalf("got %v, %v; want a fresh lab (nil)", got, err)
+		}
+		if s := got.String(); !strings.Contains(s, "fresh embedded lab") {
+			t.Errorf("String() = %q", s)
+		}
+	})
+	t.Run("consent without a kubeconfig", func(t *testing.T) {
+		_, err := Resolve(Request{Consent: "prod"})
+		if err == nil || !strings.Contains(err.Error(), "set KUBECONFIG") {
+			t.Fatalf("got %v, want an error asking for the kubeconfig", err)
+		}
+	})
+	t.Run("KUBECONFIG alone is not consent", func(t *testing.T) {
+		_, err := Resolve(Request{Kubeconfig: foreign})
+		if !errors.Is(err, ErrNoConsent) {
+			t.Fatalf("got %v, want ErrNoConsent", err)
+		}
+		for _, want := range []string{`"prod"`, "https://10.0.0.1:6443", "DRALAB_TARGET=prod", "unset KUBECONFIG"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("the refusal %q does not say %s", err, want)
+			}
+		}
+	})
+	t.Run("consent names the context", func(t *testing.T) {
+		got, err := Resolve(Request{Kubeconfig: foreign, Consent: "prod"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Context != "prod" || got.Server != "https://10.0.0.1:6443" || got.Kubeconfig != foreign || got.LabDir != "" {
+			t.Errorf("got %+v", got)
+		}
+		for _, want := range []string{`"prod"`, "https://10.0.0.1:6443", foreign, EnvConsent} {
+			if !strings.Contains(got.String(), want) {
+				t.Errorf("String() = %q does not say %s", got, want)
+			}
+		}
+	})
+	t.Run("consent to another context", func(t *testing.T) {
+		_, err := Resolve(Request{Kubeconfig: foreign, Consent: "staging"})
+		if !errors.Is(err, ErrNoConsent) || !strings.Contains(err.Error(), "staging") || !strings.Contains(err.Error(), `"prod"`) {
+			t.Fatalf("got %v, want ErrNoConsent naming both contexts", err)
+		}
+	})
+	t.Run("--context is the context consented to", func(t *testing.T) {
+		if _, err := Resolve(Request{Kubeconfig: foreign, Context: "other", Consent: "prod"}); !errors.Is(err, ErrNoConsent) {
+			t.Fatalf("consent to prod, run on other: got %v, want ErrNoConsent", err)
+		}
+		got, err := Resolve(Request{Kubeconfig: foreign, Context: "other", Consent: "other"})
+		if err != nil || got.Context != "other" {
+			t.Fatalf("got %v, %v", got, err)
+		}
+	})
+	t.Run("a lab's own kubeconfig", func(t *testing.T) {
+		got, err := Resolve(Request{Kubeconfig: labKubeconfig})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.LabDir != filepath.Dir(labKubeconfig) || got.Server != "https://127.0.0.1:40001" {
+			t.Errorf("got %+v, want the lab in %s", got, filepath.Dir(labKubeconfig))
+		}
+	})
+	t.Run("a lab's directory whose status names another server", func(t *testing.T) {
+		if _, err := Resolve(Request{Kubeconfig: lab(t, "https://127.0.0.1:40002")}); !errors.Is(err, ErrNoConsent) {
+			t.Fatalf("got %v, want ErrNoConsent", err)
+		}
+	})
+	t.Run("a copy of a lab's kubeconfig elsewhere", func(t *testing.T) {
+		data, err := os.ReadFile(labKubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copied := filepath.Join(t.TempDir(), "kubeconfig")
+		if err := os.WriteFile(copied, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Resolve(Request{Kubeconfig: copied}); !errors.Is(err, ErrNoConsent) {
+			t.Fatalf("got %v, want ErrNoConsent", err)
+		}
+	})
+	t.Run("a list of kubeconfigs", func(t *testing.T) {
+		_, err := Resolve(Request{Kubeconfig: foreign + string(filepath.ListSeparator) + labKubeconfig, Consent: "prod"})
+		if err == nil || !strings.Contains(err.Error(), "one file") {
+			t.Fatalf("got %v, want an error asking for one file", err)
+		}
+	})
+	t.Run("a missing kubeconfig", func(t *testing.T) {
+		if _, err := Resolve(Request{Kubeconfig: filepath.Join(t.TempDir(), "none")}); err == nil {
+			t.Fatal("no error")
+		}
+	})
+}
