@@ -30,7 +30,7 @@ func BenchmarkUp(b *testing.B) {
 	defer os.RemoveAll(root)
 	cfg := config.Default()
 	cfg.Name = "bench"
-	l, err := lab.New(lab.WithConfig(cfg), lab.WithStateRoot(root), lab.WithBinary(bin))
+	l, err := lab.New(lab.WithConfig(cfg), lab.WithStateRoot(root), lab.WithBinary(bin), lab.WithOwner(os.Getpid()))
 	if err != nil {
 		b.Fatal(err)
 	}

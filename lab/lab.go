@@ -15,7 +15,6 @@ import (
 	"os"
 
 	"github.com/dralab/dralab/internal/build"
-	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab/backend"
 	"github.com/dralab/dralab/lab/config"
@@ -54,6 +53,7 @@ type options struct {
 	binary     string
 	progress   ui.Progress
 	retain     bool
+	owner      int
 }
 
 // Option configures New.
@@ -77,6 +77,12 @@ func WithProgress(p ui.Progress) Option { return func(o *options) { o.progress =
 
 // WithRetain keeps a lab that failed to come up, for debugging.
 func WithRetain(retain bool) Option { return func(o *options) { o.retain = retain } }
+
+// WithOwner makes the lab end, and delete itself, when the process with
+// that PID ends, however it ends (a test's os.Getpid(): a failed Setup
+// that exits, a `go test -timeout`, SIGKILL). Labs without an owner, like
+// lab:up's, run until lab:down. Only the embedded backend has owners.
+func WithOwner(pid int) Option { return func(o *options) { o.owner = pid } }
 
 // New returns a lab. Without WithConfig or WithConfigFile it reads the file
 // named by $DRALAB_CONFIG, else uses the default configuration.
@@ -105,12 +111,9 @@ func New(opts ...Option) (*Lab, error) {
 			l.cfg, l.source = cfg, file
 		}
 	}
-	root := o.stateRoot
-	if root == "" {
-		var err error
-		if root, err = labstate.Root(); err != nil {
-			return nil, err
-		}
+	root, err := stateRoot(opts)
+	if err != nil {
+		return nil, err
 	}
 	binary := build.Dralab
 	if o.binary != "" {
@@ -125,7 +128,7 @@ func New(opts ...Option) (*Lab, error) {
 	}
 	switch l.cfg.Backend {
 	case config.BackendEmbedded:
-		l.backend = embedded.New(root, binary)
+		l.backend = embedded.New(root, binary).OwnedBy(o.owner)
 	case config.BackendKind:
 		l.backend = kind.New(root)
 	default:

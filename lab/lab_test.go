@@ -1,11 +1,16 @@
 package lab_test
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,8 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/procid"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/embedded"
@@ -56,7 +64,7 @@ func stateRoot(t *testing.T) string {
 
 func newLab(t *testing.T, root, bin string, cfg *config.Config) *lab.Lab {
 	t.Helper()
-	l, err := lab.New(lab.WithConfig(cfg), lab.WithStateRoot(root), lab.WithBinary(bin))
+	l, err := lab.New(lab.WithConfig(cfg), lab.WithStateRoot(root), lab.WithBinary(bin), lab.WithOwner(os.Getpid()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,9 +159,13 @@ func TestUpReuseDown(t *testing.T) {
 		t.Errorf("kubeconfig %s: mode %v, %v; want 0600", l.Kubeconfig(), info.Mode().Perm(), err)
 	}
 	pids, ports := labProcesses(t, st)
-	if len(ports) < 3 { // API server + one kubelet per node
-		t.Errorf("lab listens on %v, want the API server and each kubelet", ports)
+	// The API server and one kubelet per node; etcd serves on a unix
+	// socket in the private state directory, not on a port.
+	if len(ports) != 1+len(cfg.Nodes) {
+		t.Errorf("lab listens on %v, want exactly the API server and each kubelet", ports)
 	}
+	assertNoDataWithoutCertificate(t, ports)
+	assertPrivate(t, labstate.Dir(st.StateDir).EtcdSocket())
 
 	// Same configuration: reused, same process.
 	res, err = l.Up(ctx)
@@ -237,8 +249,8 @@ func TestUpReplacesStaleState(t *testing.T) {
 	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	for labstate.Alive(st.PID) {
-		time.Sleep(20 * time.Millisecond)
+	if err := procid.WaitGone(ctx, []procid.ID{labProcess(t, st)}, 10*time.Second); err != nil {
+		t.Fatal(err)
 	}
 	stale, err := l.Status(ctx)
 	if err != nil {
@@ -259,12 +271,64 @@ func TestUpReplacesStaleState(t *testing.T) {
 	}
 }
 
+// assertNoDataWithoutCertificate connects to each port as a client
+// without the lab's certificate, over TLS and in plain HTTP, and fails if
+// any answers a request for pods with anything but a refusal.
+func assertNoDataWithoutCertificate(t *testing.T, ports []int) {
+	t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		// The server's identity is not what is tested: the client's is.
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec
+	}}
+	for _, port := range ports {
+		for _, url := range []string{
+			fmt.Sprintf("https://127.0.0.1:%d/api/v1/pods", port), // API server
+			fmt.Sprintf("https://127.0.0.1:%d/pods", port),        // kubelet
+			fmt.Sprintf("http://127.0.0.1:%d/api/v1/pods", port),
+			fmt.Sprintf("http://127.0.0.1:%d/pods", port),
+		} {
+			resp, err := client.Get(url)
+			if err != nil {
+				continue // refused in the handshake
+			}
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			resp.Body.Close()
+			if resp.StatusCode < 400 {
+				t.Errorf("GET %s without the lab's client certificate: %s %q", url, resp.Status, body)
+			}
+		}
+	}
+}
+
+// assertPrivate fails unless path exists in a directory only its owner
+// may enter.
+func assertPrivate(t *testing.T, path string) {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("%s: %v", path, err)
+	}
+	info, err := os.Stat(filepath.Dir(path))
+	if err != nil || info.Mode().Perm() != 0o700 {
+		t.Errorf("%s lies in a directory of mode %v (%v), want 0700", path, info.Mode().Perm(), err)
+	}
+}
+
+// labProcess is the lab process as the lab recorded it.
+func labProcess(t *testing.T, st *lab.Status) procid.ID {
+	t.Helper()
+	id, err := labstate.Dir(st.StateDir).ReadProcess()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
 // assertGone fails for every process still running and every port still
 // listening.
 func assertGone(t *testing.T, pids, ports []int) {
 	t.Helper()
 	for _, pid := range pids {
-		if labstate.Alive(pid) {
+		if _, err := procid.Of(pid); err == nil {
 			t.Errorf("process %d still runs after Down", pid)
 		}
 	}
@@ -274,4 +338,138 @@ func assertGone(t *testing.T, pids, ports []int) {
 			t.Errorf("port %d still listens after Down", port)
 		}
 	}
+}
+
+// TestShutdownOrder: a lab stops its drivers and nodes while the API server
+// still answers (they unprepare and deregister against it), and the
+// control plane after them.
+func TestShutdownOrder(t *testing.T) {
+	bin := binary(t)
+	ctx := context.Background()
+	l := newLab(t, stateRoot(t), bin, smallConfig("t-order", "n1"))
+	if _, err := l.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := l.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := labProcess(t, st)
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := procid.WaitGone(ctx, []procid.ID{p}, 45*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.ReadFile(labstate.Dir(st.StateDir).Log("lab"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := strings.Index(string(log), "Stopped the lab's drivers and nodes")
+	cp := strings.Index(string(log), "Stopped the control plane")
+	if nodes < 0 || cp < 0 || nodes > cp {
+		t.Errorf("lab log: drivers and nodes stopped at offset %d, control plane at %d; want both, nodes first:\n%s", nodes, cp, log)
+	}
+}
+
+// ownerEnv makes the test binary a lab's owner: see TestOwnerProcess.
+const ownerEnv = "DRALAB_TEST_OWNER_ROOT"
+
+// TestOwnerProcess is the owner that TestLabEndsWithItsOwner kills: run
+// by it with ownerEnv set, it brings up a lab it owns and waits to be
+// killed. Run on its own, it has nothing to do.
+func TestOwnerProcess(t *testing.T) {
+	root := os.Getenv(ownerEnv)
+	if root == "" {
+		return
+	}
+	l, err := lab.New(lab.WithConfig(smallConfig("t-owner", "n1", "n2")), lab.WithStateRoot(root),
+		lab.WithBinary(os.Getenv(build.EnvBinary)), lab.WithOwner(os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Up(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("lab up")
+	select {}
+}
+
+// TestLabEndsWithItsOwner: SIGKILL of a test that owns a lab leaves no lab
+// process, listener or state behind within 30 s.
+func TestLabEndsWithItsOwner(t *testing.T) {
+	bin := binary(t)
+	ctx := context.Background()
+	root, err := os.MkdirTemp("", "dl-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	owner := exec.Command(os.Args[0], "-test.run=^TestOwnerProcess$", "-test.timeout=5m")
+	owner.Env = append(os.Environ(), ownerEnv+"="+root, build.EnvBinary+"="+bin)
+	out, err := owner.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner.Stderr = os.Stderr
+	if err := owner.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = owner.Process.Kill(); _ = owner.Wait() })
+	up := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if sc.Text() == "lab up" {
+				up <- true
+				break
+			}
+		}
+		close(up)
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	select {
+	case ok := <-up:
+		if !ok {
+			t.Fatal("the owner process ended before its lab was up")
+		}
+	case <-time.After(4 * time.Minute):
+		t.Fatal("the owner's lab was not up within 4 minutes")
+	}
+	dir := labstate.Dir(filepath.Join(root, "t-owner"))
+	s, err := dir.ReadStatus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := []procid.ID{s.ID}
+	for _, p := range s.Processes {
+		procs = append(procs, p.ID)
+	}
+	pids := make([]int, len(procs))
+	for i, p := range procs {
+		pids[i] = p.PID
+	}
+	ports := listeningPorts(t, pids)
+	if len(ports) == 0 {
+		t.Fatal("the owner's lab listens on no port")
+	}
+
+	killed := time.Now()
+	if err := owner.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = owner.Wait()
+	if err := procid.WaitGone(ctx, procs, 30*time.Second); err != nil {
+		t.Fatalf("after its owner was killed: %v", err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second-time.Since(killed), true, func(context.Context) (bool, error) {
+		_, err := os.Stat(root)
+		return errors.Is(err, os.ErrNotExist), nil
+	})
+	if err != nil {
+		entries, _ := os.ReadDir(string(dir))
+		t.Fatalf("the lab's state %s remains 30 s after its owner was killed: %v", dir, entries)
+	}
+	assertGone(t, pids, ports)
+	t.Logf("lab processes, listeners and state gone %.1f s after the owner's SIGKILL", time.Since(killed).Seconds())
 }

@@ -45,6 +45,10 @@ type Options struct {
 	// EtcdDir is etcd's data directory; EtcdLog its log file.
 	EtcdDir string
 	EtcdLog string
+	// EtcdSocket is the unix socket etcd serves its clients on; it must
+	// lie in a directory only the lab's user may enter, since etcd asks
+	// its clients for no credentials.
+	EtcdSocket string
 	// PKI holds the certificates written by WritePKI.
 	PKI PKIFiles
 	// SchedulerKubeconfig and ControllerManagerKubeconfig are the
@@ -149,23 +153,19 @@ func setFeatureGates(gates string) error {
 }
 
 func (cp *ControlPlane) startEtcd(opts Options) (string, error) {
-	clientURL, err := freeLoopbackURL()
-	if err != nil {
-		return "", err
-	}
-	peerURL, err := freeLoopbackURL()
-	if err != nil {
-		return "", err
-	}
+	// Clients reach etcd through a unix socket in the lab's private state
+	// directory, not a loopback port any local user could open. A single
+	// member has no peers: it listens for none, and its advertised peer
+	// URL (the default) is never dialled.
+	client := url.URL{Scheme: "unix", Path: opts.EtcdSocket}
 	cfg := embed.NewConfig()
 	cfg.Name = "dralab"
 	cfg.Dir = opts.EtcdDir
-	cfg.ListenClientUrls = []url.URL{*clientURL}
-	cfg.AdvertiseClientUrls = []url.URL{*clientURL}
-	cfg.ListenPeerUrls = []url.URL{*peerURL}
-	cfg.AdvertisePeerUrls = []url.URL{*peerURL}
+	cfg.ListenClientUrls = []url.URL{client}
+	cfg.AdvertiseClientUrls = []url.URL{client}
+	cfg.ListenPeerUrls = nil
 	cfg.ListenMetricsUrls = nil
-	cfg.InitialCluster = cfg.Name + "=" + peerURL.String()
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.Logger = "zap"
 	cfg.LogLevel = "warn"
 	cfg.LogOutputs = []string{opts.EtcdLog}
@@ -178,7 +178,7 @@ func (cp *ControlPlane) startEtcd(opts Options) (string, error) {
 	cp.etcd = e
 	select {
 	case <-e.Server.ReadyNotify():
-		return clientURL.String(), nil
+		return client.String(), nil
 	case err := <-e.Err():
 		return "", fmt.Errorf("etcd failed (log: %s): %w", opts.EtcdLog, err)
 	case <-time.After(30 * time.Second):
@@ -395,18 +395,6 @@ func loopbackKubelets(egressselector.NetworkContext) (utilnet.DialFunc, error) {
 		}
 		return d.DialContext(ctx, network, net.JoinHostPort("127.0.0.1", port))
 	}, nil
-}
-
-func freeLoopbackURL() (*url.URL, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("finding a free loopback port: %w", err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		return nil, err
-	}
-	return &url.URL{Scheme: "http", Host: addr}, nil
 }
 
 // PKIFiles are the certificate and key files the control plane serves and

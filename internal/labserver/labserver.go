@@ -13,10 +13,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	"github.com/dralab/dralab/drivers/gpu"
@@ -24,6 +26,7 @@ import (
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/controlplane"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/procid"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -38,19 +41,75 @@ type Options struct {
 }
 
 // Run runs the lab until ctx ends, then stops nodes and the control plane.
-func Run(ctx context.Context, o Options) (err error) {
+//
+// A lab with a recorded owner (a test's lab) also ends when its owner does,
+// and then deletes its state directory: no lab outlives the test that
+// started it, however that test ended. If such a lab fails to start, the
+// process stays only to watch its owner, so that the state it keeps for
+// debugging is deleted with it.
+func Run(ctx context.Context, o Options) error {
 	logger := klog.FromContext(ctx)
 	dir := o.Dir
-	if err := dir.ClaimPID(); err != nil {
+	self, err := dir.ClaimPID()
+	if err != nil {
 		return err
 	}
-	defer os.Remove(dir.PIDFile())
+	owner, owned, err := dir.ReadOwner()
+	if err != nil {
+		os.Remove(dir.PIDFile())
+		return err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ownerGone := make(chan struct{})
+	if owned {
+		go watchOwner(owner, ownerGone, cancel)
+	}
+	err = run(runCtx, o, self)
+	if owned && err != nil {
+		logger.Info("The lab failed; its state is kept until its owner ends", "owner", owner, "err", err)
+		select {
+		case <-ownerGone:
+		case <-ctx.Done():
+		}
+	}
+	select {
+	case <-ownerGone:
+		logger.Info("The lab's owner ended: deleting the lab", "owner", owner, "stateDir", dir)
+		if rerr := os.RemoveAll(string(dir)); rerr != nil {
+			return fmt.Errorf("deleting the lab of %s: %w", owner, rerr)
+		}
+		// A test's state root holds only its lab.
+		_ = os.Remove(filepath.Dir(string(dir)))
+		return nil
+	default:
+	}
+	os.Remove(dir.PIDFile())
+	return err
+}
 
+// ownerPoll is how often a lab checks that its owner still runs.
+const ownerPoll = 250 * time.Millisecond
+
+// watchOwner closes gone and cancels the lab once the owner has ended.
+func watchOwner(owner procid.ID, gone chan<- struct{}, cancel context.CancelFunc) {
+	t := time.NewTicker(ownerPoll)
+	defer t.Stop()
+	for owner.Alive() {
+		<-t.C
+	}
+	close(gone)
+	cancel()
+}
+
+func run(ctx context.Context, o Options, self procid.ID) (err error) {
+	logger := klog.FromContext(ctx)
+	dir := o.Dir
 	cfg, err := config.Load(dir.Config())
 	if err != nil {
 		return err
 	}
-	status := &labstate.Status{Phase: labstate.PhaseStarting, PID: os.Getpid(), ConfigHash: cfg.Hash(), StartedAt: time.Now()}
+	status := &labstate.Status{Phase: labstate.PhaseStarting, ID: self, ConfigHash: cfg.Hash(), StartedAt: time.Now()}
 	report := func() {
 		if err := dir.WriteStatus(status); err != nil {
 			logger.Error(err, "Writing status")
@@ -92,7 +151,10 @@ func Run(ctx context.Context, o Options) (err error) {
 	// Nodes start while the control plane does: their kubelets retry until
 	// the API answers, and their own start-up overlaps with it.
 	procs := newSupervisor(o)
-	defer shutdown(ctx, procs, dir, cfg)
+	var cp *controlplane.ControlPlane
+	// Drivers and nodes stop while the API server still answers, so that
+	// they unprepare and deregister against it; the control plane last.
+	defer func() { shutdown(ctx, procs, dir, cfg, cp) }()
 	for _, n := range cfg.Nodes {
 		if n.Kind == config.NodeReal {
 			if err := startRealNode(ctx, procs, o, n, pkiFiles.CACert); err != nil {
@@ -111,10 +173,11 @@ func Run(ctx context.Context, o Options) (err error) {
 		}
 	}
 
-	cp, err := controlplane.Start(ctx, controlplane.Options{
+	cp, err = controlplane.Start(ctx, controlplane.Options{
 		Listener:                    listener,
 		EtcdDir:                     dir.Etcd(),
 		EtcdLog:                     dir.Log("etcd"),
+		EtcdSocket:                  dir.EtcdSocket(),
 		PKI:                         pkiFiles,
 		SchedulerKubeconfig:         dir.ComponentKubeconfig("kube-scheduler"),
 		ControllerManagerKubeconfig: dir.ComponentKubeconfig("kube-controller-manager"),
@@ -124,9 +187,9 @@ func Run(ctx context.Context, o Options) (err error) {
 		AuditLog:                    dir.AuditLog(),
 	})
 	if err != nil {
+		cp = nil
 		return fmt.Errorf("starting the control plane: %w", err)
 	}
-	defer cp.Stop()
 
 	if err := grantDrivers(ctx, dir); err != nil {
 		return err
@@ -197,6 +260,7 @@ type process struct {
 
 	// Guarded by supervisor.mu.
 	cmd      *exec.Cmd
+	id       procid.ID
 	running  bool
 	restarts int
 	exit     string
@@ -244,9 +308,17 @@ func (s *supervisor) spawn(ctx context.Context, p *process) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s of node %s: %w", p.role, p.node, err)
 	}
+	// Until it is waited for, the child keeps its PID: it is identified
+	// before anything else could take it.
+	id, err := procid.Of(cmd.Process.Pid)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return fmt.Errorf("identifying %s of node %s: %w", p.role, p.node, err)
+	}
 	klog.FromContext(ctx).V(1).Info("Started process", "role", p.role, "node", p.node, "pid", cmd.Process.Pid)
 	s.mu.Lock()
-	p.cmd, p.running = cmd, true
+	p.cmd, p.id, p.running = cmd, id, true
 	s.mu.Unlock()
 	s.wg.Add(1)
 	go s.wait(ctx, p, cmd)
@@ -301,14 +373,14 @@ func (s *supervisor) statuses() []labstate.ProcessStatus {
 	defer s.mu.Unlock()
 	out := make([]labstate.ProcessStatus, 0, len(s.procs))
 	for _, p := range s.procs {
-		out = append(out, labstate.ProcessStatus{Role: p.role, Node: p.node, PID: p.cmd.Process.Pid, Running: p.running, Restarts: p.restarts, Exit: p.exit})
+		out = append(out, labstate.ProcessStatus{Role: p.role, Node: p.node, ID: p.id, Running: p.running, Restarts: p.restarts, Exit: p.exit})
 	}
 	return out
 }
 
-// stop asks the processes of the given roles to stop and kills those
-// still running after grace.
-func (s *supervisor) stop(grace time.Duration, roles ...string) {
+// stop asks the processes of the given roles to stop, kills those still
+// running after grace, and waits up to grace more for them to be reaped.
+func (s *supervisor) stop(ctx context.Context, grace time.Duration, roles ...string) {
 	s.mu.Lock()
 	var procs []*process
 	for _, p := range s.procs {
@@ -321,20 +393,35 @@ func (s *supervisor) stop(grace time.Duration, roles ...string) {
 		}
 	}
 	s.mu.Unlock()
-	deadline := time.Now().Add(grace)
+	if s.waitStopped(ctx, procs, grace) == nil {
+		return
+	}
 	for _, p := range procs {
-		for s.isRunning(p) && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
 		if s.isRunning(p) {
 			_ = p.cmd.Process.Kill()
 		}
 	}
-	for _, p := range procs {
-		for s.isRunning(p) {
-			time.Sleep(20 * time.Millisecond)
-		}
+	if err := s.waitStopped(ctx, procs, grace); err != nil {
+		klog.FromContext(ctx).Error(err, "Processes of the lab did not end after SIGKILL", "roles", roles)
 	}
+}
+
+// waitStopped waits up to timeout for the processes to be reaped.
+func (s *supervisor) waitStopped(ctx context.Context, procs []*process, timeout time.Duration) error {
+	var left []string
+	err := wait.PollUntilContextTimeout(context.WithoutCancel(ctx), 20*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		left = left[:0]
+		for _, p := range procs {
+			if s.isRunning(p) {
+				left = append(left, fmt.Sprintf("%s of node %s (pid %d)", p.role, p.node, p.cmd.Process.Pid))
+			}
+		}
+		return len(left) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waited %s for %s to end: %w", timeout, strings.Join(left, ", "), err)
+	}
+	return nil
 }
 
 func (s *supervisor) isRunning(p *process) bool {

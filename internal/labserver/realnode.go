@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/dralab/dralab/internal/controlplane"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab/config"
@@ -48,15 +49,22 @@ func startRealNode(ctx context.Context, procs *supervisor, o Options, n config.N
 	return procs.start(ctx, labstate.RoleNode, n.Name, args, false)
 }
 
-// shutdown stops the lab's processes in order: drivers, kubelets; then, on
+// shutdown stops the lab's processes in order: drivers, kubelets, the
+// control plane (so that drivers and kubelets stop against a live API
+// server); then, on
 // a real node, the pods through the CRI while containerd still runs (which
 // tears down their networks), containerd, and what is left on the host.
-func shutdown(ctx context.Context, procs *supervisor, dir labstate.Dir, cfg *config.Config) {
+func shutdown(ctx context.Context, procs *supervisor, dir labstate.Dir, cfg *config.Config, cp *controlplane.ControlPlane) {
 	logger := klog.FromContext(ctx)
 	const grace = 10 * time.Second
-	procs.stop(grace, labstate.RoleDriver)
-	procs.stop(grace, labstate.RoleNode)
 	bg := context.WithoutCancel(ctx)
+	procs.stop(bg, grace, labstate.RoleDriver)
+	procs.stop(bg, grace, labstate.RoleNode)
+	logger.Info("Stopped the lab's drivers and nodes")
+	if cp != nil {
+		cp.Stop()
+		logger.Info("Stopped the control plane")
+	}
 	for _, n := range cfg.Nodes {
 		if n.Kind != config.NodeReal {
 			continue
@@ -68,7 +76,7 @@ func shutdown(ctx context.Context, procs *supervisor, dir labstate.Dir, cfg *con
 		}
 		cancel()
 	}
-	procs.stop(grace, labstate.RoleContainerd)
+	procs.stop(bg, grace, labstate.RoleContainerd)
 	if err := CleanupHost(bg, dir, cfg); err != nil {
 		logger.Error(err, "Cleaning up the host")
 	}

@@ -9,12 +9,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/dralab/dralab/internal/atomicfile"
+	"github.com/dralab/dralab/internal/procid"
 )
 
 // Dir is a lab's state directory.
@@ -56,6 +55,14 @@ func (d Dir) ComponentKubeconfig(component string) string {
 
 // Etcd is etcd's data directory.
 func (d Dir) Etcd() string { return d.path("etcd") }
+
+// EtcdSocket is the unix socket etcd serves the API server on, inside the
+// lab's 0700 state directory.
+func (d Dir) EtcdSocket() string { return d.path("etcd.sock") }
+
+// OwnerFile records the process that owns a lab started by a test: the
+// lab deletes itself when that process ends.
+func (d Dir) OwnerFile() string { return d.path("owner.json") }
 
 // Logs holds one log file per process and component.
 func (d Dir) Logs() string { return d.path("logs") }
@@ -136,9 +143,10 @@ const (
 
 // Status is what the lab process reports about itself.
 type Status struct {
-	Phase      string          `json:"phase"`
-	Message    string          `json:"message,omitempty"`
-	PID        int             `json:"pid"`
+	Phase   string `json:"phase"`
+	Message string `json:"message,omitempty"`
+	// ID is the lab process.
+	procid.ID
 	ConfigHash string          `json:"configHash"`
 	APIServer  string          `json:"apiServer,omitempty"`
 	StartedAt  time.Time       `json:"startedAt"`
@@ -156,10 +164,12 @@ const (
 // ProcessStatus is the state of one child process of the lab.
 type ProcessStatus struct {
 	// Role is "node" or "driver"; Node names the node either serves.
-	Role    string `json:"role"`
-	Node    string `json:"node"`
-	PID     int    `json:"pid,omitempty"`
-	Running bool   `json:"running"`
+	Role string `json:"role"`
+	Node string `json:"node"`
+	// ID is the process as started: only a process that matches it
+	// is signalled or counted as running.
+	procid.ID
+	Running bool `json:"running"`
 	// Restarts counts restarts after the process ended on its own.
 	Restarts int `json:"restarts,omitempty"`
 	// Exit says how the process last ended, when it did.
@@ -198,44 +208,61 @@ func (d Dir) ReadStatus() (*Status, error) {
 	return &s, nil
 }
 
-// ReadPID returns the PID in the PID file; os.ErrNotExist when there is none.
-func (d Dir) ReadPID() (int, error) {
+// ReadProcess returns the lab process recorded in the PID file;
+// os.ErrNotExist when there is none.
+func (d Dir) ReadProcess() (procid.ID, error) {
 	data, err := os.ReadFile(d.PIDFile())
 	if err != nil {
-		return 0, err
+		return procid.ID{}, err
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || pid <= 0 {
-		return 0, fmt.Errorf("%s holds %q, not a process ID", d.PIDFile(), strings.TrimSpace(string(data)))
+	var id procid.ID
+	if err := json.Unmarshal(data, &id); err != nil || id.PID <= 0 {
+		return procid.ID{}, fmt.Errorf("%s holds %q, not a process identity", d.PIDFile(), strings.TrimSpace(string(data)))
 	}
-	return pid, nil
+	return id, nil
+}
+
+// WriteOwner records the process that owns the lab.
+func (d Dir) WriteOwner(owner procid.ID) error {
+	data, err := json.Marshal(owner)
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(d.OwnerFile(), append(data, '\n'), 0o600)
+}
+
+// ReadOwner returns the lab's owner, if it has one.
+func (d Dir) ReadOwner() (procid.ID, bool, error) {
+	data, err := os.ReadFile(d.OwnerFile())
+	if errors.Is(err, os.ErrNotExist) {
+		return procid.ID{}, false, nil
+	}
+	if err != nil {
+		return procid.ID{}, false, err
+	}
+	var id procid.ID
+	if err := json.Unmarshal(data, &id); err != nil || id.PID <= 0 {
+		return procid.ID{}, false, fmt.Errorf("%s holds %q, not a process identity", d.OwnerFile(), strings.TrimSpace(string(data)))
+	}
+	return id, true, nil
 }
 
 // ErrLocked means another lab process owns the state directory.
 var ErrLocked = errors.New("state directory is in use by another lab process")
 
-// ClaimPID writes the current process's PID file, failing with ErrLocked
-// when a live process already holds it.
-func (d Dir) ClaimPID() error {
-	if pid, err := d.ReadPID(); err == nil && pid != os.Getpid() && Alive(pid) {
-		return fmt.Errorf("%w (pid %d)", ErrLocked, pid)
-	}
-	return atomicfile.Write(d.PIDFile(), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
-}
-
-// Alive reports whether a process with that PID exists and is not a zombie.
-func Alive(pid int) bool {
-	if pid <= 0 || syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+// ClaimPID records the current process in the PID file, failing with
+// ErrLocked when a live lab process already holds it.
+func (d Dir) ClaimPID() (procid.ID, error) {
+	self, err := procid.Self()
 	if err != nil {
-		return true
+		return procid.ID{}, err
 	}
-	// The state follows the parenthesised command name.
-	s := string(data)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
+	if id, err := d.ReadProcess(); err == nil && id.PID != self.PID && id.Alive() {
+		return procid.ID{}, fmt.Errorf("%w (%s)", ErrLocked, id)
 	}
-	return true
+	data, err := json.Marshal(self)
+	if err != nil {
+		return procid.ID{}, err
+	}
+	return self, atomicfile.Write(d.PIDFile(), append(data, '\n'), 0o644)
 }

@@ -1,21 +1,25 @@
 package labstate
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/dralab/dralab/internal/procid"
 )
 
 func TestClaimPID(t *testing.T) {
 	d := Dir(t.TempDir())
-	if err := d.ClaimPID(); err != nil {
+	self, err := d.ClaimPID()
+	if err != nil {
 		t.Fatal(err)
 	}
-	if pid, err := d.ReadPID(); err != nil || pid != os.Getpid() {
-		t.Fatalf("ReadPID = %d, %v; want %d", pid, err, os.Getpid())
+	if id, err := d.ReadProcess(); err != nil || id != self || id.PID != os.Getpid() || id.StartTime == 0 {
+		t.Fatalf("ReadProcess = %+v, %v; want this process %+v", id, err, self)
 	}
 	// A live other process holds it.
 	cmd := exec.Command("sleep", "30")
@@ -23,17 +27,54 @@ func TestClaimPID(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-	if err := os.WriteFile(d.PIDFile(), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+	holder, err := procid.Of(cmd.Process.Pid)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.ClaimPID(); !errors.Is(err, ErrLocked) {
+	writeID(t, d.PIDFile(), holder)
+	if _, err := d.ClaimPID(); !errors.Is(err, ErrLocked) {
 		t.Fatalf("ClaimPID with a live holder = %v, want ErrLocked", err)
 	}
+	// The same PID with another start time is another process: the lab
+	// that recorded it is gone, its claim stale.
+	stale := holder
+	stale.StartTime++
+	writeID(t, d.PIDFile(), stale)
+	if _, err := d.ClaimPID(); err != nil {
+		t.Fatalf("ClaimPID over a holder whose PID was reused: %v", err)
+	}
 	// A dead holder is stale: the claim succeeds.
+	writeID(t, d.PIDFile(), holder)
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
-	if err := d.ClaimPID(); err != nil {
+	if _, err := d.ClaimPID(); err != nil {
 		t.Fatalf("ClaimPID over a dead holder: %v", err)
+	}
+}
+
+func writeID(t *testing.T, file string, id procid.ID) {
+	t.Helper()
+	data, _ := json.Marshal(id)
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOwner(t *testing.T) {
+	d := Dir(t.TempDir())
+	if _, owned, err := d.ReadOwner(); owned || err != nil {
+		t.Fatalf("ReadOwner without an owner = %v, %v", owned, err)
+	}
+	self, _ := procid.Self()
+	if err := d.WriteOwner(self); err != nil {
+		t.Fatal(err)
+	}
+	if id, owned, err := d.ReadOwner(); !owned || err != nil || id != self {
+		t.Fatalf("ReadOwner = %+v, %v, %v; want %+v", id, owned, err, self)
+	}
+	_ = os.WriteFile(d.OwnerFile(), []byte("1234"), 0o600)
+	if _, _, err := d.ReadOwner(); err == nil || !strings.Contains(err.Error(), "owner.json") {
+		t.Fatalf("ReadOwner of garbage = %v, want an error naming the file", err)
 	}
 }
 
@@ -42,12 +83,12 @@ func TestStatusRoundTrip(t *testing.T) {
 	if _, err := d.ReadStatus(); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("ReadStatus without a file = %v", err)
 	}
-	in := &Status{Phase: PhaseRunning, PID: 42, Processes: []ProcessStatus{{Role: RoleNode, Node: "a", PID: 43, Running: true}}}
+	in := &Status{Phase: PhaseRunning, ID: procid.ID{PID: 42, StartTime: 7}, Processes: []ProcessStatus{{Role: RoleNode, Node: "a", ID: procid.ID{PID: 43, StartTime: 9}, Running: true}}}
 	if err := d.WriteStatus(in); err != nil {
 		t.Fatal(err)
 	}
 	out, err := d.ReadStatus()
-	if err != nil || out.Phase != PhaseRunning || out.PID != 42 || len(out.Processes) != 1 || out.Processes[0].Node != "a" {
+	if err != nil || out.Phase != PhaseRunning || out.PID != 42 || out.StartTime != 7 || len(out.Processes) != 1 || out.Processes[0].Node != "a" || out.Processes[0].StartTime != 9 {
 		t.Fatalf("ReadStatus = %+v, %v", out, err)
 	}
 	// Atomic writes leave no temporary files behind.
@@ -57,10 +98,12 @@ func TestStatusRoundTrip(t *testing.T) {
 	}
 }
 
-func TestReadPIDRejectsGarbage(t *testing.T) {
+func TestReadProcessRejectsGarbage(t *testing.T) {
 	d := Dir(t.TempDir())
-	_ = os.WriteFile(d.PIDFile(), []byte("not a pid"), 0o644)
-	if _, err := d.ReadPID(); err == nil {
-		t.Fatal("garbage PID accepted")
+	for _, garbage := range []string{"not a pid", "1234", `{"pid":0}`} {
+		_ = os.WriteFile(d.PIDFile(), []byte(garbage), 0o644)
+		if _, err := d.ReadProcess(); err == nil {
+			t.Errorf("PID file %q accepted", garbage)
+		}
 	}
 }

@@ -20,7 +20,7 @@ import (
 	remote "k8s.io/cri-client/pkg"
 	"k8s.io/klog/v2"
 
-	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/procid"
 )
 
 // RuncRoot is where runc keeps container state, inside the node directory.
@@ -170,11 +170,16 @@ func ProcessesWith(s string) []int {
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && strings.Contains(string(data), s) && labstate.Alive(pid) {
+		if err == nil && strings.Contains(string(data), s) && alive(pid) {
 			pids = append(pids, pid)
 		}
 	}
 	return pids
+}
+
+func alive(pid int) bool {
+	_, err := procid.Of(pid)
+	return err == nil
 }
 
 // MountsUnder lists mount points under dir, deepest first.

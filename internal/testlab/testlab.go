@@ -27,7 +27,7 @@ func Start(ctx context.Context, cfg *config.Config, name string) (*lab.Lab, erro
 	if err != nil {
 		return nil, err
 	}
-	l, err := lab.New(lab.WithConfig(cfg), lab.WithStateRoot(root), lab.WithBinary(bin), lab.WithRetain(true))
+	l, err := lab.New(lab.WithConfig(cfg), lab.WithStateRoot(root), lab.WithBinary(bin), lab.WithRetain(true), lab.WithOwner(os.Getpid()))
 	if err != nil {
 		return nil, err
 	}

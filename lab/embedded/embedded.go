@@ -6,7 +6,6 @@ package embedded
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,9 +23,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/dralab/dralab/drivers/gpu"
-	"github.com/dralab/dralab/internal/atomicfile"
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/procid"
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab/backend"
@@ -52,6 +50,9 @@ const (
 type Backend struct {
 	root   string
 	binary func(context.Context) (string, error)
+	// owner, when not 0, is the PID of the process whose end deletes the
+	// labs this backend starts.
+	owner int
 }
 
 var _ backend.Backend = &Backend{}
@@ -60,6 +61,14 @@ var _ backend.Backend = &Backend{}
 // returns the dralab binary to run (it may build it).
 func New(root string, binary func(context.Context) (string, error)) *Backend {
 	return &Backend{root: root, binary: binary}
+}
+
+// OwnedBy makes the labs this backend starts end, and delete themselves,
+// when the process with that PID (as it runs now) ends: a test's lab does
+// not outlive the test, however it ends.
+func (b *Backend) OwnedBy(pid int) *Backend {
+	b.owner = pid
+	return b
 }
 
 // Name implements backend.Backend.
@@ -180,19 +189,19 @@ func orDash(s string) string {
 
 // running reports whether a live lab process owns dir, with its status.
 func (b *Backend) running(dir labstate.Dir) (bool, *labstate.Status, error) {
-	pid, err := dir.ReadPID()
+	id, err := dir.ReadProcess()
 	if errors.Is(err, os.ErrNotExist) {
 		return false, nil, nil
 	}
 	if err != nil {
 		return false, nil, err
 	}
-	if !labstate.Alive(pid) {
+	if !id.Alive() {
 		return false, nil, nil
 	}
 	status, err := dir.ReadStatus()
 	if err != nil {
-		return false, nil, fmt.Errorf("lab process %d runs but its status is unreadable: %w", pid, err)
+		return false, nil, fmt.Errorf("lab process %d runs but its status is unreadable: %w", id.PID, err)
 	}
 	return true, status, nil
 }
@@ -204,12 +213,17 @@ func (b *Backend) start(ctx context.Context, dir labstate.Dir, cfg *config.Confi
 	if err := os.Chmod(string(dir), 0o700); err != nil {
 		return err
 	}
-	data, err := json.MarshalIndent(cfg, "", "  ")
-	if err != nil {
+	if err := cfg.Record(dir.Config()); err != nil {
 		return err
 	}
-	if err := atomicfile.Write(dir.Config(), data, 0o600); err != nil {
-		return err
+	if b.owner != 0 {
+		owner, err := procid.Of(b.owner)
+		if err != nil {
+			return fmt.Errorf("the lab's owner: %w", err)
+		}
+		if err := dir.WriteOwner(owner); err != nil {
+			return err
+		}
 	}
 	logPath := dir.Log("lab")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -281,35 +295,22 @@ func (b *Backend) Down(ctx context.Context, name string) error {
 // removeState stops the lab's processes, if any still run, undoes what a
 // real node did to the host, and deletes the state directory.
 func (b *Backend) removeState(ctx context.Context, dir labstate.Dir) error {
-	var pids []int
-	if pid, err := dir.ReadPID(); err == nil && labstate.Alive(pid) && isDralab(pid) {
-		pids = append(pids, pid)
+	// Only processes that match what the lab recorded (PID, start time,
+	// boot, executable) are signalled: a PID reused by another program
+	// since is left alone.
+	var procs []procid.ID
+	if id, err := dir.ReadProcess(); err == nil {
+		procs = append(procs, id)
 	}
 	if s, err := dir.ReadStatus(); err == nil {
 		for _, p := range s.Processes {
-			if labstate.Alive(p.PID) && isDralab(p.PID) {
-				pids = append(pids, p.PID)
-			}
+			procs = append(procs, p.ID)
 		}
 	}
-	if len(pids) > 0 {
-		// The lab process stops its nodes itself; terminating them too
-		// only makes it faster.
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGTERM)
-		}
-		deadline := time.Now().Add(stopTimeout)
-		for time.Now().Before(deadline) && anyAlive(pids) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		for _, pid := range pids {
-			if labstate.Alive(pid) {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-		for anyAlive(pids) {
-			time.Sleep(20 * time.Millisecond)
-		}
+	// The lab process stops its nodes itself; terminating them too only
+	// makes it faster.
+	if err := procid.Stop(ctx, procs, stopTimeout); err != nil {
+		return fmt.Errorf("stopping the lab of %s: %w", dir, err)
 	}
 	// A lab process stopped by SIGTERM cleaned up after its real node; one
 	// that was killed did not.
@@ -352,21 +353,6 @@ func checkRealNodeHost() error {
 		return fmt.Errorf("%w: missing %s; install them with: go run mage.go deps:realnode", ErrHostNotReady, strings.Join(missing, ", "))
 	}
 	return nil
-}
-
-func anyAlive(pids []int) bool {
-	return slices.ContainsFunc(pids, labstate.Alive)
-}
-
-// isDralab guards against signalling a recycled PID that now belongs to
-// another program.
-func isDralab(pid int) bool {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	if err != nil {
-		return false
-	}
-	args := strings.Split(string(data), "\x00")
-	return len(args) > 1 && (slices.Contains(args, "serve") || slices.Contains(args, "node"))
 }
 
 // Status implements backend.Backend.
@@ -449,7 +435,7 @@ func processState(s *labstate.Status, role, node string) (string, int, bool) {
 		return "starting", 0, true
 	case !found:
 		return "not started", 0, false
-	case p.Running && labstate.Alive(p.PID):
+	case p.Running && p.ID.Alive():
 		if p.Restarts > 0 {
 			return fmt.Sprintf("running (pid %d, %d restarts, last: %s)", p.PID, p.Restarts, p.Exit), p.PID, true
 		}

@@ -1,0 +1,112 @@
+package procid
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// sleeper starts a process that runs until killed, and reaps it at the end.
+func sleeper(t *testing.T) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd
+}
+
+func TestSelf(t *testing.T) {
+	id, err := Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, _ := os.Executable()
+	if id.PID != os.Getpid() || id.StartTime == 0 || id.BootID == "" || id.Executable != exe {
+		t.Errorf("Self() = %+v; want pid %d, a start time, a boot ID and executable %s", id, os.Getpid(), exe)
+	}
+	if !id.Alive() {
+		t.Error("this process is not alive by its own ID")
+	}
+}
+
+// TestReusedPIDIsNeverSignalled: an ID whose start time, boot or executable
+// differ from the process now holding its PID is that of a process that is
+// gone; signalling it reaches nobody.
+func TestReusedPIDIsNeverSignalled(t *testing.T) {
+	cmd := sleeper(t)
+	id, err := Of(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, stale := range map[string]ID{
+		"start time": {PID: id.PID, StartTime: id.StartTime + 1, BootID: id.BootID, Executable: id.Executable},
+		"boot":       {PID: id.PID, StartTime: id.StartTime, BootID: "another-boot", Executable: id.Executable},
+		"executable": {PID: id.PID, StartTime: id.StartTime, BootID: id.BootID, Executable: "/usr/bin/dralab"},
+		"no record":  {PID: id.PID},
+	} {
+		if stale.Alive() {
+			t.Errorf("%s: a process with another %s counts as alive", name, name)
+		}
+		if err := stale.Signal(syscall.SIGKILL); !errors.Is(err, ErrGone) {
+			t.Errorf("%s: Signal = %v, want ErrGone", name, err)
+		}
+	}
+	if err := Stop(context.Background(), []ID{{PID: id.PID, StartTime: id.StartTime + 1, BootID: id.BootID}}, 100*time.Millisecond); err != nil {
+		t.Errorf("Stop of a gone process: %v", err)
+	}
+	if err := syscall.Kill(id.PID, 0); err != nil {
+		t.Fatalf("the process with the reused PID was signalled: %v", err)
+	}
+	if _, err := Of(id.PID); err != nil {
+		t.Fatalf("the process with the reused PID ended: %v", err)
+	}
+}
+
+func TestStop(t *testing.T) {
+	// A process that ignores SIGTERM is killed after the grace period.
+	cmd := exec.Command("sh", "-c", `trap "" TERM; while :; do sleep 0.05; done`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	time.Sleep(100 * time.Millisecond) // let the shell install its trap
+	id, err := Of(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Stop(context.Background(), []ID{id}, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the process still runs after Stop returned")
+	}
+	if id.Alive() {
+		t.Error("a stopped process counts as alive")
+	}
+}
+
+func TestWaitGoneNamesWhatItWaitedFor(t *testing.T) {
+	cmd := sleeper(t)
+	id, err := Of(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = WaitGone(context.Background(), []ID{id}, 100*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "waited 100ms for pid") || !strings.Contains(err.Error(), "sleep") {
+		t.Errorf("WaitGone = %v; want it to name the sleep process it waited 100ms for", err)
+	}
+}
