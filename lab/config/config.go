@@ -23,6 +23,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/drivers/nvml"
+	"github.com/dralab/dralab/internal/atomicfile"
 	"github.com/dralab/dralab/internal/strictyaml"
 	"github.com/dralab/dralab/lab/examples"
 )
@@ -194,6 +195,16 @@ func parse(source, dir string, data []byte) (*Config, error) {
 		return nil, fmt.Errorf("%w %s: %w", ErrInvalid, source, err)
 	}
 	return &cfg, nil
+}
+
+// Record writes the configuration as a lab records it in its state
+// directory (JSON, which Load reads back), atomically and private.
+func (c *Config) Record(path string) error {
+	data, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(path, data, 0o600)
 }
 
 // Complete sets defaults and validates; configurations built in code need

@@ -85,6 +85,10 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 		if err := os.MkdirAll(filepath.Dir(kubeconfig), 0o700); err != nil {
 			return backend.UpResult{}, err
 		}
+		// Recorded like every lab's, so that lab:list and lab:down find it.
+		if err := cfg.Record(filepath.Join(filepath.Dir(kubeconfig), "config.json")); err != nil {
+			return backend.UpResult{}, err
+		}
 		done := progress(fmt.Sprintf("Creating kind cluster %q (%s, %d workers)", cfg.Name, NodeImage, len(cfg.Nodes)))
 		err = p.Create(cfg.Name, cluster.CreateWithV1Alpha4Config(rendered), cluster.CreateWithWaitForReady(3*time.Minute),
 			cluster.CreateWithKubeconfigPath(kubeconfig), cluster.CreateWithDisplayUsage(false), cluster.CreateWithDisplaySalutation(false))
