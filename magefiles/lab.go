@@ -14,8 +14,10 @@ import (
 	"github.com/dralab/dralab/lab"
 )
 
-// Lab creates, inspects and deletes labs. The lab's configuration is
-// $DRALAB_CONFIG, or lab/examples/default.yaml when unset.
+// Lab creates, inspects and deletes labs. lab:up's configuration is
+// $DRALAB_CONFIG, or lab/examples/default.yaml when unset. lab:down,
+// lab:status and lab:kubeconfig act on the lab named by $DRALAB_LAB, else
+// that of $DRALAB_CONFIG, else the only lab on this machine.
 type Lab mg.Namespace
 
 // Up brings up the lab, or reuses it if it already runs with the same
@@ -45,10 +47,11 @@ func (Lab) Up(ctx context.Context) error {
 	return nil
 }
 
-// Down stops every process of the lab and deletes its state.
+// Down stops every process of the lab and deletes its state. With
+// several labs, name one: DRALAB_LAB=<name> go run mage.go lab:down.
 func (Lab) Down(ctx context.Context) error {
 	u := ui.Stderr()
-	l, err := lab.New()
+	l, err := lab.Existing()
 	if err != nil {
 		return err
 	}
@@ -60,7 +63,7 @@ func (Lab) Down(ctx context.Context) error {
 
 // Status tells whether the lab runs, and how its nodes are.
 func (Lab) Status(ctx context.Context) error {
-	l, err := lab.New()
+	l, err := lab.Existing()
 	if err != nil {
 		return err
 	}
@@ -104,10 +107,34 @@ func (Lab) Status(ctx context.Context) error {
 
 // Kubeconfig prints the path of the lab's kubeconfig and nothing else.
 func (Lab) Kubeconfig() error {
-	l, err := lab.New()
+	l, err := lab.Existing()
 	if err != nil {
 		return err
 	}
 	fmt.Println(l.Kubeconfig())
 	return nil
+}
+
+// List lists the labs on this machine: name, backend, phase and nodes.
+func (Lab) List(ctx context.Context) error {
+	labs, err := lab.List(ctx)
+	if err != nil {
+		return err
+	}
+	if len(labs) == 0 {
+		fmt.Println("No labs. Create one with: go run mage.go lab:up")
+		return nil
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NAME\tBACKEND\tPHASE\tNODES\tSTATE")
+	for _, st := range labs {
+		ready := 0
+		for _, n := range st.Nodes {
+			if n.Ready == "True" {
+				ready++
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d/%d Ready\t%s\n", st.Name, st.Backend, st.Phase, ready, len(st.Nodes), st.StateDir)
+	}
+	return w.Flush()
 }
