@@ -114,6 +114,9 @@ func Run(ctx context.Context, o Options) error {
 
 	hk := kubemark.NewHollowKubelet(flags, config, client, heartbeatClient,
 		&cadvisortest.Fake{NodeName: o.Name}, imageService, runtimeService, containerManager)
+	recorder, stopRecorder := warningRecorder(ctx, client, o.Name)
+	defer stopRecorder()
+	hk.KubeletDeps.Recorder = recorder
 
 	// kubemark serves the kubelet API over plain HTTP without
 	// authentication; a lab node serves TLS and authenticates and
