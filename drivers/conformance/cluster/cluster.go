@@ -4,6 +4,12 @@
 // from the driver's ResourceSlices, never declared. A feature whose
 // capability the manifest does not enable is skipped, saying so.
 //
+// Everything the features create (namespaces, claims, pods,
+// DeviceTaintRules) carries LabelManagedBy and LabelRun and is removed when
+// its feature ends, however it ends; the first feature of a run first
+// removes what an interrupted run left, found by LabelManagedBy, and
+// nothing else. The only device a feature taints is one it was allocated.
+//
 // A driver author's own e2e-framework suite can run them:
 //
 //	testenv.Test(t, cluster.Features(m, cluster.Options{})...)
@@ -11,8 +17,11 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,7 +51,23 @@ type Options struct {
 	Image string
 	// PullPolicy of the proof containers; empty: IfNotPresent.
 	PullPolicy v1.PullPolicy
+	// RunID is the value of LabelRun on what the run creates; empty: a
+	// random one.
+	RunID string
 }
+
+// Labels of every object the suite creates. A run removes objects with
+// LabelManagedBy=ManagedBy and another LabelRun before its first feature:
+// what an interrupted run left behind.
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "dralab-conformance"
+	LabelRun       = "conformance.dralab.dev/run"
+)
+
+// TaintKey is the key of the taint the device-taints feature puts on the
+// one device it was allocated.
+const TaintKey = "conformance.dralab.dev/tainted"
 
 // LabelCapability labels each feature with the capability it checks
 // ("core" for what every driver must do), for --labels.
@@ -55,6 +80,9 @@ func Features(m *manifest.Manifest, o Options) []features.Feature {
 	}
 	if o.PullPolicy == "" {
 		o.PullPolicy = v1.PullIfNotPresent
+	}
+	if o.RunID == "" {
+		o.RunID = rand.String(8)
 	}
 	s := &suite{m: m, o: o}
 	out := []features.Feature{
@@ -76,12 +104,21 @@ func Features(m *manifest.Manifest, o Options) []features.Feature {
 type suite struct {
 	m *manifest.Manifest
 	o Options
+	// leftovers removes, once per run, what an earlier run left.
+	leftovers    sync.Once
+	leftoversErr error
+}
+
+// labels mark what the run creates.
+func (s *suite) labels() map[string]string {
+	return map[string]string{LabelManagedBy: ManagedBy, LabelRun: s.o.RunID}
 }
 
 type check func(ctx context.Context, t *testing.T, k *kit) error
 
 // feature wraps a check: skipped when its capability is off, run in a
-// namespace of its own that is deleted afterwards.
+// namespace of its own that is deleted afterwards, after what an earlier
+// run left is gone.
 func (s *suite) feature(name string, capability manifest.Capability, rule string, c check) features.Feature {
 	label := string(capability)
 	if label == "" {
@@ -98,6 +135,17 @@ func (s *suite) feature(name string, capability manifest.Capability, rule string
 			client, err := kubernetes.NewForConfig(cfg.Client().RESTConfig())
 			if err != nil {
 				t.Fatal(err)
+			}
+			// Claims an interrupted run left hold devices; its rules taint them.
+			s.leftovers.Do(func() {
+				var removed []string
+				removed, s.leftoversErr = removeLeftovers(ctx, client, s.o.RunID, s.m.Timeouts.PodRunning)
+				if len(removed) > 0 {
+					t.Logf("removed what an earlier run left: %s", strings.Join(removed, ", "))
+				}
+			})
+			if s.leftoversErr != nil {
+				t.Fatalf("removing what an earlier run left: %v", s.leftoversErr)
 			}
 			k := &kit{suite: s, client: client, ns: "conformance-" + rand.String(5)}
 			if err := k.createNamespace(ctx, capability == manifest.DRAAdminAccess); err != nil {
@@ -120,37 +168,176 @@ type kit struct {
 	rules []string
 }
 
+// meta names an object of the check's namespace, labelled as the run's.
+func (k *kit) meta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: k.ns, Labels: k.labels()}
+}
+
 func (k *kit) createNamespace(ctx context.Context, adminAccess bool) error {
-	ns := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: k.ns}}
+	ns := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: k.ns, Labels: k.labels()}}
 	if adminAccess {
 		// Only namespaces labelled so may hold claims with admin access.
-		ns.Labels = map[string]string{"resource.kubernetes.io/admin-access": "true"}
+		ns.Labels["resource.kubernetes.io/admin-access"] = "true"
 	}
 	_, err := k.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
 	return err
 }
 
+// cleanup removes what the check created: its DeviceTaintRules first, its
+// pods and claims (waiting, so that the next check finds the devices
+// free), then its namespace. It works on a context of its own: a check
+// that failed, timed out or was cancelled leaves nothing behind.
 func (k *kit) cleanup(ctx context.Context, t *testing.T) {
-	ctx = context.WithoutCancel(ctx)
-	for _, r := range k.rules {
-		_ = k.client.ResourceV1().DeviceTaintRules().Delete(ctx, r, metav1.DeleteOptions{})
-	}
-	_ = k.client.CoreV1().Pods(k.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
-	// Claims go once their pods are gone and the driver has unprepared
-	// them; wait, so that the next check finds the devices free.
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, k.m.Timeouts.PodRunning, true, func(ctx context.Context) (bool, error) {
-		pods, err := k.client.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{})
-		if err != nil || len(pods.Items) > 0 {
-			return false, nil
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.m.Timeouts.PodRunning+time.Minute)
+	defer cancel()
+	errs := []error{deleteEach(ctx, "DeviceTaintRule", k.rules, k.client.ResourceV1().DeviceTaintRules().Delete)}
+	var pods, claims []string
+	podList, err := k.client.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{})
+	errs = append(errs, err)
+	if err == nil {
+		for _, p := range podList.Items {
+			pods = append(pods, p.Name)
 		}
-		_ = k.client.ResourceV1().ResourceClaims(k.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
-		claims, err := k.client.ResourceV1().ResourceClaims(k.ns).List(ctx, metav1.ListOptions{})
-		return err == nil && len(claims.Items) == 0, nil
+	}
+	claimList, err := k.client.ResourceV1().ResourceClaims(k.ns).List(ctx, metav1.ListOptions{})
+	errs = append(errs, err)
+	if err == nil {
+		for _, c := range claimList.Items {
+			claims = append(claims, c.Name)
+		}
+	}
+	errs = append(errs,
+		k.remove(ctx, pods, claims),
+		deleteEach(ctx, "namespace", []string{k.ns}, k.client.CoreV1().Namespaces().Delete))
+	if err := errors.Join(errs...); err != nil {
+		t.Errorf("cleanup of %s: %v", k.ns, err)
+	}
+}
+
+// remove deletes pods, waits until they are gone, then deletes claims and
+// waits until they are gone too: a claim goes once the driver has
+// unprepared it, and only then is its device free.
+func (k *kit) remove(ctx context.Context, pods, claims []string) error {
+	podsAPI, claimsAPI := k.client.CoreV1().Pods(k.ns), k.client.ResourceV1().ResourceClaims(k.ns)
+	deletePod := func(ctx context.Context, name string, o metav1.DeleteOptions) error {
+		o.GracePeriodSeconds = ptr.To[int64](0)
+		return podsAPI.Delete(ctx, name, o)
+	}
+	if err := deleteEach(ctx, "pod", pods, deletePod); err != nil {
+		return err
+	}
+	if err := k.waitGone(ctx, "pods", pods, func(ctx context.Context, name string) error {
+		_, err := podsAPI.Get(ctx, name, metav1.GetOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := deleteEach(ctx, "claim", claims, claimsAPI.Delete); err != nil {
+		return err
+	}
+	return k.waitGone(ctx, "claims", claims, func(ctx context.Context, name string) error {
+		_, err := claimsAPI.Get(ctx, name, metav1.GetOptions{})
+		return err
+	})
+}
+
+// waitGone waits until get says NotFound for every name.
+func (k *kit) waitGone(ctx context.Context, kind string, names []string, get func(context.Context, string) error) error {
+	var left []string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, k.m.Timeouts.PodRunning, true, func(ctx context.Context) (bool, error) {
+		left = nil
+		for _, name := range names {
+			if err := get(ctx, name); !apierrors.IsNotFound(err) {
+				left = append(left, name)
+			}
+		}
+		return len(left) == 0, nil
 	})
 	if err != nil {
-		t.Errorf("cleanup: pods or claims of %s remain: %v", k.ns, err)
+		return fmt.Errorf("waited %v for %s %v of %s to be deleted; %v remain: %w", k.m.Timeouts.PodRunning, kind, names, k.ns, left, err)
 	}
-	_ = k.client.CoreV1().Namespaces().Delete(ctx, k.ns, metav1.DeleteOptions{})
+	return nil
+}
+
+// deleteEach deletes the named objects of a kind; one already gone is no
+// error.
+func deleteEach(ctx context.Context, kind string, names []string, del func(context.Context, string, metav1.DeleteOptions) error) error {
+	var errs []error
+	for _, name := range names {
+		if err := del(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting %s %s: %w", kind, name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeLeftovers deletes what an earlier run left, and nothing else:
+// DeviceTaintRules, claims and namespaces labelled
+// LabelManagedBy=ManagedBy whose LabelRun is not runID. It waits until the
+// namespaces are gone, with the pods and claims in them that hold
+// devices. It returns what it deleted.
+func removeLeftovers(ctx context.Context, client kubernetes.Interface, runID string, timeout time.Duration) ([]string, error) {
+	leftover := metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + ManagedBy + "," + LabelRun + "!=" + runID}
+	var removed []string
+	rules, err := client.ResourceV1().DeviceTaintRules().List(ctx, leftover)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, r := range rules.Items {
+		names = append(names, r.Name)
+		removed = append(removed, "DeviceTaintRule "+r.Name)
+	}
+	if err := deleteEach(ctx, "DeviceTaintRule", names, client.ResourceV1().DeviceTaintRules().Delete); err != nil {
+		return removed, err
+	}
+	claims, err := client.ResourceV1().ResourceClaims("").List(ctx, leftover)
+	if err != nil {
+		return removed, err
+	}
+	for _, c := range claims.Items {
+		if c.DeletionTimestamp != nil {
+			continue
+		}
+		if err := deleteEach(ctx, "claim", []string{c.Name}, client.ResourceV1().ResourceClaims(c.Namespace).Delete); err != nil {
+			return removed, err
+		}
+		removed = append(removed, "claim "+c.Namespace+"/"+c.Name)
+	}
+	namespaces, err := client.CoreV1().Namespaces().List(ctx, leftover)
+	if err != nil {
+		return removed, err
+	}
+	names = nil
+	for _, ns := range namespaces.Items {
+		if ns.DeletionTimestamp == nil {
+			names = append(names, ns.Name)
+			removed = append(removed, "namespace "+ns.Name)
+		}
+	}
+	if err := deleteEach(ctx, "namespace", names, client.CoreV1().Namespaces().Delete); err != nil {
+		return removed, err
+	}
+	var (
+		left    []string
+		lastErr error
+	)
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		namespaces, err := client.CoreV1().Namespaces().List(ctx, leftover)
+		if err != nil {
+			lastErr = err
+			return false, nil
+		}
+		left = nil
+		for _, ns := range namespaces.Items {
+			left = append(left, ns.Name)
+		}
+		return len(left) == 0, nil
+	})
+	if err != nil {
+		return removed, fmt.Errorf("waited %v for the namespaces of an earlier run to be deleted; %v remain: %w", timeout, left, errors.Join(err, lastErr))
+	}
+	return removed, nil
 }
 
 // request asks for one device of the manifest's class.
@@ -159,12 +346,15 @@ func (k *kit) request(name string) resourceapi.DeviceRequest {
 }
 
 func (k *kit) createClaim(ctx context.Context, name string, requests ...resourceapi.DeviceRequest) error {
-	claim := &resourceapi.ResourceClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: k.ns},
-		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: requests}},
+	return k.createClaimOf(ctx, name, resourceapi.DeviceClaim{Requests: requests})
+}
+
+func (k *kit) createClaimOf(ctx context.Context, name string, devices resourceapi.DeviceClaim) error {
+	claim := &resourceapi.ResourceClaim{ObjectMeta: k.meta(name), Spec: resourceapi.ResourceClaimSpec{Devices: devices}}
+	if _, err := k.client.ResourceV1().ResourceClaims(k.ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("claim %s: %w", name, err)
 	}
-	_, err := k.client.ResourceV1().ResourceClaims(k.ns).Create(ctx, claim, metav1.CreateOptions{})
-	return err
+	return nil
 }
 
 // pod is a proof container using the named claims; mutate adjusts it.
@@ -176,7 +366,7 @@ func (k *kit) pod(ctx context.Context, name string, claims []string, mutate func
 		c.Command = []string{"sh", "-c", "env; exec sleep 1000000"}
 	}
 	pod := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: k.ns},
+		ObjectMeta: k.meta(name),
 		Spec: v1.PodSpec{
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
 			RestartPolicy:                 v1.RestartPolicyNever,
@@ -271,25 +461,41 @@ func (k *kit) claimResults(ctx context.Context, name string) ([]resourceapi.Devi
 	return results, nil
 }
 
+// oneDevice creates a claim for one device of the class and a pod of the
+// same name using it, waits until the pod proves its device, and returns
+// the proof, the claim's allocation result and the pod's node.
+func (k *kit) oneDevice(ctx context.Context, name string) (string, resourceapi.DeviceRequestAllocationResult, string, error) {
+	var none resourceapi.DeviceRequestAllocationResult
+	if err := k.createClaim(ctx, name, k.request("dev")); err != nil {
+		return "", none, "", err
+	}
+	if err := k.pod(ctx, name, []string{name}, nil); err != nil {
+		return "", none, "", err
+	}
+	v, err := k.proof(ctx, name)
+	if err != nil {
+		return "", none, "", err
+	}
+	results, err := k.claimResults(ctx, name)
+	if err != nil {
+		return "", none, "", err
+	}
+	if len(results) != 1 || results[0].Driver != k.m.Driver {
+		return "", none, "", fmt.Errorf("claim %s from class %s got %v, want one device of driver %s", name, k.m.DeviceClass, results, k.m.Driver)
+	}
+	pod, err := k.client.CoreV1().Pods(k.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", none, "", err
+	}
+	return v, results[0], pod.Spec.NodeName, nil
+}
+
 func (s *suite) singleDevice(ctx context.Context, t *testing.T, k *kit) error {
-	if err := k.createClaim(ctx, "one", k.request("dev")); err != nil {
-		return err
-	}
-	if err := k.pod(ctx, "one", []string{"one"}, nil); err != nil {
-		return err
-	}
-	v, err := k.proof(ctx, "one")
+	v, got, _, err := k.oneDevice(ctx, "one")
 	if err != nil {
 		return err
 	}
-	results, err := k.claimResults(ctx, "one")
-	if err != nil {
-		return err
-	}
-	if len(results) != 1 || results[0].Driver != s.m.Driver {
-		return fmt.Errorf("claim one from class %s got %v, want one device of driver %s", s.m.DeviceClass, results, s.m.Driver)
-	}
-	t.Logf("pod one got %s/%s and proves %q", results[0].Pool, results[0].Device, v)
+	t.Logf("pod one got %s/%s and proves %q", got.Pool, got.Device, v)
 	return nil
 }
 
@@ -371,20 +577,7 @@ func (s *suite) prioritizedList(ctx context.Context, t *testing.T, k *kit) error
 // adminAccess: a claim with admin access gets every device of a node, the
 // one a workload uses included, and the workload keeps running.
 func (s *suite) adminAccess(ctx context.Context, t *testing.T, k *kit) error {
-	if err := k.createClaim(ctx, "work", k.request("dev")); err != nil {
-		return err
-	}
-	if err := k.pod(ctx, "work", []string{"work"}, nil); err != nil {
-		return err
-	}
-	if _, err := k.proof(ctx, "work"); err != nil {
-		return err
-	}
-	used, err := k.claimResults(ctx, "work")
-	if err != nil {
-		return err
-	}
-	work, err := k.client.CoreV1().Pods(k.ns).Get(ctx, "work", metav1.GetOptions{})
+	_, used, node, err := k.oneDevice(ctx, "work")
 	if err != nil {
 		return err
 	}
@@ -395,7 +588,7 @@ func (s *suite) adminAccess(ctx context.Context, t *testing.T, k *kit) error {
 		return err
 	}
 	if err := k.pod(ctx, "admin", []string{"admin"}, func(p *v1.Pod) {
-		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": work.Spec.NodeName}
+		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
 	}); err != nil {
 		return err
 	}
@@ -407,46 +600,60 @@ func (s *suite) adminAccess(ctx context.Context, t *testing.T, k *kit) error {
 		return err
 	}
 	found := slices.ContainsFunc(results, func(r resourceapi.DeviceRequestAllocationResult) bool {
-		return r.Pool == used[0].Pool && r.Device == used[0].Device && r.AdminAccess != nil && *r.AdminAccess
+		return r.Pool == used.Pool && r.Device == used.Device && r.AdminAccess != nil && *r.AdminAccess
 	})
 	if !found {
-		return fmt.Errorf("the admin claim got %v, want the in-use device %s/%s among them with admin access", results, used[0].Pool, used[0].Device)
+		return fmt.Errorf("the admin claim got %v, want the in-use device %s/%s among them with admin access", results, used.Pool, used.Device)
 	}
 	if _, err := k.proof(ctx, "work"); err != nil {
 		return fmt.Errorf("the workload after the admin pod started: %w", err)
 	}
-	t.Logf("admin claim holds %d devices of node %s, %s/%s in use by the workload among them", len(results), work.Spec.NodeName, used[0].Pool, used[0].Device)
+	t.Logf("admin claim holds %d devices of node %s, %s/%s in use by the workload among them", len(results), node, used.Pool, used.Device)
 	return nil
 }
 
-// deviceTaints: with every device of the driver tainted NoSchedule, a
-// claim stays unallocated; once the taint is gone, the pod runs.
+// deviceTaints: a device tainted NoSchedule is not allocated, and is once
+// the taint is gone. The check taints only a device it was allocated
+// itself, named by driver, pool and device: a claim of the class gets it,
+// the rule taints it, the claim goes. A claim for every device of the
+// class on that node (CEL cannot name a device) must then stay
+// unallocated, and be allocated, that device among its results, once the
+// rule is deleted: the rule, on that one device, is what changed.
 func (s *suite) deviceTaints(ctx context.Context, t *testing.T, k *kit) error {
-	rule := &resourceapi.DeviceTaintRule{
-		ObjectMeta: metav1.ObjectMeta{Name: k.ns},
-		Spec: resourceapi.DeviceTaintRuleSpec{
-			DeviceSelector: &resourceapi.DeviceTaintSelector{Driver: ptr.To(s.m.Driver)},
-			Taint:          resourceapi.DeviceTaint{Key: "conformance.dralab.dev/tainted", Effect: resourceapi.DeviceTaintEffectNoSchedule},
-		},
-	}
-	if _, err := k.client.ResourceV1().DeviceTaintRules().Create(ctx, rule, metav1.CreateOptions{}); err != nil {
+	_, own, node, err := k.oneDevice(ctx, "probe")
+	if err != nil {
 		return err
+	}
+	rule := k.taintRule(own)
+	if _, err := k.client.ResourceV1().DeviceTaintRules().Create(ctx, rule, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("DeviceTaintRule %s: %w", rule.Name, err)
 	}
 	k.rules = append(k.rules, rule.Name)
-	if err := k.createClaim(ctx, "tainted", k.request("dev")); err != nil {
+	device := own.Driver + "/" + own.Pool + "/" + own.Device
+	t.Logf("tainted %s on node %s, the device claim probe got", device, node)
+	if err := k.remove(ctx, []string{"probe"}, []string{"probe"}); err != nil {
+		return fmt.Errorf("freeing %s: %w", device, err)
+	}
+
+	every := k.request("every")
+	every.Exactly.AllocationMode = resourceapi.DeviceAllocationModeAll
+	if err := k.createClaim(ctx, "every", every); err != nil {
 		return err
 	}
-	if err := k.pod(ctx, "tainted", []string{"tainted"}, nil); err != nil {
+	if err := k.pod(ctx, "every", []string{"every"}, func(p *v1.Pod) {
+		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
+	}); err != nil {
 		return err
 	}
-	// The scheduler tries and fails: the pod is marked unschedulable.
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, k.m.Timeouts.PodRunning, true, func(ctx context.Context) (bool, error) {
-		pod, err := k.client.CoreV1().Pods(k.ns).Get(ctx, "tainted", metav1.GetOptions{})
+	var last string
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, k.m.Timeouts.PodRunning, true, func(ctx context.Context) (bool, error) {
+		pod, err := k.client.CoreV1().Pods(k.ns).Get(ctx, "every", metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
+		last = podState(pod)
 		if pod.Spec.NodeName != "" {
-			return false, fmt.Errorf("the pod was scheduled to %s while every device of %s was tainted NoSchedule", pod.Spec.NodeName, s.m.Driver)
+			return false, fmt.Errorf("the pod claiming every device of node %s was scheduled while %s was tainted NoSchedule", node, device)
 		}
 		for _, c := range pod.Status.Conditions {
 			if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && c.Reason == v1.PodReasonUnschedulable {
@@ -455,16 +662,41 @@ func (s *suite) deviceTaints(ctx context.Context, t *testing.T, k *kit) error {
 		}
 		return false, nil
 	})
-	if err != nil {
-		return fmt.Errorf("waiting for the tainted devices to be refused: %w", err)
-	}
-	if err := k.client.ResourceV1().DeviceTaintRules().Delete(ctx, rule.Name, metav1.DeleteOptions{}); err != nil {
+	if wait.Interrupted(err) {
+		return fmt.Errorf("waited %v for the scheduler to find the pod claiming every device of node %s unschedulable while %s is tainted (pod: %s): %w",
+			k.m.Timeouts.PodRunning, node, device, last, err)
+	} else if err != nil {
 		return err
 	}
-	if _, err := k.proof(ctx, "tainted"); err != nil {
-		return fmt.Errorf("after the taint was removed: %w", err)
+	if err := deleteEach(ctx, "DeviceTaintRule", []string{rule.Name}, k.client.ResourceV1().DeviceTaintRules().Delete); err != nil {
+		return err
 	}
+	if _, err := k.proof(ctx, "every"); err != nil {
+		return fmt.Errorf("after the taint on %s was removed: %w", device, err)
+	}
+	got, err := k.claimResults(ctx, "every")
+	if err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(got, func(r resourceapi.DeviceRequestAllocationResult) bool {
+		return r.Driver == own.Driver && r.Pool == own.Pool && r.Device == own.Device
+	}) {
+		return fmt.Errorf("after the taint was removed, the claim for every device of node %s got %v, without %s", node, got, device)
+	}
+	t.Logf("while %s was tainted, a claim for all %d devices of node %s stayed unallocated; untainted, it got them", device, len(got), node)
 	return nil
+}
+
+// taintRule taints exactly one device: its selector names the device's
+// driver, pool and name.
+func (k *kit) taintRule(d resourceapi.DeviceRequestAllocationResult) *resourceapi.DeviceTaintRule {
+	return &resourceapi.DeviceTaintRule{
+		ObjectMeta: metav1.ObjectMeta{Name: k.ns, Labels: k.labels()},
+		Spec: resourceapi.DeviceTaintRuleSpec{
+			DeviceSelector: &resourceapi.DeviceTaintSelector{Driver: ptr.To(d.Driver), Pool: ptr.To(d.Pool), Device: ptr.To(d.Device)},
+			Taint:          resourceapi.DeviceTaint{Key: TaintKey, Effect: resourceapi.DeviceTaintEffectNoSchedule},
+		},
+	}
 }
 
 // extendedResource: a pod asking for the class's extended resource gets a
@@ -493,20 +725,18 @@ func (s *suite) extendedResource(ctx context.Context, t *testing.T, k *kit) erro
 }
 
 // opaqueConfig: a claim configured with the manifest's valid parameters
-// runs; one with its invalid parameters is allocated but never runs, the
-// kubelet reporting that the driver refused to prepare it.
+// runs; one with its invalid parameters is allocated and bound, and the
+// kubelet reports that the driver refused to prepare it. The check passes
+// on that report, never on a pod that has merely not started yet.
 func (s *suite) opaqueConfig(ctx context.Context, t *testing.T, k *kit) error {
 	configured := func(name string, params []byte) error {
-		claim := &resourceapi.ResourceClaim{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: k.ns},
-			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-				Requests: []resourceapi.DeviceRequest{k.request("dev")},
-				Config: []resourceapi.DeviceClaimConfiguration{{Requests: []string{"dev"}, DeviceConfiguration: resourceapi.DeviceConfiguration{
-					Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: s.m.Driver, Parameters: runtime.RawExtension{Raw: params}}}}},
-			}},
-		}
-		if _, err := k.client.ResourceV1().ResourceClaims(k.ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("claim %s: %w", name, err)
+		err := k.createClaimOf(ctx, name, resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{k.request("dev")},
+			Config: []resourceapi.DeviceClaimConfiguration{{Requests: []string{"dev"}, DeviceConfiguration: resourceapi.DeviceConfiguration{
+				Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: s.m.Driver, Parameters: runtime.RawExtension{Raw: params}}}}},
+		})
+		if err != nil {
+			return err
 		}
 		return k.pod(ctx, name, []string{name}, nil)
 	}
@@ -519,43 +749,62 @@ func (s *suite) opaqueConfig(ctx context.Context, t *testing.T, k *kit) error {
 	if err := configured("invalid", s.m.OpaqueConfig.Invalid); err != nil {
 		return err
 	}
-	// The kubelet reports a failed preparation as an event; where its
-	// events are not recorded (the embedded lab's hollow nodes), the pod,
-	// allocated and bound, must still not have started after a grace.
-	const grace = 10 * time.Second
-	var refused string
-	var boundAt time.Time
+	refused, err := k.preparationRefused(ctx, "invalid")
+	if err != nil {
+		return fmt.Errorf("the invalid configuration %s: %w", s.m.OpaqueConfig.Invalid, err)
+	}
+	t.Logf("invalid configuration refused: the kubelet reports %q", refused)
+	return nil
+}
+
+// preparationRefused waits for the kubelet's report that it could not
+// prepare a pod's claims, its FailedPrepareDynamicResources event, and
+// returns the event's message, which carries the driver's error. It fails
+// if the pod runs.
+func (k *kit) preparationRefused(ctx context.Context, name string) (string, error) {
+	var (
+		refused, last string
+		lastErr       error
+	)
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, k.m.Timeouts.PodRunning, true, func(ctx context.Context) (bool, error) {
-		pod, err := k.client.CoreV1().Pods(k.ns).Get(ctx, "invalid", metav1.GetOptions{})
+		pod, err := k.client.CoreV1().Pods(k.ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
+		last = podState(pod)
 		if pod.Status.Phase == v1.PodRunning || pod.Status.Phase == v1.PodSucceeded {
-			return false, fmt.Errorf("the pod with the invalid configuration runs: the driver prepared %s", s.m.OpaqueConfig.Invalid)
+			return false, fmt.Errorf("pod %s runs (%s): the driver prepared its claim", name, last)
 		}
-		events, err := k.client.CoreV1().Events(k.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=invalid,reason=FailedPrepareDynamicResources"})
-		if err == nil && len(events.Items) > 0 {
-			refused = "the kubelet reports: " + events.Items[0].Message
-			return true, nil
-		}
-		if pod.Spec.NodeName == "" {
+		events, err := k.client.CoreV1().Events(k.ns).List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=Pod,involvedObject.name=" + name + ",reason=" + kubeletPrepareFailed,
+		})
+		if err != nil {
+			lastErr = err
 			return false, nil
 		}
-		if boundAt.IsZero() {
-			boundAt = time.Now()
-		}
-		if time.Since(boundAt) >= grace {
-			refused = fmt.Sprintf("the pod is bound to %s and still %s after %v (no kubelet event recorded)", pod.Spec.NodeName, podState(pod), grace)
-			return true, nil
+		for _, e := range events.Items {
+			if e.Reason == kubeletPrepareFailed && e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.Name == name && e.InvolvedObject.UID == pod.UID {
+				refused = e.Message
+				return true, nil
+			}
 		}
 		return false, nil
 	})
-	if err != nil {
-		return fmt.Errorf("the invalid configuration: %w", err)
+	switch {
+	case err == nil:
+		return refused, nil
+	case !wait.Interrupted(err):
+		return "", err
+	case lastErr != nil:
+		err = errors.Join(err, lastErr)
 	}
-	t.Logf("invalid configuration refused: %s", refused)
-	return nil
+	return "", fmt.Errorf("waited %v for the kubelet's %s event for pod %s, the evidence that the driver refused to prepare its claim; none came (pod: %s): %w",
+		k.m.Timeouts.PodRunning, kubeletPrepareFailed, name, last, err)
 }
+
+// kubeletPrepareFailed is the reason of the kubelet's event for a pod
+// whose claims a driver failed to prepare.
+const kubeletPrepareFailed = "FailedPrepareDynamicResources"
 
 // device is a published device with its pool.
 type device struct {

@@ -1,0 +1,282 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/dralab/dralab/drivers/conformance/manifest"
+)
+
+// The fake cluster's one node and its devices.
+const (
+	fakeDriver = "gpu.example.com"
+	fakeNode   = "node-a"
+)
+
+var fakeDevices = []string{"gpu-0", "gpu-1"}
+
+// What the fake kubelet does with a claim configured with the manifest's
+// invalid parameters.
+const (
+	refuseWithEvent = "event"    // reports FailedPrepareDynamicResources
+	refuseSilently  = "silently" // leaves the pod pending, reporting nothing
+	prepareAnyway   = "run"      // runs the pod
+)
+
+// fakeCluster plays the scheduler and the kubelet of one node with two
+// devices on a fake clientset, just enough for the checks' logic: a pod's
+// claims get free devices that no DeviceTaintRule selects (every device of
+// the node for AllocationMode All), or the pod is marked unschedulable;
+// then the pod is bound and runs, unless a claim carries the manifest's
+// invalid configuration.
+type fakeCluster struct {
+	client  *fake.Clientset
+	m       *manifest.Manifest
+	invalid string
+	// ignoreTaints makes the scheduler allocate tainted devices.
+	ignoreTaints atomic.Bool
+
+	mu sync.Mutex
+	// allocated holds every device ever allocated, driver/pool/device.
+	allocated map[string]bool
+	// rules are the DeviceTaintRules created, with the devices allocated
+	// before each.
+	rules []createdRule
+}
+
+type createdRule struct {
+	rule            *resourceapi.DeviceTaintRule
+	allocatedBefore map[string]bool
+}
+
+const testManifest = `apiVersion: conformance.dralab.dev/v1alpha1
+kind: DriverManifest
+driver: gpu.example.com
+deviceClass: gpu.example.com
+capabilities: {DRADeviceTaints: true, OpaqueConfig: true}
+opaqueConfig:
+  valid: {kind: Config, mode: good}
+  invalid: {kind: Config, mode: bad}
+proof:
+  env: {name: GPU_DEVICE_0, pattern: "^gpu-[0-9]+$"}
+timeouts: {podRunning: 5s}
+`
+
+// newFakeCluster starts a fake cluster whose kubelet handles the invalid
+// configuration as refuse says, and returns a check's kit in a namespace
+// of its own.
+func newFakeCluster(t *testing.T, refuse string) (*fakeCluster, *kit) {
+	t.Helper()
+	m, err := manifest.Parse("test", []byte(testManifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slice := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: fakeNode + "-gpus"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver:   fakeDriver,
+			Pool:     resourceapi.ResourcePool{Name: fakeNode, ResourceSliceCount: 1},
+			NodeName: ptr.To(fakeNode),
+		},
+	}
+	for _, d := range fakeDevices {
+		slice.Spec.Devices = append(slice.Spec.Devices, resourceapi.Device{Name: d})
+	}
+	f := &fakeCluster{
+		client:    fake.NewClientset(slice, &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: fakeDriver}}),
+		m:         m,
+		invalid:   string(m.OpaqueConfig.Invalid),
+		allocated: map[string]bool{},
+	}
+	f.client.PrependReactor("create", "devicetaintrules", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		rule := a.(clienttesting.CreateAction).GetObject().(*resourceapi.DeviceTaintRule)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		before := map[string]bool{}
+		for d := range f.allocated {
+			before[d] = true
+		}
+		f.rules = append(f.rules, createdRule{rule: rule.DeepCopy(), allocatedBefore: before})
+		return false, nil, nil
+	})
+	// The proof container's environment names its device.
+	f.client.PrependReactor("get", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "log" {
+			return false, nil, nil
+		}
+		return true, &runtime.Unknown{Raw: []byte("PATH=/bin\nGPU_DEVICE_0=gpu-0\n")}, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.run(ctx, refuse)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	k := &kit{suite: &suite{m: m}, client: f.client, ns: "conformance-test"}
+	if err := k.createNamespace(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	return f, k
+}
+
+func (f *fakeCluster) run(ctx context.Context, refuse string) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			f.schedule(ctx, refuse)
+		}
+	}
+}
+
+// schedule binds the pods whose claims it can allocate.
+func (f *fakeCluster) schedule(ctx context.Context, refuse string) {
+	pods, err := f.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if pod.Spec.NodeName != "" {
+			continue
+		}
+		if !f.allocate(ctx, pod) {
+			pod.Status.Conditions = []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionFalse, Reason: v1.PodReasonUnschedulable}}
+			_, _ = f.client.CoreV1().Pods(pod.Namespace).Update(ctx, pod, metav1.UpdateOptions{})
+			continue
+		}
+		pod.Spec.NodeName = fakeNode
+		pod.Status.Phase = v1.PodRunning
+		if f.configuredInvalid(ctx, pod) {
+			switch refuse {
+			case refuseWithEvent:
+				pod.Status.Phase = v1.PodPending
+				_, _ = f.client.CoreV1().Events(pod.Namespace).Create(ctx, &v1.Event{
+					ObjectMeta:     metav1.ObjectMeta{Name: pod.Name + ".prepare", Namespace: pod.Namespace},
+					InvolvedObject: v1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+					Reason:         "FailedPrepareDynamicResources",
+					Message:        "Failed to prepare dynamic resources: mode: Unsupported value: \"bad\"",
+					Type:           v1.EventTypeWarning,
+				}, metav1.CreateOptions{})
+			case refuseSilently:
+				pod.Status.Phase = v1.PodPending
+			}
+		}
+		_, _ = f.client.CoreV1().Pods(pod.Namespace).Update(ctx, pod, metav1.UpdateOptions{})
+	}
+}
+
+// allocate allocates the pod's claims, all or none.
+func (f *fakeCluster) allocate(ctx context.Context, pod *v1.Pod) bool {
+	claims, err := f.client.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false
+	}
+	held := map[string]bool{}
+	for _, c := range claims.Items {
+		if c.Status.Allocation != nil {
+			for _, r := range c.Status.Allocation.Devices.Results {
+				held[r.Pool+"/"+r.Device] = true
+			}
+		}
+	}
+	rules, err := f.client.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false
+	}
+	tainted := func(device string) bool {
+		if f.ignoreTaints.Load() {
+			return false
+		}
+		for _, r := range rules.Items {
+			sel := r.Spec.DeviceSelector
+			if sel == nil || (sel.Driver == nil || *sel.Driver == fakeDriver) && (sel.Pool == nil || *sel.Pool == fakeNode) && (sel.Device == nil || *sel.Device == device) {
+				return true
+			}
+		}
+		return false
+	}
+	var updates []*resourceapi.ResourceClaim
+	for _, pc := range pod.Spec.ResourceClaims {
+		claim, err := f.client.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, *pc.ResourceClaimName, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		if claim.Status.Allocation != nil {
+			continue
+		}
+		req := claim.Spec.Devices.Requests[0]
+		all := req.Exactly != nil && req.Exactly.AllocationMode == resourceapi.DeviceAllocationModeAll
+		var results []resourceapi.DeviceRequestAllocationResult
+		for _, d := range fakeDevices {
+			usable := !held[fakeNode+"/"+d] && !tainted(d)
+			if all && !usable {
+				return false
+			}
+			if usable && (all || len(results) == 0) {
+				results = append(results, resourceapi.DeviceRequestAllocationResult{Request: req.Name, Driver: fakeDriver, Pool: fakeNode, Device: d})
+				held[fakeNode+"/"+d] = true
+			}
+		}
+		if len(results) == 0 {
+			return false
+		}
+		claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: results}}
+		claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
+		updates = append(updates, claim)
+	}
+	for _, c := range updates {
+		if _, err := f.client.ResourceV1().ResourceClaims(c.Namespace).Update(ctx, c, metav1.UpdateOptions{}); err != nil {
+			return false
+		}
+		f.mu.Lock()
+		for _, r := range c.Status.Allocation.Devices.Results {
+			f.allocated[fmt.Sprintf("%s/%s/%s", r.Driver, r.Pool, r.Device)] = true
+		}
+		f.mu.Unlock()
+	}
+	return true
+}
+
+// configuredInvalid tells whether one of the pod's claims carries the
+// manifest's invalid configuration.
+func (f *fakeCluster) configuredInvalid(ctx context.Context, pod *v1.Pod) bool {
+	for _, pc := range pod.Spec.ResourceClaims {
+		claim, err := f.client.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, *pc.ResourceClaimName, metav1.GetOptions{})
+		if err != nil {
+			continue
+		}
+		for _, c := range claim.Spec.Devices.Config {
+			if c.Opaque != nil && string(c.Opaque.Parameters.Raw) == f.invalid {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// createdRules returns the DeviceTaintRules created so far.
+func (f *fakeCluster) createdRules() []createdRule {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]createdRule(nil), f.rules...)
+}
