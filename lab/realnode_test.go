@@ -5,7 +5,9 @@ import (
 	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/procid"
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/internal/report"
 	"github.com/dralab/dralab/lab/embedded"
@@ -36,8 +39,18 @@ func TestRealNode(t *testing.T) {
 	requireRealNodeHost(t)
 	ctx := context.Background()
 	root := stateRoot(t)
+	// Things on the host the lab did not create, which lab:down must leave:
+	// a cgroup under another kubelet's kubepods, an iptables chain made
+	// while the lab ran, the kubelet's host paths as they were.
+	decoyCgroup := decoyKubepods(t)
+	hostPathsBefore := existing(realnode.KubeletHostPaths)
 	chainsBefore := realnode.IptablesChains(ctx)
 	l, restConfig, client := upLab(ctx, t, root, bin, exampleConfig(t, "real-node.yaml", "t-real"))
+	decoyChain := "filter/KUBE-DRALAB-DECOY"
+	if out, err := exec.Command("iptables", "-t", "filter", "-N", "KUBE-DRALAB-DECOY").CombinedOutput(); err != nil {
+		t.Fatalf("creating a decoy chain: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("iptables", "-t", "filter", "-X", "KUBE-DRALAB-DECOY").Run() })
 	st, err := l.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -98,11 +111,41 @@ func TestRealNode(t *testing.T) {
 		}
 	})
 
+	t.Run("a second lab with a real node is refused", func(t *testing.T) {
+		second := newLab(t, stateRoot(t), bin, exampleConfig(t, "real-node.yaml", "t-real-2"))
+		_, err := second.Up(ctx)
+		if err == nil || !strings.Contains(err.Error(), "another lab's real node runs on this host") {
+			t.Errorf("Up of a second real-node lab = %v; want it refused, naming the other lab's real node", err)
+		}
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/cpu", realnode.CgroupRoot("t-real-2"))); err == nil {
+			t.Error("the refused lab created its cgroup")
+		}
+	})
+
 	if t.Failed() {
 		dir, _ := os.MkdirTemp("", "dralab-realnode-logs-")
 		if err := l.CollectLogs(ctx, dir); err == nil {
 			t.Logf("lab logs: %s", dir)
 		}
+	}
+	// The hardest way down: the lab process killed (nothing cleaned up at
+	// exit), its configuration no longer valid. lab:down undoes the real
+	// node from its host record alone.
+	rec, err := realnode.ReadHostRecord(realnode.Paths{Node: labstate.Dir(st.StateDir).Node("real-h100")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rec.ChainsRecorded || len(rec.CgroupDirs) == 0 || slices.Contains(rec.ChainsCreated, decoyChain) {
+		t.Errorf("host record = %+v; want the node's cgroups and chains recorded, and not the decoy", rec)
+	}
+	if err := syscall.Kill(s.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := procid.WaitGone(ctx, []procid.ID{s.ID}, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(labstate.Dir(st.StateDir).Config(), []byte("nodes: [{kind: imaginary"), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	if err := l.Down(ctx); err != nil {
 		t.Fatal(err)
@@ -117,11 +160,17 @@ func TestRealNode(t *testing.T) {
 	if _, err := net.InterfaceByName(realnode.BridgeName); err == nil {
 		t.Errorf("bridge %s left after Down", realnode.BridgeName)
 	}
-	if after := realnode.IptablesChains(ctx); strings.Join(after, ",") != strings.Join(chainsBefore, ",") {
-		t.Errorf("iptables chains before %v, after Down %v", chainsBefore, after)
+	if after, want := realnode.IptablesChains(ctx), append(slices.Clone(chainsBefore), decoyChain); !sameSet(after, want) {
+		t.Errorf("iptables chains after Down %v, want those before and the decoy: %v", after, want)
 	}
-	if kubepods, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods"); len(kubepods) > 0 {
-		t.Errorf("kubelet cgroups left after Down: %v", kubepods)
+	if left, _ := filepath.Glob("/sys/fs/cgroup/*" + realnode.CgroupRoot("t-real")); len(left) > 0 {
+		t.Errorf("the lab's cgroups left after Down: %v", left)
+	}
+	if _, err := os.Stat(decoyCgroup); err != nil {
+		t.Errorf("Down removed a cgroup it did not create, %s: %v", decoyCgroup, err)
+	}
+	if after := existing(realnode.KubeletHostPaths); !sameSet(after, hostPathsBefore) {
+		t.Errorf("kubelet host paths before %v, after Down %v", hostPathsBefore, after)
 	}
 	if netns, _ := filepath.Glob("/run/netns/cni-*"); len(netns) > 0 {
 		t.Errorf("network namespaces left after Down: %v", netns)
@@ -199,4 +248,42 @@ func runScenarios(ctx context.Context, t *testing.T, restConfig *rest.Config, na
 			}
 		})
 	}
+}
+
+// decoyKubepods makes a cgroup under kubepods, as another kubelet on the
+// host would have, and removes it at the end.
+func decoyKubepods(t *testing.T) string {
+	t.Helper()
+	parent := "/sys/fs/cgroup/cpu/kubepods"
+	_, err := os.Stat(parent)
+	madeParent := errors.Is(err, os.ErrNotExist)
+	decoy := filepath.Join(parent, "dralab-decoy")
+	if err := os.MkdirAll(decoy, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Rmdir(decoy)
+		if madeParent {
+			_ = syscall.Rmdir(parent)
+		}
+	})
+	return decoy
+}
+
+// existing returns the paths that exist.
+func existing(paths []string) []string {
+	var out []string
+	for _, p := range paths {
+		if _, err := os.Lstat(p); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }

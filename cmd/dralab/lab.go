@@ -8,7 +8,6 @@ import (
 
 	"github.com/dralab/dralab/internal/labserver"
 	"github.com/dralab/dralab/internal/labstate"
-	"github.com/dralab/dralab/lab/config"
 )
 
 func newLabCommand() *cobra.Command {
@@ -41,12 +40,7 @@ func newLabCommand() *cobra.Command {
 		Short: "Undo what a lab's real node did to the host (lab:down runs it)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir := labstate.Dir(cleanupDir)
-			cfg, err := config.Load(dir.Config())
-			if err != nil {
-				return err
-			}
-			return labserver.CleanupHost(cmd.Context(), dir, cfg)
+			return labserver.CleanupHost(cmd.Context(), labstate.Dir(cleanupDir))
 		},
 	}
 	cleanup.Flags().StringVar(&cleanupDir, "state-dir", "", "the lab's state directory")

@@ -5,8 +5,10 @@
 package labserver
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -163,9 +165,10 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 			}
 			continue
 		}
-		args, err := nodeArgs(dir, n, pkiFiles.CACert, o.Verbosity)
+		rebind := func() ([]string, error) { return nodeArgs(dir, n, pkiFiles.CACert, o.Verbosity) }
+		args, err := rebind()
 		if err == nil {
-			err = procs.start(ctx, labstate.RoleNode, n.Name, args, false)
+			err = procs.startProcess(ctx, &process{role: labstate.RoleNode, node: n.Name, args: args, rebind: rebind})
 		}
 		if err != nil {
 			listener.Close()
@@ -257,14 +260,21 @@ type process struct {
 	args    []string
 	env     []string
 	restart bool
+	// rebind, when set, gives new arguments with another port for a
+	// process that ended because its port was taken: a free port is found
+	// by binding and closing, and another program may take it before the
+	// process binds it.
+	rebind func() ([]string, error)
 
 	// Guarded by supervisor.mu.
-	cmd      *exec.Cmd
-	id       procid.ID
-	running  bool
-	restarts int
-	exit     string
-	stopping bool
+	rebinds   int
+	logOffset int64
+	cmd       *exec.Cmd
+	id        procid.ID
+	running   bool
+	restarts  int
+	exit      string
+	stopping  bool
 }
 
 func newSupervisor(o Options) *supervisor {
@@ -293,6 +303,7 @@ func (s *supervisor) spawn(ctx context.Context, p *process) error {
 		return err
 	}
 	defer logFile.Close()
+	offset, _ := logFile.Seek(0, io.SeekEnd)
 	exe := s.opts.Executable
 	switch {
 	case p.bin != "":
@@ -310,7 +321,7 @@ func (s *supervisor) spawn(ctx context.Context, p *process) error {
 	}
 	// Until it is waited for, the child keeps its PID: it is identified
 	// before anything else could take it.
-	id, err := procid.Of(cmd.Process.Pid)
+	id, err := procid.OfChild(cmd.Process.Pid)
 	if err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
@@ -318,7 +329,7 @@ func (s *supervisor) spawn(ctx context.Context, p *process) error {
 	}
 	klog.FromContext(ctx).V(1).Info("Started process", "role", p.role, "node", p.node, "pid", cmd.Process.Pid)
 	s.mu.Lock()
-	p.cmd, p.id, p.running = cmd, id, true
+	p.cmd, p.id, p.running, p.logOffset = cmd, id, true, offset
 	s.mu.Unlock()
 	s.wg.Add(1)
 	go s.wait(ctx, p, cmd)
@@ -335,7 +346,12 @@ func (s *supervisor) wait(ctx context.Context, p *process, cmd *exec.Cmd) {
 		p.exit = err.Error()
 	}
 	again := p.restart && !p.stopping && ctx.Err() == nil
+	rebind := p.rebind != nil && !p.stopping && ctx.Err() == nil && p.rebinds < maxRebinds && s.portTaken(p)
 	s.mu.Unlock()
+	if rebind {
+		s.rebind(ctx, p)
+		return
+	}
 	klog.FromContext(ctx).Info("Process ended", "role", p.role, "node", p.node, "exit", p.exit, "restart", again)
 	s.notify()
 	if !again {
@@ -357,6 +373,39 @@ func (s *supervisor) wait(ctx context.Context, p *process, cmd *exec.Cmd) {
 	}
 	if err := s.spawn(ctx, p); err != nil {
 		klog.FromContext(ctx).Error(err, "Restarting process", "role", p.role, "node", p.node)
+	}
+	s.notify()
+}
+
+// maxRebinds bounds how often a process is given another port.
+const maxRebinds = 3
+
+// portTaken tells whether the process's log, since it was started, says
+// it could not bind its port.
+func (s *supervisor) portTaken(p *process) bool {
+	f, err := os.Open(s.opts.Dir.Log(p.role + "-" + p.node))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.NewSectionReader(f, p.logOffset, 1<<20))
+	return err == nil && bytes.Contains(data, []byte("address already in use"))
+}
+
+// rebind starts a process again, at once, on another port.
+func (s *supervisor) rebind(ctx context.Context, p *process) {
+	logger := klog.FromContext(ctx)
+	args, err := p.rebind()
+	if err == nil {
+		s.mu.Lock()
+		p.args = args
+		p.rebinds++
+		s.mu.Unlock()
+		logger.Info("Port taken: starting the process again on another", "role", p.role, "node", p.node)
+		err = s.spawn(ctx, p)
+	}
+	if err != nil {
+		logger.Error(err, "Starting the process on another port", "role", p.role, "node", p.node)
 	}
 	s.notify()
 }

@@ -2,11 +2,17 @@ package labserver
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/dralab/dralab/internal/controlplane"
@@ -23,15 +29,16 @@ func startRealNode(ctx context.Context, procs *supervisor, o Options, n config.N
 	if err := os.MkdirAll(string(p.Node), 0o750); err != nil {
 		return err
 	}
-	chains := realnode.IptablesChains(ctx)
-	if err := os.WriteFile(p.ChainsBefore(), []byte(strings.Join(chains, "\n")), 0o600); err != nil {
+	rec, err := realnode.PrepareHost(ctx, p, o.Dir.Name())
+	if err != nil {
 		return err
 	}
 	port, err := freePort()
 	if err != nil {
 		return err
 	}
-	if err := realnode.WriteFiles(realnode.Config{Paths: p, CACert: caCert, KubeletPort: port, Snapshotter: "overlayfs"}); err != nil {
+	files := realnode.Config{Paths: p, CACert: caCert, KubeletPort: port, Snapshotter: "overlayfs", CgroupRoot: rec.CgroupRoot}
+	if err := realnode.WriteFiles(files); err != nil {
 		return err
 	}
 	binDir := filepath.Dir(o.Executable)
@@ -46,7 +53,53 @@ func startRealNode(ctx context.Context, procs *supervisor, o Options, n config.N
 		return err
 	}
 	args := realnode.KubeletArgs(p, n.Name, o.Dir.Node(n.Name).Kubeconfig(), nodeLabels(n), o.Verbosity)
-	return procs.start(ctx, labstate.RoleNode, n.Name, args, false)
+	rebind := func() ([]string, error) {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		files.KubeletPort = port
+		return args, realnode.WriteKubeletConfig(files)
+	}
+	if err := procs.startProcess(ctx, &process{role: labstate.RoleNode, node: n.Name, args: args, rebind: rebind}); err != nil {
+		return err
+	}
+	go recordHost(ctx, o.Dir, n.Name, rec)
+	return nil
+}
+
+// recordHost records what the real kubelet created on the host (its
+// iptables chains, its fixed host paths) once its node is Ready: it has
+// made them by then, and anything that appears later is not the lab's.
+func recordHost(ctx context.Context, dir labstate.Dir, node string, rec *realnode.HostRecord) {
+	logger := klog.FromContext(ctx)
+	cfg, err := clientcmd.BuildConfigFromFlags("", dir.Kubeconfig())
+	var client kubernetes.Interface
+	if err == nil {
+		client, err = kubernetes.NewForConfig(cfg)
+	}
+	if err == nil {
+		err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+			n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			for _, c := range n.Status.Conditions {
+				if c.Type == v1.NodeReady && c.Status == v1.ConditionTrue {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+	}
+	if err == nil {
+		err = rec.RecordStarted(ctx, realnode.Paths{Node: dir.Node(node)})
+	}
+	if err != nil {
+		logger.Error(err, "Recording what the real node created on the host", "node", node)
+		return
+	}
+	logger.V(1).Info("Recorded what the real node created on the host", "node", node, "chains", rec.ChainsCreated, "paths", rec.PathsCreated)
 }
 
 // shutdown stops the lab's processes in order: drivers, kubelets, the
@@ -77,23 +130,24 @@ func shutdown(ctx context.Context, procs *supervisor, dir labstate.Dir, cfg *con
 		cancel()
 	}
 	procs.stop(bg, grace, labstate.RoleContainerd)
-	if err := CleanupHost(bg, dir, cfg); err != nil {
+	if err := CleanupHost(bg, dir); err != nil {
 		logger.Error(err, "Cleaning up the host")
 	}
 }
 
-// CleanupHost undoes what real nodes did to the host; lab:down runs it too
-// (`dralab lab cleanup`), for a lab process that was killed.
-func CleanupHost(ctx context.Context, dir labstate.Dir, cfg *config.Config) error {
-	for _, n := range cfg.Nodes {
-		if n.Kind != config.NodeReal {
-			continue
-		}
-		p := realnode.Paths{Node: dir.Node(n.Name)}
-		data, _ := os.ReadFile(p.ChainsBefore())
-		if err := realnode.Cleanup(ctx, p, strings.Split(string(data), "\n")); err != nil {
-			return err
+// CleanupHost undoes what real nodes did to the host, from their host
+// records alone (no configuration needed); lab:down runs it too (`dralab
+// lab cleanup`), for a lab process that was killed.
+func CleanupHost(ctx context.Context, dir labstate.Dir) error {
+	nodes, err := realnode.NodesWithHostRecords(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, p := range nodes {
+		if err := realnode.Cleanup(ctx, p); err != nil {
+			errs = append(errs, fmt.Errorf("real node %s left things on the host: %w", filepath.Base(string(p.Node)), err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }

@@ -35,6 +35,9 @@ func Root() (string, error) {
 	return filepath.Join(home, ".local", "state", "dralab"), nil
 }
 
+// Name is the lab's name: its directory's.
+func (d Dir) Name() string { return filepath.Base(string(d)) }
+
 func (d Dir) path(elem ...string) string {
 	return filepath.Join(append([]string{string(d)}, elem...)...)
 }

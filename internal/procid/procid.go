@@ -38,7 +38,13 @@ type ID struct {
 var ErrGone = errors.New("the process is gone")
 
 // Of identifies the running process with that PID.
-func Of(pid int) (ID, error) {
+func Of(pid int) (ID, error) { return of(pid, false) }
+
+// OfChild identifies a child the caller has started and not yet waited
+// for: its PID is still its own, even if it has already exited.
+func OfChild(pid int) (ID, error) { return of(pid, true) }
+
+func of(pid int, exited bool) (ID, error) {
 	if pid <= 0 {
 		return ID{}, fmt.Errorf("%w: pid %d", ErrGone, pid)
 	}
@@ -50,7 +56,7 @@ func Of(pid int) (ID, error) {
 	if err != nil {
 		return ID{}, fmt.Errorf("%w: pid %d: %w", ErrGone, pid, err)
 	}
-	if st.State == "Z" {
+	if st.State == "Z" && !exited {
 		return ID{}, fmt.Errorf("%w: pid %d is a zombie", ErrGone, pid)
 	}
 	exe, err := p.Executable()

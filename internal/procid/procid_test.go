@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // sleeper starts a process that runs until killed, and reaps it at the end.
@@ -108,5 +110,29 @@ func TestWaitGoneNamesWhatItWaitedFor(t *testing.T) {
 	err = WaitGone(context.Background(), []ID{id}, 100*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "waited 100ms for pid") || !strings.Contains(err.Error(), "sleep") {
 		t.Errorf("WaitGone = %v; want it to name the sleep process it waited 100ms for", err)
+	}
+}
+
+// TestOfChildThatExited: a child that exits at once is still identified
+// until it is waited for, so that a lab records it and reports its exit.
+func TestOfChildThatExited(t *testing.T) {
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Wait() }()
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		_, err := Of(cmd.Process.Pid)
+		return errors.Is(err, ErrGone), nil
+	})
+	if err != nil {
+		t.Fatalf("the exited child never counted as gone for Of: %v", err)
+	}
+	id, err := OfChild(cmd.Process.Pid)
+	if err != nil || id.StartTime == 0 {
+		t.Fatalf("OfChild of an exited, unwaited child = %+v, %v", id, err)
+	}
+	if id.Alive() {
+		t.Error("an exited child counts as alive")
 	}
 }

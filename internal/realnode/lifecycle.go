@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -123,11 +124,20 @@ func RemovePods(ctx context.Context, p Paths) error {
 
 // Cleanup undoes what the kubelet, containerd and runc did to the host,
 // once they have stopped (or died): it kills leftover shims and containers,
-// unmounts everything under the node directory, deletes the CNI bridge,
-// and removes the kubelet's cgroups and the iptables chains it created.
-// It is idempotent and safe on a node that never started.
-func Cleanup(ctx context.Context, p Paths, chainsBefore []string) error {
+// unmounts everything under the node directory, and removes what the
+// node's host record says the node created: its cgroups, the CNI bridge,
+// iptables chains and the kubelet's host paths. It needs nothing but the
+// node directory, is idempotent, and safe on a node that never started.
+// What it cannot remove is named in its error, with how to remove it.
+func Cleanup(ctx context.Context, p Paths) error {
 	logger := klog.FromContext(ctx)
+	rec, err := ReadHostRecord(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
 	var errs []error
 	// Containers: runc state is under the node directory.
 	if entries, err := os.ReadDir(filepath.Join(p.RuncRoot(), "k8s.io")); err == nil {
@@ -146,17 +156,44 @@ func Cleanup(ctx context.Context, p Paths, chainsBefore []string) error {
 	// Mounts: innermost first.
 	for _, m := range MountsUnder(string(p.Node)) {
 		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
-			errs = append(errs, fmt.Errorf("unmounting %s: %w", m, err))
+			errs = append(errs, fmt.Errorf("unmounting %s (unmount it with: umount -l %s): %w", m, m, err))
 		}
 	}
-	if _, err := net.InterfaceByName(BridgeName); err == nil {
-		if out, err := exec.CommandContext(ctx, "ip", "link", "delete", BridgeName).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("deleting bridge %s: %w: %s", BridgeName, err, out))
+	if err := rec.RecordBridge(p); err != nil {
+		errs = append(errs, err)
+	}
+	if rec.Bridge != "" {
+		if _, err := net.InterfaceByName(rec.Bridge); err == nil {
+			if out, err := exec.CommandContext(ctx, "ip", "link", "delete", rec.Bridge).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("deleting bridge %s (delete it with: ip link delete %s): %w: %s", rec.Bridge, rec.Bridge, err, out))
+			}
 		}
 	}
-	errs = append(errs, removeCgroups()...)
-	errs = append(errs, removeNewChains(ctx, chainsBefore)...)
+	for _, d := range rec.CgroupDirs {
+		errs = append(errs, removeCgroupTree(d)...)
+	}
+	errs = append(errs, removeChains(ctx, rec)...)
+	errs = append(errs, removeKubeletPaths(rec)...)
 	return errors.Join(errs...)
+}
+
+// removeKubeletPaths removes the kubelet's host paths the node created,
+// deepest first: the device-plugin directory with its sockets, then its
+// parent if the node created that too and nothing else lies in it.
+func removeKubeletPaths(rec *HostRecord) []error {
+	paths := slices.Clone(rec.PathsCreated)
+	sort.Slice(paths, func(i, j int) bool { return len(paths[i]) > len(paths[j]) })
+	var errs []error
+	for _, path := range paths {
+		remove := os.Remove
+		if path == KubeletHostPaths[0] {
+			remove = os.RemoveAll
+		}
+		if err := remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing %s, which the real node created (remove it with: rm -r %s): %w", path, path, err))
+		}
+	}
+	return errs
 }
 
 // ProcessesWith lists live (non-zombie) processes whose command line
@@ -201,32 +238,6 @@ func MountsUnder(dir string) []string {
 	return out
 }
 
-// removeCgroups removes the cgroups the kubelet creates with the cgroupfs
-// driver (kubepods and below), leaves first.
-func removeCgroups() []error {
-	var errs []error
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods")
-	if r := "/sys/fs/cgroup/kubepods"; exists(r) {
-		roots = append(roots, r)
-	}
-	for _, root := range roots {
-		var dirs []string
-		_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, path)
-			}
-			return nil
-		})
-		sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
-		for _, d := range dirs {
-			if err := syscall.Rmdir(d); err != nil && !errors.Is(err, syscall.ENOENT) {
-				errs = append(errs, fmt.Errorf("removing cgroup %s: %w", d, err))
-			}
-		}
-	}
-	return errs
-}
-
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // IptablesChains lists the host's iptables chains as "table/chain", so
@@ -247,39 +258,60 @@ func IptablesChains(ctx context.Context) []string {
 	return out
 }
 
-// removeNewChains deletes the KUBE-* chains that were not there before
-// the node started: flush every such chain, delete the rules that jump
-// to them, then delete them.
-func removeNewChains(ctx context.Context, before []string) []error {
-	had := map[string]bool{}
-	for _, c := range before {
-		had[c] = true
+// removeChains deletes the iptables chains the node recorded creating:
+// flush each, delete the rules that jump to it, then delete it. A node
+// whose chains were never recorded (its lab died first) removes none: the
+// error names the KUBE-* chains that appeared since it started, and how to
+// remove them, for the user to judge.
+func removeChains(ctx context.Context, rec *HostRecord) []error {
+	if !rec.ChainsRecorded {
+		had := map[string]bool{}
+		for _, c := range rec.ChainsBefore {
+			had[c] = true
+		}
+		var unknown, how []string
+		for _, c := range IptablesChains(ctx) {
+			if !had[c] && strings.Contains(c, "/KUBE-") {
+				table, chain, _ := strings.Cut(c, "/")
+				unknown = append(unknown, c)
+				how = append(how, fmt.Sprintf("iptables -t %s -F %s && iptables -t %s -X %s", table, chain, table, chain))
+			}
+		}
+		if len(unknown) > 0 {
+			return []error{fmt.Errorf("the real node's lab ended before recording its iptables chains; these appeared since it started and were left: %s (if they are the lab's, remove them with: %s)",
+				strings.Join(unknown, ", "), strings.Join(how, "; "))}
+		}
+		return nil
 	}
-	var added []string
+	present := map[string]bool{}
 	for _, c := range IptablesChains(ctx) {
-		if !had[c] && strings.Contains(c, "/KUBE-") {
-			added = append(added, c)
+		present[c] = true
+	}
+	var created []string
+	for _, c := range rec.ChainsCreated {
+		if present[c] {
+			created = append(created, c)
 		}
 	}
 	var errs []error
-	for _, c := range added {
+	for _, c := range created {
 		table, chain, _ := strings.Cut(c, "/")
 		_ = exec.CommandContext(ctx, "iptables", "-t", table, "-F", chain).Run()
 	}
-	for _, c := range added {
+	for _, c := range created {
 		table, chain, _ := strings.Cut(c, "/")
 		rules, _ := exec.CommandContext(ctx, "iptables", "-t", table, "-S").Output()
 		for _, line := range strings.Split(string(rules), "\n") {
-			if strings.HasPrefix(line, "-A ") && strings.Contains(line, "-j "+chain) {
+			if strings.HasPrefix(line, "-A ") && strings.HasSuffix(line, " -j "+chain) {
 				args := append([]string{"-t", table, "-D"}, strings.Fields(line)[1:]...)
 				_ = exec.CommandContext(ctx, "iptables", args...).Run()
 			}
 		}
 	}
-	for _, c := range added {
+	for _, c := range created {
 		table, chain, _ := strings.Cut(c, "/")
 		if out, err := exec.CommandContext(ctx, "iptables", "-t", table, "-X", chain).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("deleting iptables chain %s: %w: %s", c, err, out))
+			errs = append(errs, fmt.Errorf("deleting iptables chain %s (delete it with: iptables -t %s -X %s): %w: %s", c, table, chain, err, out))
 		}
 	}
 	return errs

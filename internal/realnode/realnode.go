@@ -63,9 +63,6 @@ func (p Paths) CNIState() string   { return p.join("cni", "ipam") }
 // Images holds the image archives imported into containerd.
 func (p Paths) Images() string { return p.join("images") }
 
-// ChainsBefore records the host's iptables chains before the node started.
-func (p Paths) ChainsBefore() string { return p.join("iptables-chains-before") }
-
 // KubeletConfig is the kubelet's configuration file.
 func (p Paths) KubeletConfig() string { return p.join("kubelet-config.yaml") }
 
@@ -152,6 +149,9 @@ authentication:
 authorization:
   mode: Webhook
 cgroupDriver: cgroupfs
+# Pods' cgroups lie under the lab's own root, which the lab created and
+# removes: never under another kubelet's kubepods.
+cgroupRoot: {{ q .CgroupRoot }}
 # These VMs run cgroup v1, deprecated since Kubernetes 1.35.
 failCgroupV1: false
 containerRuntimeEndpoint: {{ q (print "unix://" .Socket) }}
@@ -194,6 +194,8 @@ type Config struct {
 	KubeletPort int
 	// Snapshotter is overlayfs where the kernel allows it, else native.
 	Snapshotter string
+	// CgroupRoot is the kubelet's --cgroup-root (see CgroupRoot).
+	CgroupRoot string
 }
 
 // WriteFiles writes containerd's, CNI's and the kubelet's configuration and
@@ -215,9 +217,6 @@ func WriteFiles(c Config) error {
 			"Runc": Runc, "RuncRoot": p.RuncRoot(), "CNIBinDir": CNIBinDir, "CNIConfDir": p.CNIConfDir(),
 		}},
 		{filepath.Join(p.CNIConfDir(), "10-dralab.conflist"), cniConfig, map[string]string{"Bridge": BridgeName, "IPAMDir": p.CNIState()}},
-		{p.KubeletConfig(), kubeletConfig, map[string]any{
-			"Port": c.KubeletPort, "CACert": c.CACert, "Socket": p.ContainerdSocket(), "PodLogs": filepath.Join(string(p.Node), "pod-logs"),
-		}},
 	}
 	for _, f := range files {
 		data, err := render(f.tmpl, f.data)
@@ -228,12 +227,29 @@ func WriteFiles(c Config) error {
 			return err
 		}
 	}
+	if err := WriteKubeletConfig(c); err != nil {
+		return err
+	}
 	for name, img := range images() {
 		if err := img.WriteArchive(filepath.Join(p.Images(), name+".tar")); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// WriteKubeletConfig writes the kubelet's configuration; again, with
+// another port, when its port was taken.
+func WriteKubeletConfig(c Config) error {
+	p := c.Paths
+	data, err := render(kubeletConfig, map[string]any{
+		"Port": c.KubeletPort, "CACert": c.CACert, "Socket": p.ContainerdSocket(), "PodLogs": filepath.Join(string(p.Node), "pod-logs"),
+		"CgroupRoot": c.CgroupRoot,
+	})
+	if err != nil {
+		return fmt.Errorf("rendering %s: %w", p.KubeletConfig(), err)
+	}
+	return os.WriteFile(p.KubeletConfig(), data, 0o600)
 }
 
 // images are the node's images, from Debian's busybox-static.

@@ -313,8 +313,9 @@ func (b *Backend) removeState(ctx context.Context, dir labstate.Dir) error {
 		return fmt.Errorf("stopping the lab of %s: %w", dir, err)
 	}
 	// A lab process stopped by SIGTERM cleaned up after its real node; one
-	// that was killed did not.
-	if cfg, err := config.Load(dir.Config()); err == nil && hasRealNode(cfg) {
+	// that was killed did not. The node's host record says what to undo;
+	// the configuration is not needed (it may no longer validate).
+	if nodes, _ := realnode.NodesWithHostRecords(dir); len(nodes) > 0 {
 		bin, err := b.binary(ctx)
 		if err == nil {
 			var out []byte
@@ -324,7 +325,7 @@ func (b *Backend) removeState(ctx context.Context, dir labstate.Dir) error {
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("cleaning up the real node of %s: %w", dir, err)
+			return fmt.Errorf("cleaning up the real node of %s (its state is kept; retry with go run mage.go lab:down): %w", dir, err)
 		}
 	}
 	if err := os.RemoveAll(string(dir)); err != nil {

@@ -1,0 +1,75 @@
+package labserver
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/dralab/dralab/internal/labstate"
+)
+
+// TestPortTakenStartsAgainOnAnotherPort: a node whose port was taken
+// between the lab finding it free and the node binding it (it exits with
+// Go's "address already in use") is started again at once with a new
+// port; a node that fails otherwise is not.
+func TestPortTakenStartsAgainOnAnotherPort(t *testing.T) {
+	dir := labstate.Dir(t.TempDir())
+	if err := os.MkdirAll(dir.Logs(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	takenPort := taken.Addr().(*net.TCPAddr).Port
+	// The node: fails as the kubelet does on a taken port, else runs.
+	const node = `if [ "$1" = "$2" ]; then echo "listen tcp 127.0.0.1:$1: bind: address already in use"; exit 1; fi; exec sleep 600`
+	ports := []int{takenPort}
+	rebind := func() ([]string, error) {
+		port, err := freePort()
+		ports = append(ports, port)
+		return []string{"-c", node, "node", strconv.Itoa(port), strconv.Itoa(takenPort)}, err
+	}
+	ctx := context.Background()
+	s := newSupervisor(Options{Dir: dir})
+	p := &process{role: labstate.RoleNode, node: "n1", bin: "/bin/sh", rebind: rebind,
+		args: []string{"-c", node, "node", strconv.Itoa(takenPort), strconv.Itoa(takenPort)}}
+	if err := s.startProcess(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	defer s.stop(ctx, time.Second, labstate.RoleNode)
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		st := s.statuses()[0]
+		return st.Running && len(ports) == 2, nil
+	})
+	if err != nil {
+		log, _ := os.ReadFile(dir.Log("node-n1"))
+		t.Fatalf("the node was not started again on another port (ports %v, status %+v): %v\n%s", ports, s.statuses(), err, log)
+	}
+	if got := fmt.Sprint(p.args); got == fmt.Sprint([]string{"-c", node, "node", strconv.Itoa(takenPort), strconv.Itoa(takenPort)}) {
+		t.Errorf("the node runs with its old arguments %s", got)
+	}
+
+	// A node that fails for another reason stays down.
+	other := &process{role: labstate.RoleNode, node: "n2", bin: "/bin/sh", rebind: rebind, args: []string{"-c", "echo no GPUs; exit 1"}}
+	if err := s.startProcess(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return !s.isRunning(other), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // a wrongful restart would have happened by now
+	if s.isRunning(other) || len(ports) != 2 {
+		t.Errorf("a node that failed without a port conflict was started again (ports %v)", ports)
+	}
+}
