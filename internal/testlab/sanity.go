@@ -3,7 +3,6 @@ package testlab
 import (
 	"context"
 	"fmt"
-	"os"
 	"syscall"
 	"time"
 
@@ -71,19 +70,19 @@ func RestartDriver(ctx context.Context, dir labstate.Dir, node string) error {
 	if !ok || !p.Running {
 		return fmt.Errorf("the lab runs no driver on node %s", node)
 	}
-	if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil {
+	if err := p.ID.Signal(syscall.SIGKILL); err != nil {
 		return fmt.Errorf("killing the driver of %s: %w", node, err)
 	}
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		st, err := dir.ReadStatus()
 		if err != nil {
 			return false, nil
 		}
 		q, ok := st.Process(labstate.RoleDriver, node)
-		if !ok || !q.Running || q.PID == p.PID {
-			return false, nil
-		}
-		_, err = os.Stat(fmt.Sprintf("/proc/%d", q.PID))
-		return err == nil, nil
+		return ok && q.Running && q.ID != p.ID && q.ID.Alive(), nil
 	})
+	if err != nil {
+		return fmt.Errorf("waiting 30s for the lab to restart the driver of %s: %w", node, err)
+	}
+	return nil
 }
