@@ -167,11 +167,31 @@ func (l *Lab) BackendReason() string {
 func (l *Lab) Up(ctx context.Context) (UpResult, error) {
 	res, err := l.backend.Up(ctx, l.cfg, l.progress)
 	if err != nil && !res.Reused && !l.retain && !errors.Is(err, embedded.ErrConfigMismatch) && !errors.Is(err, embedded.ErrPortInUse) && !errors.Is(err, embedded.ErrHostNotReady) && !errors.Is(err, kind.ErrNoEngine) {
-		if derr := l.backend.Down(context.WithoutCancel(ctx), l.cfg.Name); derr != nil {
+		bg := context.WithoutCancel(ctx)
+		// The error names logs in the state directory, which goes: keep
+		// them where the message says.
+		if kept, kerr := l.keepLogs(bg); kerr == nil {
+			err = fmt.Errorf("%w\n(the lab was deleted; its logs, which the paths above name, are kept in %s)", err, kept)
+		}
+		if derr := l.backend.Down(bg, l.cfg.Name); derr != nil {
 			err = errors.Join(err, fmt.Errorf("cleaning up: %w", derr))
 		}
 	}
 	return res, err
+}
+
+// keepLogs copies the logs of a lab about to be deleted to a new
+// temporary directory.
+func (l *Lab) keepLogs(ctx context.Context) (string, error) {
+	dir, err := os.MkdirTemp("", "dralab-"+l.cfg.Name+"-logs-")
+	if err != nil {
+		return "", err
+	}
+	if err := l.backend.CollectLogs(ctx, l.cfg.Name, dir); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
 }
 
 // Down stops the lab and deletes its state; a lab that does not exist is

@@ -18,7 +18,15 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/labstate"
@@ -166,6 +174,8 @@ func TestUpReuseDown(t *testing.T) {
 	}
 	assertNoDataWithoutCertificate(t, ports)
 	assertPrivate(t, labstate.Dir(st.StateDir).EtcdSocket())
+	assertDriversMayWriteClaimStatus(ctx, t, labstate.Dir(st.StateDir).Node("n1"))
+	assertServesOlderResourceVersions(ctx, t, l.Kubeconfig())
 
 	// Same configuration: reused, same process.
 	res, err = l.Up(ctx)
@@ -192,6 +202,11 @@ func TestUpReuseDown(t *testing.T) {
 	if _, err := os.Stat(st.StateDir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("state %s remains after Down: %v", st.StateDir, err)
 	}
+	for _, n := range cfg.Nodes {
+		if link := labstate.Dir(st.StateDir).Node(n.Name).ShortLink(); exists(link) {
+			t.Errorf("node %s's short path %s remains after Down", n.Name, link)
+		}
+	}
 	if st, _ := l.Status(ctx); st.Phase != "Absent" {
 		t.Errorf("status after Down = %s", st.Phase)
 	}
@@ -213,19 +228,22 @@ func TestUpExplainsPortInUse(t *testing.T) {
 	}
 }
 
-// A state directory too deep for the nodes' unix sockets is refused before
-// anything starts, naming the socket, instead of drivers failing forever.
+// A driver whose plugin sockets cannot fit a unix socket path, whatever
+// the state directory (the kubelet's directory is a short link), is
+// refused before anything starts, naming the socket, instead of the driver
+// failing forever.
 func TestUpRefusesSocketPathsTooLong(t *testing.T) {
 	bin := binary(t)
 	root := filepath.Join(stateRoot(t), strings.Repeat("deep/", 12))
 	cfg := smallConfig("t-deep", "node-with-a-long-name")
-	cfg.Nodes[0].GPUs = &config.GPUs{Profile: "l4-24gb", Count: 1}
+	cfg.Nodes[0].GPUs = nil
+	cfg.Driver = &config.Driver{Name: strings.Repeat("long", 15) + ".example.com", Command: []string{"/bin/true"}}
 	if err := cfg.Complete(); err != nil {
 		t.Fatal(err)
 	}
 	l := newLab(t, root, bin, cfg)
 	_, err := l.Up(context.Background())
-	if !errors.Is(err, embedded.ErrPathTooLong) || !strings.Contains(err.Error(), "node-with-a-long-name") || !strings.Contains(err.Error(), "-reg.sock") {
+	if !errors.Is(err, embedded.ErrPathTooLong) || !strings.Contains(err.Error(), "node-with-a-long-name") || !strings.Contains(err.Error(), "long.example.com") || !strings.Contains(err.Error(), "driver name") {
 		t.Fatalf("Up = %v, want ErrPathTooLong naming the node and socket", err)
 	}
 	if _, err := os.Stat(root); err == nil {
@@ -300,6 +318,62 @@ func assertNoDataWithoutCertificate(t *testing.T, ports []int) {
 	}
 }
 
+// assertDriversMayWriteClaimStatus asks the API server, as a node's
+// driver, whether it may read claims and write their device status, as a
+// driver's ServiceAccount may with its chart.
+func assertDriversMayWriteClaimStatus(ctx context.Context, t *testing.T, node labstate.NodeDir) {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", node.DriverKubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := kubernetes.NewForConfigOrDie(cfg)
+	for _, a := range []authorizationv1.ResourceAttributes{
+		{Group: "resource.k8s.io", Resource: "resourceclaims", Verb: "get", Namespace: "any"},
+		{Group: "resource.k8s.io", Resource: "resourceclaims", Subresource: "status", Verb: "update", Namespace: "any"},
+		{Group: "resource.k8s.io", Resource: "resourceclaims", Subresource: "status", Verb: "patch", Namespace: "any"},
+	} {
+		review, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &a}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !review.Status.Allowed {
+			t.Errorf("a lab driver may not %s %s/%s: %s", a.Verb, a.Resource, a.Subresource, review.Status.Reason)
+		}
+	}
+}
+
+// assertServesOlderResourceVersions applies a DeviceTaintRule written as
+// resource.k8s.io/v1beta2, the only version before 1.37, and reads it back
+// as v1; and lists claims as v1beta1.
+func assertServesOlderResourceVersions(ctx context.Context, t *testing.T, kubeconfig string) {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := dynamic.NewForConfigOrDie(cfg)
+	rule := &unstructured.Unstructured{}
+	if err := rule.UnmarshalJSON([]byte(`{"apiVersion":"resource.k8s.io/v1beta2","kind":"DeviceTaintRule","metadata":{"name":"old-manifest"},
+		"spec":{"deviceSelector":{"driver":"gpu.dralab.dev","pool":"n1","device":"gpu-0"},"taint":{"key":"example.com/old","effect":"NoSchedule"}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	v1beta2 := schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1beta2", Resource: "devicetaintrules"}
+	if _, err := client.Resource(v1beta2).Create(ctx, rule, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("applying a v1beta2 DeviceTaintRule: %v", err)
+	}
+	defer func() { _ = client.Resource(v1beta2).Delete(ctx, "old-manifest", metav1.DeleteOptions{}) }()
+	got, err := kubernetes.NewForConfigOrDie(cfg).ResourceV1().DeviceTaintRules().Get(ctx, "old-manifest", metav1.GetOptions{})
+	if err != nil || got.Spec.Taint.Key != "example.com/old" || got.Spec.DeviceSelector == nil || ptr.Deref(got.Spec.DeviceSelector.Device, "") != "gpu-0" {
+		t.Errorf("the v1beta2 rule read as v1 = %+v, %v", got, err)
+	}
+	v1beta1 := schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1beta1", Resource: "resourceclaims"}
+	if _, err := client.Resource(v1beta1).Namespace("default").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("listing v1beta1 ResourceClaims: %v", err)
+	}
+}
+
 // assertPrivate fails unless path exists in a directory only its owner
 // may enter.
 func assertPrivate(t *testing.T, path string) {
@@ -311,6 +385,12 @@ func assertPrivate(t *testing.T, path string) {
 	if err != nil || info.Mode().Perm() != 0o700 {
 		t.Errorf("%s lies in a directory of mode %v (%v), want 0700", path, info.Mode().Perm(), err)
 	}
+}
+
+// exists tells whether a path exists, without following a last link.
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }
 
 // labProcess is the lab process as the lab recorded it.
@@ -471,5 +551,10 @@ func TestLabEndsWithItsOwner(t *testing.T) {
 		t.Fatalf("the lab's state %s remains 30 s after its owner was killed: %v", dir, entries)
 	}
 	assertGone(t, pids, ports)
+	for _, n := range []string{"n1", "n2"} {
+		if link := dir.Node(n).ShortLink(); exists(link) {
+			t.Errorf("node %s's short path %s remains", n, link)
+		}
+	}
 	t.Logf("lab processes, listeners and state gone %.1f s after the owner's SIGKILL", time.Since(killed).Seconds())
 }

@@ -67,6 +67,11 @@ type Options struct {
 	AuditLog    string
 }
 
+// ServedResourceVersions are the resource.k8s.io versions the API server
+// serves besides v1 (GA, the storage version): v1beta1 (1.32) and v1beta2
+// (1.33–1.36, the only version of DeviceTaintRule before 1.37).
+const ServedResourceVersions = "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true"
+
 // ControlPlane is a running control plane.
 type ControlPlane struct {
 	etcd   *embed.Etcd
@@ -216,6 +221,9 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, opts Options, etcdUR
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true",
+		// Every resource.k8s.io version a 1.37 API server can still serve,
+		// so that manifests written for 1.32–1.36 apply unchanged.
+		"--runtime-config=" + ServedResourceVersions,
 		"--profiling=false",
 		// Stop in seconds instead of waiting for in-flight requests up to a minute.
 		"--shutdown-send-retry-after=true",

@@ -82,7 +82,8 @@ func applyManifests(ctx context.Context, dir labstate.Dir, files []string) error
 }
 
 // grantDrivers lets the lab's DRA drivers (labstate.DriverGroup) read
-// ResourceClaims: what the kubelet plugin helper reads before preparing.
+// ResourceClaims (what the kubelet plugin helper reads before preparing)
+// and write their device status.
 func grantDrivers(ctx context.Context, dir labstate.Dir) error {
 	client, err := backend.NewClient(dir.Kubeconfig())
 	if err != nil {
@@ -91,7 +92,13 @@ func grantDrivers(ctx context.Context, dir labstate.Dir) error {
 	const name = "dralab:driver"
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get"}}},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get"}},
+			// Claim device status (conditions, data, network data): what a
+			// driver's chart grants its ServiceAccount. RBAC cannot narrow
+			// it further (claims are named by users, in any namespace).
+			{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/status"}, Verbs: []string{"update", "patch"}},
+		},
 	}
 	if _, err := client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating ClusterRole %s: %w", name, err)

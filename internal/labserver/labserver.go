@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -158,6 +159,12 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 	// they unprepare and deregister against it; the control plane last.
 	defer func() { shutdown(ctx, procs, dir, cfg, cp) }()
 	for _, n := range cfg.Nodes {
+		if err := dir.Node(n.Name).Link(); err != nil {
+			listener.Close()
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+	}
+	for _, n := range cfg.Nodes {
 		if n.Kind == config.NodeReal {
 			if err := startRealNode(ctx, procs, o, n, pkiFiles.CACert); err != nil {
 				listener.Close()
@@ -165,8 +172,11 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 			}
 			continue
 		}
-		rebind := func() ([]string, error) { return nodeArgs(dir, n, pkiFiles.CACert, o.Verbosity) }
-		args, err := rebind()
+		rebind := func() ([]string, []string, error) {
+			args, err := nodeArgs(dir, n, pkiFiles.CACert, o.Verbosity)
+			return args, nil, err
+		}
+		args, _, err := rebind()
 		if err == nil {
 			err = procs.startProcess(ctx, &process{role: labstate.RoleNode, node: n.Name, args: args, rebind: rebind})
 		}
@@ -264,7 +274,7 @@ type process struct {
 	// process that ended because its port was taken: a free port is found
 	// by binding and closing, and another program may take it before the
 	// process binds it.
-	rebind func() ([]string, error)
+	rebind func() (args, env []string, err error)
 
 	// Guarded by supervisor.mu.
 	rebinds   int
@@ -395,10 +405,13 @@ func (s *supervisor) portTaken(p *process) bool {
 // rebind starts a process again, at once, on another port.
 func (s *supervisor) rebind(ctx context.Context, p *process) {
 	logger := klog.FromContext(ctx)
-	args, err := p.rebind()
+	args, env, err := p.rebind()
 	if err == nil {
 		s.mu.Lock()
 		p.args = args
+		if env != nil {
+			p.env = env
+		}
 		p.rebinds++
 		s.mu.Unlock()
 		logger.Info("Port taken: starting the process again on another", "role", p.role, "node", p.node)
@@ -522,7 +535,10 @@ func driverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
 }
 
 // outsideDriver runs a configured outside driver's kubelet plugin on a
-// node, with the node's credentials and directories in its placeholders.
+// node, with the node's credentials, directories and ports in its
+// placeholders. Nodes share the host's network namespace: each gets its
+// own free loopback ports, and others if one was taken before the plugin
+// bound it.
 func outsideDriver(dir labstate.Dir, d *config.Driver, n config.Node) (*process, error) {
 	nd := dir.Node(n.Name)
 	pluginDir := filepath.Join(nd.Plugins(), d.Name)
@@ -531,20 +547,42 @@ func outsideDriver(dir labstate.Dir, d *config.Driver, n config.Node) (*process,
 			return nil, err
 		}
 	}
-	args := d.Expand(map[string]string{
-		"{nodeName}":     n.Name,
-		"{kubeconfig}":   nd.DriverKubeconfig(),
-		"{registrarDir}": nd.PluginsRegistry(),
-		"{pluginDir}":    pluginDir,
-		"{pluginsDir}":   nd.Plugins(),
-		"{cdiDir}":       nd.CDI(),
-		"{stateDir}":     nd.DriverCheckpoint(),
-	})
-	env := os.Environ()
-	for k, v := range d.Env {
-		env = append(env, k+"="+v)
+	expand := func() ([]string, []string, error) {
+		values := map[string]string{
+			"{nodeName}":     n.Name,
+			"{kubeconfig}":   nd.DriverKubeconfig(),
+			"{registrarDir}": nd.PluginsRegistry(),
+			"{pluginDir}":    pluginDir,
+			"{pluginsDir}":   nd.Plugins(),
+			"{cdiDir}":       nd.CDI(),
+			"{stateDir}":     nd.DriverCheckpoint(),
+		}
+		for _, name := range d.PortNames() {
+			port, err := freePort()
+			if err != nil {
+				return nil, nil, err
+			}
+			values[config.PortPlaceholder(name)] = strconv.Itoa(port)
+		}
+		command, extra := d.Expand(values)
+		env := os.Environ()
+		for _, k := range slices.Sorted(maps.Keys(extra)) {
+			env = append(env, k+"="+extra[k])
+		}
+		return command, env, nil
 	}
-	return &process{role: labstate.RoleDriver, node: n.Name, bin: args[0], args: args[1:], env: env, restart: true}, nil
+	command, env, err := expand()
+	if err != nil {
+		return nil, err
+	}
+	return &process{role: labstate.RoleDriver, node: n.Name, bin: command[0], args: command[1:], env: env, restart: true,
+		rebind: func() ([]string, []string, error) {
+			command, env, err := expand()
+			if err != nil {
+				return nil, nil, err
+			}
+			return command[1:], env, nil
+		}}, nil
 }
 
 // nodeLabels are the labels a node registers with: its configured labels

@@ -53,13 +53,13 @@ func startRealNode(ctx context.Context, procs *supervisor, o Options, n config.N
 		return err
 	}
 	args := realnode.KubeletArgs(p, n.Name, o.Dir.Node(n.Name).Kubeconfig(), nodeLabels(n), o.Verbosity)
-	rebind := func() ([]string, error) {
+	rebind := func() ([]string, []string, error) {
 		port, err := freePort()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		files.KubeletPort = port
-		return args, realnode.WriteKubeletConfig(files)
+		return args, nil, realnode.WriteKubeletConfig(files)
 	}
 	if err := procs.startProcess(ctx, &process{role: labstate.RoleNode, node: n.Name, args: args, rebind: rebind}); err != nil {
 		return err
@@ -132,6 +132,11 @@ func shutdown(ctx context.Context, procs *supervisor, dir labstate.Dir, cfg *con
 	procs.stop(bg, grace, labstate.RoleContainerd)
 	if err := CleanupHost(bg, dir); err != nil {
 		logger.Error(err, "Cleaning up the host")
+	}
+	for _, nd := range dir.Nodes() {
+		if err := nd.Unlink(); err != nil {
+			logger.Error(err, "Removing a node's short path", "node", nd)
+		}
 	}
 }
 

@@ -32,10 +32,10 @@ func TestPortTakenStartsAgainOnAnotherPort(t *testing.T) {
 	// The node: fails as the kubelet does on a taken port, else runs.
 	const node = `if [ "$1" = "$2" ]; then echo "listen tcp 127.0.0.1:$1: bind: address already in use"; exit 1; fi; exec sleep 600`
 	ports := []int{takenPort}
-	rebind := func() ([]string, error) {
+	rebind := func() ([]string, []string, error) {
 		port, err := freePort()
 		ports = append(ports, port)
-		return []string{"-c", node, "node", strconv.Itoa(port), strconv.Itoa(takenPort)}, err
+		return []string{"-c", node, "node", strconv.Itoa(port), strconv.Itoa(takenPort)}, nil, err
 	}
 	ctx := context.Background()
 	s := newSupervisor(Options{Dir: dir})

@@ -4,12 +4,15 @@
 package labstate
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/dralab/dralab/internal/atomicfile"
@@ -100,14 +103,84 @@ func (n NodeDir) path(elem ...string) string {
 	return filepath.Join(append([]string{string(n)}, elem...)...)
 }
 
-// KubeletRoot is the kubelet's --root-dir.
-func (n NodeDir) KubeletRoot() string { return n.path("kubelet") }
+// KubeletDir is the kubelet's directory in the node's state.
+func (n NodeDir) KubeletDir() string { return n.path("kubelet") }
+
+// KubeletRoot is the kubelet's --root-dir: a short link to KubeletDir (see
+// ShortLink), so that the plugin sockets under it fit a unix socket path
+// however deep the state directory is.
+func (n NodeDir) KubeletRoot() string { return n.ShortLink() }
+
+// ShortLink is the short path of the node's kubelet directory, a symbolic
+// link in the temporary directory named after the node directory. A
+// kubelet plugin's DRA socket, <root>/plugins/<driver>/dra-<pod UID>.sock,
+// must fit in 107 bytes: under a state directory it would not.
+func (n NodeDir) ShortLink() string {
+	sum := sha256.Sum256([]byte(n))
+	return filepath.Join(os.TempDir(), "dralab-"+hex.EncodeToString(sum[:5]))
+}
+
+// ErrLinkTaken means a node's short link exists and is not the node's.
+var ErrLinkTaken = errors.New("the node's short path is taken")
+
+// Link creates the node's kubelet directory and its short link; a link
+// that exists already must be this node's.
+func (n NodeDir) Link() error {
+	if err := os.MkdirAll(n.KubeletDir(), 0o750); err != nil {
+		return err
+	}
+	link := n.ShortLink()
+	if err := os.Symlink(n.KubeletDir(), link); err == nil || !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if !n.ownsLink() {
+		return fmt.Errorf("%w: %s exists and does not point at %s; remove it if no lab uses it", ErrLinkTaken, link, n.KubeletDir())
+	}
+	return nil
+}
+
+// Unlink removes the node's short link, if it is the node's.
+func (n NodeDir) Unlink() error {
+	if !n.ownsLink() {
+		return nil
+	}
+	if err := os.Remove(n.ShortLink()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing the node's short path: %w", err)
+	}
+	return nil
+}
+
+// ownsLink tells whether the short link exists, is a link of this user's,
+// and points at the node's kubelet directory.
+func (n NodeDir) ownsLink() bool {
+	info, err := os.Lstat(n.ShortLink())
+	if err != nil || info.Mode()&os.ModeSymlink == 0 {
+		return false
+	}
+	if st, ok := info.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
+		return false
+	}
+	target, err := os.Readlink(n.ShortLink())
+	return err == nil && target == n.KubeletDir()
+}
+
+// Nodes lists the node directories of the lab's state.
+func (d Dir) Nodes() []NodeDir {
+	entries, _ := os.ReadDir(d.path("nodes"))
+	var out []NodeDir
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, NodeDir(d.path("nodes", e.Name())))
+		}
+	}
+	return out
+}
 
 // PluginsRegistry is where kubelet plugins put their registration sockets.
-func (n NodeDir) PluginsRegistry() string { return n.path("kubelet", "plugins_registry") }
+func (n NodeDir) PluginsRegistry() string { return filepath.Join(n.KubeletRoot(), "plugins_registry") }
 
 // Plugins is the parent of kubelet plugins' own socket directories.
-func (n NodeDir) Plugins() string { return n.path("kubelet", "plugins") }
+func (n NodeDir) Plugins() string { return filepath.Join(n.KubeletRoot(), "plugins") }
 
 // CDI is the node's CDI spec directory, read by its container runtime.
 func (n NodeDir) CDI() string { return n.path("cdi") }
@@ -128,7 +201,7 @@ const DriverGroup = "dralab:drivers"
 func (n NodeDir) CertDir() string { return n.path("pki") }
 
 // DevicePlugins is the kubelet's device-plugin directory.
-func (n NodeDir) DevicePlugins() string { return n.path("kubelet", "device-plugins") }
+func (n NodeDir) DevicePlugins() string { return filepath.Join(n.KubeletRoot(), "device-plugins") }
 
 // DriverCheckpoint is the directory of the GPU driver's checkpoint.
 func (n NodeDir) DriverCheckpoint() string { return n.path("driver") }

@@ -107,3 +107,47 @@ func TestReadProcessRejectsGarbage(t *testing.T) {
 		}
 	}
 }
+
+// TestShortLink: a node's kubelet directory gets a short path that a
+// plugin's DRA socket fits under, however deep the state; a path that
+// another node or program holds is refused and never removed.
+func TestShortLink(t *testing.T) {
+	deep := Dir(filepath.Join(t.TempDir(), strings.Repeat("deep/", 20), "lab"))
+	nd := deep.Node("node-a")
+	if err := nd.Link(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nd.Unlink() })
+	sock := filepath.Join(nd.Plugins(), "gpu.example.com", "dra-00000000-0000-0000-0000-000000000000.sock")
+	if len(sock) > 107 {
+		t.Errorf("the DRA socket %s is %d bytes", sock, len(sock))
+	}
+	if target, err := os.Readlink(nd.KubeletRoot()); err != nil || target != nd.KubeletDir() {
+		t.Errorf("%s → %q, %v; want %s", nd.KubeletRoot(), target, err, nd.KubeletDir())
+	}
+	if err := nd.Link(); err != nil {
+		t.Errorf("linking again: %v", err)
+	}
+	if err := nd.Unlink(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(nd.ShortLink()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the short link remains after Unlink: %v", err)
+	}
+
+	// Somebody else's file at the short path.
+	other := t.TempDir()
+	if err := os.Symlink(other, nd.ShortLink()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(nd.ShortLink()) })
+	if err := nd.Link(); !errors.Is(err, ErrLinkTaken) || !strings.Contains(err.Error(), nd.ShortLink()) {
+		t.Errorf("Link over another's link = %v, want ErrLinkTaken naming it", err)
+	}
+	if err := nd.Unlink(); err != nil {
+		t.Fatal(err)
+	}
+	if target, err := os.Readlink(nd.ShortLink()); err != nil || target != other {
+		t.Errorf("Unlink touched another's link: %q, %v", target, err)
+	}
+}

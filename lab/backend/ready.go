@@ -46,15 +46,25 @@ func NodeReady(n *v1.Node) string {
 	return string(v1.ConditionUnknown)
 }
 
+// Log components: where to read why a node is not ready.
+const (
+	// LogNode is the node's (kubelet's) log.
+	LogNode = "node"
+	// LogDriver is the log of the node's DRA driver (plugin).
+	LogDriver = "driver"
+)
+
 // WaitReady waits until every configured node is registered and
 // Ready and its GPUs are published: as ResourceSlices of the GPU driver for
 // DRA nodes, as allocatable extended resources for device-plugin nodes.
-func WaitReady(ctx context.Context, kubeconfig string, cfg *config.Config, labNode func(*v1.Node) string, logOf func(string) string) error {
+// logOf names the log of a node's component (LogNode, LogDriver) that
+// explains what is missing.
+func WaitReady(ctx context.Context, kubeconfig string, cfg *config.Config, labNode func(*v1.Node) string, logOf func(node, component string) string) error {
 	client, err := NewClient(kubeconfig)
 	if err != nil {
 		return err
 	}
-	missing := map[string]string{}
+	missing := map[string]notReady{}
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, nodesReadyTimeout, true, func(ctx context.Context) (bool, error) {
 		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -70,7 +80,11 @@ func WaitReady(ctx context.Context, kubeconfig string, cfg *config.Config, labNo
 	if err != nil {
 		var msgs []string
 		for name, why := range missing {
-			msgs = append(msgs, fmt.Sprintf("node %s %s (log: %s)", name, why, logOf(name)))
+			component := LogNode
+			if why.driver {
+				component = LogDriver
+			}
+			msgs = append(msgs, fmt.Sprintf("node %s %s (log: %s)", name, why.why, logOf(name, component)))
 		}
 		slices.Sort(msgs)
 		return fmt.Errorf("waiting for nodes: %w: %s", err, strings.Join(msgs, "; "))
@@ -78,8 +92,14 @@ func WaitReady(ctx context.Context, kubeconfig string, cfg *config.Config, labNo
 	return nil
 }
 
+// notReady is what a node lacks, and whether its driver is to explain.
+type notReady struct {
+	why    string
+	driver bool
+}
+
 // nodesNotReady says, per configured node, what it still lacks.
-func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.ResourceSlice, labNode func(*v1.Node) string) map[string]string {
+func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.ResourceSlice, labNode func(*v1.Node) string) map[string]notReady {
 	byName := map[string]*v1.Node{}
 	published := map[string]int{}
 	for i := range nodes {
@@ -99,33 +119,33 @@ func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.Resourc
 			}
 		}
 	}
-	missing := map[string]string{}
+	missing := map[string]notReady{}
 	for _, n := range cfg.Nodes {
 		node, ok := byName[n.Name]
 		switch {
 		case !ok:
-			missing[n.Name] = "is not registered"
+			missing[n.Name] = notReady{why: "is not registered"}
 		case NodeReady(node) != string(v1.ConditionTrue):
-			missing[n.Name] = "is not Ready"
+			missing[n.Name] = notReady{why: "is not Ready"}
 		case cfg.Driver != nil:
 			// An outside driver's devices are its own to describe: the
 			// node is ready once it publishes one.
 			if published[n.Name] == 0 {
-				missing[n.Name] = fmt.Sprintf("publishes no device of %s yet", driver)
+				missing[n.Name] = notReady{why: fmt.Sprintf("publishes no device of %s yet", driver), driver: true}
 			}
 		case n.GPUs == nil:
 		case n.GPUs.NVML != "":
 			// NVML says how many GPUs there are.
 			q := node.Status.Allocatable[v1.ResourceName(gpu.ExtendedResource)]
 			if (n.GPUs.Mode == config.GPUModeDRA && published[n.Name] == 0) || (n.GPUs.Mode == config.GPUModeDevicePlugin && q.Value() == 0) {
-				missing[n.Name] = fmt.Sprintf("has no GPUs from NVML (%s) yet", n.GPUs.NVML)
+				missing[n.Name] = notReady{why: fmt.Sprintf("has no GPUs from NVML (%s) yet", n.GPUs.NVML), driver: true}
 			}
 		case n.GPUs.Mode == config.GPUModeDRA && published[n.Name] != n.GPUs.Count:
-			missing[n.Name] = fmt.Sprintf("has %d of its %d GPUs in ResourceSlices", published[n.Name], n.GPUs.Count)
+			missing[n.Name] = notReady{why: fmt.Sprintf("has %d of its %d GPUs in ResourceSlices", published[n.Name], n.GPUs.Count), driver: true}
 		case n.GPUs.Mode == config.GPUModeDevicePlugin:
 			q := node.Status.Allocatable[v1.ResourceName(gpu.ExtendedResource)]
 			if q.Value() != int64(n.GPUs.Count) {
-				missing[n.Name] = fmt.Sprintf("has %d of its %d GPUs allocatable as %s", q.Value(), n.GPUs.Count, gpu.ExtendedResource)
+				missing[n.Name] = notReady{why: fmt.Sprintf("has %d of its %d GPUs allocatable as %s", q.Value(), n.GPUs.Count, gpu.ExtendedResource), driver: true}
 			}
 		}
 	}

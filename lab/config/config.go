@@ -81,7 +81,8 @@ type Driver struct {
 	// Command is the plugin's command line. Its words may contain the
 	// placeholders of Placeholders, filled in per node.
 	Command []string `json:"command"`
-	// Env is added to the lab's environment for the plugin.
+	// Env is added to the lab's environment for the plugin. Its values
+	// may contain the same placeholders as Command.
 	Env map[string]string `json:"env,omitempty"`
 	// Manifests are YAML files (relative to the configuration file) the lab
 	// applies once the control plane is up, e.g. the driver's DeviceClasses.
@@ -98,10 +99,23 @@ var Placeholders = map[string]string{
 	"{pluginsDir}":   "the kubelet's plugins directory, the parent of {pluginDir}",
 	"{cdiDir}":       "the CDI spec directory the node's runtime reads",
 	"{stateDir}":     "a directory that survives the plugin's restarts, for its checkpoint",
+	"{port:<name>}":  "a free loopback port of that name, one per node: nodes share the host's network namespace, so fixed ports (metrics, health) would collide",
 }
 
-// placeholder finds {word} in s.
-var placeholder = regexp.MustCompile(`\{[A-Za-z]+\}`)
+// placeholder finds {word} and {port:name} in s.
+var placeholder = regexp.MustCompile(`\{[A-Za-z]+(:[a-z0-9-]+)?\}`)
+
+// portPrefix starts a port placeholder, "{port:metrics}".
+const portPrefix = "{port:"
+
+// known tells whether ph is a placeholder the lab fills.
+func known(ph string) bool {
+	if strings.HasPrefix(ph, portPrefix) {
+		return true
+	}
+	_, ok := Placeholders[ph]
+	return ok && ph != "{port:<name>}"
+}
 
 // Node is one lab node.
 type Node struct {
@@ -361,11 +375,10 @@ func (d *Driver) validate(dp *field.Path) field.ErrorList {
 		errs = append(errs, field.Required(dp.Child("command"), "the kubelet plugin's command line, e.g. [/usr/local/bin/my-plugin, --node-name={nodeName}]"))
 	}
 	for i, word := range d.Command {
-		for _, ph := range placeholder.FindAllString(word, -1) {
-			if _, ok := Placeholders[ph]; !ok {
-				errs = append(errs, field.NotSupported(dp.Child("command").Index(i), ph, slices.Sorted(maps.Keys(Placeholders))))
-			}
-		}
+		errs = append(errs, checkPlaceholders(dp.Child("command").Index(i), word)...)
+	}
+	for _, k := range slices.Sorted(maps.Keys(d.Env)) {
+		errs = append(errs, checkPlaceholders(dp.Child("env").Key(k), d.Env[k])...)
 	}
 	for i, m := range d.Manifests {
 		if !filepath.IsAbs(m) {
@@ -377,18 +390,58 @@ func (d *Driver) validate(dp *field.Path) field.ErrorList {
 	return errs
 }
 
-// Expand fills a driver command's placeholders with a node's values.
-func (d *Driver) Expand(values map[string]string) []string {
-	out := make([]string, len(d.Command))
-	for i, word := range d.Command {
-		out[i] = placeholder.ReplaceAllStringFunc(word, func(ph string) string {
+// checkPlaceholders refuses a word's unknown placeholders, and anything
+// that looks like one but is not ("{port:}", "{Port:x}").
+func checkPlaceholders(p *field.Path, word string) field.ErrorList {
+	var errs field.ErrorList
+	for _, ph := range placeholder.FindAllString(word, -1) {
+		if !known(ph) {
+			errs = append(errs, field.NotSupported(p, ph, slices.Sorted(maps.Keys(Placeholders))))
+		}
+	}
+	if rest := placeholder.ReplaceAllString(word, ""); strings.Contains(rest, portPrefix) {
+		errs = append(errs, field.Invalid(p, word, "a port placeholder is {port:<name>}, the name in lower case letters, digits and dashes"))
+	}
+	return errs
+}
+
+// PortNames lists the names of the {port:<name>} placeholders of the
+// driver's command and environment.
+func (d *Driver) PortNames() []string {
+	names := map[string]bool{}
+	for _, word := range append(slices.Clone(d.Command), slices.Collect(maps.Values(d.Env))...) {
+		for _, ph := range placeholder.FindAllString(word, -1) {
+			if name, ok := strings.CutPrefix(ph, portPrefix); ok {
+				names[strings.TrimSuffix(name, "}")] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(names))
+}
+
+// PortPlaceholder is the placeholder of a named port, for Expand's values.
+func PortPlaceholder(name string) string { return portPrefix + name + "}" }
+
+// Expand fills the placeholders of a driver's command and environment
+// with a node's values.
+func (d *Driver) Expand(values map[string]string) (command []string, env map[string]string) {
+	fill := func(word string) string {
+		return placeholder.ReplaceAllStringFunc(word, func(ph string) string {
 			if v, ok := values[ph]; ok {
 				return v
 			}
 			return ph
 		})
 	}
-	return out
+	command = make([]string, len(d.Command))
+	for i, word := range d.Command {
+		command[i] = fill(word)
+	}
+	env = make(map[string]string, len(d.Env))
+	for k, v := range d.Env {
+		env[k] = fill(v)
+	}
+	return command, env
 }
 
 // Hash identifies a configuration's content: two labs with the same hash are

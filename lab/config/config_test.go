@@ -71,6 +71,9 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"NVML with a profile", head + "nodes: [{name: a, gpus: {nvml: host, profile: l4-24gb, count: 1}}]\n", []string{"nodes[0].gpus.nvml", "not both"}},
 		{"outside driver without command", head + "driver: {name: gpu.example.com}\nnodes: [{name: a}]\n", []string{"driver.command: Required"}},
 		{"outside driver placeholder", head + "driver: {name: gpu.example.com, command: [plugin, '--node={node}']}\nnodes: [{name: a}]\n", []string{"driver.command[1]", `"{node}"`, "{nodeName}"}},
+		{"outside driver env placeholder", head + "driver: {name: gpu.example.com, command: [plugin], env: {NODE_NAME: '{node}'}}\nnodes: [{name: a}]\n", []string{"driver.env[NODE_NAME]", `"{node}"`, "{nodeName}"}},
+		{"outside driver port placeholder", head + "driver: {name: gpu.example.com, command: [plugin, '--metrics=:{port:}']}\nnodes: [{name: a}]\n", []string{"driver.command[1]", "{port:<name>}"}},
+		{"outside driver port name", head + "driver: {name: gpu.example.com, command: [plugin, '--metrics=:{port:Metrics}']}\nnodes: [{name: a}]\n", []string{"driver.command[1]", "lower case"}},
 		{"outside driver and GPUs", head + "driver: {name: gpu.example.com, command: [plugin]}\nnodes: [{name: a, gpus: {profile: l4-24gb, count: 1}}]\n", []string{"nodes[0].gpus: Forbidden"}},
 		{"outside driver manifest", head + "driver: {name: gpu.example.com, command: [plugin], manifests: [nowhere.yaml]}\nnodes: [{name: a}]\n", []string{"driver.manifests[0]", "nowhere.yaml"}},
 		{"duplicate key", head + "name: a\nname: b\nnodes: [{name: a}]\n", []string{`key "name" already set`}},
@@ -111,7 +114,8 @@ func TestOutsideDriver(t *testing.T) {
 	}
 	file := filepath.Join(dir, "lab.yaml")
 	data := "apiVersion: lab.dralab.dev/v1alpha1\nkind: Lab\nnodes: [{name: a}, {name: b}]\n" +
-		"driver: {name: gpu.example.com, command: [./bin/plugin, '--node={nodeName}', '--cdi={cdiDir}', '--x={nodeName}-{stateDir}'], manifests: [classes.yaml]}\n"
+		"driver: {name: gpu.example.com, command: [./bin/plugin, '--node={nodeName}', '--cdi={cdiDir}', '--x={nodeName}-{stateDir}', '--metrics=127.0.0.1:{port:metrics}'], " +
+		"env: {NODE_NAME: '{nodeName}', HEALTH: ':{port:health}', PLAIN: 'x'}, manifests: [classes.yaml]}\n"
 	if err := os.WriteFile(file, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -123,10 +127,17 @@ func TestOutsideDriver(t *testing.T) {
 	if d.Command[0] != filepath.Join(dir, "bin/plugin") || d.Manifests[0] != filepath.Join(dir, "classes.yaml") {
 		t.Errorf("paths not resolved against the file: %v %v", d.Command, d.Manifests)
 	}
-	got := d.Expand(map[string]string{"{nodeName}": "a", "{cdiDir}": "/cdi", "{stateDir}": "/s"})
-	want := []string{d.Command[0], "--node=a", "--cdi=/cdi", "--x=a-/s"}
+	if ports := d.PortNames(); strings.Join(ports, ",") != "health,metrics" {
+		t.Errorf("PortNames = %v, want health, metrics", ports)
+	}
+	got, env := d.Expand(map[string]string{"{nodeName}": "a", "{cdiDir}": "/cdi", "{stateDir}": "/s",
+		PortPlaceholder("metrics"): "4001", PortPlaceholder("health"): "4002"})
+	want := []string{d.Command[0], "--node=a", "--cdi=/cdi", "--x=a-/s", "--metrics=127.0.0.1:4001"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("Expand = %v, want %v", got, want)
+	}
+	if env["NODE_NAME"] != "a" || env["HEALTH"] != ":4002" || env["PLAIN"] != "x" || len(env) != 3 {
+		t.Errorf("Expand's env = %v, want NODE_NAME=a HEALTH=:4002 PLAIN=x", env)
 	}
 }
 

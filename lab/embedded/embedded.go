@@ -279,8 +279,8 @@ func (b *Backend) start(ctx context.Context, dir labstate.Dir, cfg *config.Confi
 	return nil
 }
 
-func (b *Backend) nodeLogHint(dir labstate.Dir) func(string) string {
-	return func(node string) string { return dir.Log("node-" + node) }
+func (b *Backend) nodeLogHint(dir labstate.Dir) func(node, component string) string {
+	return func(node, component string) string { return dir.Log(component + "-" + node) }
 }
 
 // Down implements backend.Backend.
@@ -326,6 +326,11 @@ func (b *Backend) removeState(ctx context.Context, dir labstate.Dir) error {
 		}
 		if err != nil {
 			return fmt.Errorf("cleaning up the real node of %s (its state is kept; retry with go run mage.go lab:down): %w", dir, err)
+		}
+	}
+	for _, nd := range dir.Nodes() {
+		if err := nd.Unlink(); err != nil {
+			return fmt.Errorf("node %s of %s: %w", nd, dir, err)
 		}
 	}
 	if err := os.RemoveAll(string(dir)); err != nil {
@@ -510,25 +515,36 @@ func logTail(path string, n int) string {
 
 // ErrPathTooLong means a node's plugin socket would not fit a unix socket
 // path.
-var ErrPathTooLong = errors.New("state directory too long for the nodes' sockets")
+var ErrPathTooLong = errors.New("the nodes' plugin sockets would not fit a unix socket path")
 
 // maxSocketPath is the longest path a unix socket address holds (108 bytes
 // with the terminating NUL on Linux).
 const maxSocketPath = 107
 
-// checkSocketPaths refuses a lab whose deepest socket, a driver's
-// registration socket, would not fit: the driver would exit at every start
-// and the lab wait for its devices in vain.
+// podUIDLength is the length of a pod UID, which the kubelet plugin helper
+// puts in its DRA socket's name when a driver supports rolling updates.
+const podUIDLength = len("00000000-0000-0000-0000-000000000000")
+
+// checkSocketPaths refuses a lab whose deepest sockets would not fit: the
+// driver's registration socket and its DRA socket, named with a pod UID
+// as the kubelet plugin helper does for rolling updates
+// (<plugins>/<driver>/dra-<uid>.sock). A driver whose socket does not fit
+// exits at every start, and the lab would wait for its devices in vain.
 func checkSocketPaths(dir labstate.Dir, cfg *config.Config) error {
 	driver := gpu.DriverName
 	if cfg.Driver != nil {
 		driver = cfg.Driver.Name
 	}
 	for _, n := range cfg.Nodes {
-		sock := filepath.Join(dir.Node(n.Name).PluginsRegistry(), driver+"-reg.sock")
-		if len(sock) > maxSocketPath {
-			return fmt.Errorf("%w: node %s's %s is %d bytes, over the %d a unix socket path may have; use a shorter state root (XDG_STATE_HOME), lab name or node name",
-				ErrPathTooLong, n.Name, sock, len(sock), maxSocketPath)
+		nd := dir.Node(n.Name)
+		for _, sock := range []string{
+			filepath.Join(nd.PluginsRegistry(), driver+"-reg.sock"),
+			filepath.Join(nd.Plugins(), driver, "dra-"+strings.Repeat("u", podUIDLength)+".sock"),
+		} {
+			if len(sock) > maxSocketPath {
+				return fmt.Errorf("%w: node %s's %s is %d bytes, over the %d a unix socket path may have; the kubelet's directory is already a short link (%s), so use a shorter driver name or TMPDIR",
+					ErrPathTooLong, n.Name, sock, len(sock), maxSocketPath, nd.KubeletRoot())
+			}
 		}
 	}
 	return nil

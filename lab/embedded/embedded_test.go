@@ -7,11 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/procid"
+	"github.com/dralab/dralab/lab/config"
 )
 
 func noBinary(context.Context) (string, error) { return "", errors.New("no binary in this test") }
@@ -81,5 +83,31 @@ func TestDownNeverSignalsAReusedPID(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Dir(string(dir))); err != nil {
 		t.Errorf("Down removed the state root: %v", err)
+	}
+}
+
+// TestSocketPathsIncludeRollingUpdateNames: however deep the state
+// directory, the nodes' plugin sockets fit, since the kubelet's directory
+// is a short link; a driver name so long that the DRA socket a
+// rolling-update-capable plugin names with its pod UID
+// (<plugins>/<driver>/dra-<uid>.sock) would not fit is refused, naming it.
+func TestSocketPathsIncludeRollingUpdateNames(t *testing.T) {
+	deep := labstate.Dir(filepath.Join(t.TempDir(), strings.Repeat("deep/", 30), "lab"))
+	cfg := func(driver string) *config.Config {
+		return &config.Config{Name: "lab", Nodes: []config.Node{{Name: "node-with-a-long-name"}}, Driver: &config.Driver{Name: driver}}
+	}
+	if err := checkSocketPaths(deep, cfg("gpu.example.com")); err != nil {
+		t.Errorf("a deep state directory: %v", err)
+	}
+	nd := deep.Node("node-with-a-long-name")
+	// The longest driver name whose DRA socket still fits, and one more.
+	fits := maxSocketPath - len(filepath.Join(nd.Plugins(), "", "dra-"+strings.Repeat("u", podUIDLength)+".sock")) - 1
+	name := strings.Repeat("d", fits-len(".example.com")) + ".example.com"
+	if err := checkSocketPaths(deep, cfg(name)); err != nil {
+		t.Errorf("a %d-byte driver name: %v", len(name), err)
+	}
+	err := checkSocketPaths(deep, cfg("d"+name))
+	if !errors.Is(err, ErrPathTooLong) || !strings.Contains(err.Error(), "/dra-uuuu") || !strings.Contains(err.Error(), "driver name") {
+		t.Fatalf("checkSocketPaths with a %d-byte driver name = %v; want ErrPathTooLong naming the DRA socket and the driver name", len(name)+1, err)
 	}
 }
