@@ -19,6 +19,7 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -176,6 +177,7 @@ func TestUpReuseDown(t *testing.T) {
 	assertPrivate(t, labstate.Dir(st.StateDir).EtcdSocket())
 	assertDriversMayWriteClaimStatus(ctx, t, labstate.Dir(st.StateDir).Node("n1"))
 	assertServesOlderResourceVersions(ctx, t, l.Kubeconfig())
+	assertInitContainersComplete(ctx, t, l.Kubeconfig())
 
 	// Same configuration: reused, same process.
 	res, err = l.Up(ctx)
@@ -371,6 +373,60 @@ func assertServesOlderResourceVersions(ctx context.Context, t *testing.T, kubeco
 	v1beta1 := schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1beta1", Resource: "resourceclaims"}
 	if _, err := client.Resource(v1beta1).Namespace("default").List(ctx, metav1.ListOptions{}); err != nil {
 		t.Errorf("listing v1beta1 ResourceClaims: %v", err)
+	}
+}
+
+// assertInitContainersComplete runs a pod with two init containers and a
+// sidecar on a hollow node: the init containers complete (exit 0, their
+// log is their environment) one after the other, and the pod runs.
+func assertInitContainersComplete(ctx context.Context, t *testing.T, kubeconfig string) {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := kubernetes.NewForConfigOrDie(cfg)
+	container := func(name string) v1.Container {
+		return v1.Container{Name: name, Image: "busybox", Env: []v1.EnvVar{{Name: "STEP", Value: name}}}
+	}
+	sidecar := container("sidecar")
+	sidecar.RestartPolicy = ptr.To(v1.ContainerRestartPolicyAlways)
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "with-init", Namespace: "default"},
+		Spec: v1.PodSpec{
+			InitContainers: []v1.Container{container("fetch"), sidecar, container("migrate")},
+			Containers:     []v1.Container{container("app")},
+		},
+	}
+	if _, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = client.CoreV1().Pods("default").Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	}()
+	var got *v1.Pod
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err = client.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+		return err == nil && got.Status.Phase == v1.PodRunning, nil
+	})
+	if err != nil {
+		t.Fatalf("a pod with init containers did not run within a minute: %v; status: %+v", err, got.Status)
+	}
+	for _, s := range got.Status.InitContainerStatuses {
+		switch s.Name {
+		case "sidecar":
+			if s.State.Running == nil {
+				t.Errorf("sidecar %s is not running: %+v", s.Name, s.State)
+			}
+		default:
+			if s.State.Terminated == nil || s.State.Terminated.ExitCode != 0 || s.State.Terminated.Reason != "Completed" {
+				t.Errorf("init container %s did not complete: %+v", s.Name, s.State)
+			}
+		}
+	}
+	logs, err := client.CoreV1().Pods("default").GetLogs(pod.Name, &v1.PodLogOptions{Container: "migrate"}).DoRaw(ctx)
+	if err != nil || !strings.Contains(string(logs), "STEP=migrate") {
+		t.Errorf("init container log = %q, %v; want its environment", logs, err)
 	}
 }
 

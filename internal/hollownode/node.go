@@ -16,6 +16,7 @@ import (
 	"os"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clientset "k8s.io/client-go/kubernetes"
@@ -83,7 +84,9 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 
-	rt, err := newRuntime(o.Dir.CDI())
+	rt, err := newRuntime(o.Dir.CDI(), func(ctx context.Context, namespace, name string) (*v1.Pod, error) {
+		return client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	})
 	if err != nil {
 		return err
 	}

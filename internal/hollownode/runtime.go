@@ -8,13 +8,16 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/grpc"
+	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	fakeremote "k8s.io/cri-client/pkg/fake"
 	"k8s.io/klog/v2"
+	kubelettypes "k8s.io/kubelet/pkg/types"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 )
 
@@ -28,14 +31,21 @@ type runtime struct {
 	*fakeremote.RemoteRuntime
 	cdi    *cdi.Cache
 	server *grpc.Server
+	// pod reads a pod from the API server, to tell init containers.
+	pod func(ctx context.Context, namespace, name string) (*v1.Pod, error)
+
+	mu sync.Mutex
+	// runToCompletion are the containers that exit once started: init
+	// containers, which a real runtime runs until their command exits.
+	runToCompletion map[string]bool
 }
 
-func newRuntime(cdiDir string) (*runtime, error) {
+func newRuntime(cdiDir string, pod func(ctx context.Context, namespace, name string) (*v1.Pod, error)) (*runtime, error) {
 	cache, err := cdi.NewCache(cdi.WithSpecDirs(cdiDir), cdi.WithAutoRefresh(false))
 	if err != nil {
 		return nil, fmt.Errorf("creating CDI cache for %s: %w", cdiDir, err)
 	}
-	r := &runtime{RemoteRuntime: fakeremote.NewFakeRemoteRuntime(), cdi: cache, server: grpc.NewServer()}
+	r := &runtime{RemoteRuntime: fakeremote.NewFakeRemoteRuntime(), cdi: cache, server: grpc.NewServer(), pod: pod, runToCompletion: map[string]bool{}}
 	r.RuntimeService.FakeStatus = &runtimeapi.RuntimeStatus{
 		Conditions: []*runtimeapi.RuntimeCondition{
 			{Type: runtimeapi.RuntimeReady, Status: true},
@@ -73,6 +83,15 @@ func (r *runtime) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 	if err != nil {
 		return nil, err
 	}
+	initContainer, err := r.isInitContainer(ctx, req.Config)
+	if err != nil {
+		return nil, err
+	}
+	if initContainer {
+		r.mu.Lock()
+		r.runToCompletion[resp.ContainerId] = true
+		r.mu.Unlock()
+	}
 	if dir := req.GetSandboxConfig().GetLogDirectory(); dir != "" && req.Config.GetLogPath() != "" {
 		logPath := filepath.Join(dir, req.Config.GetLogPath())
 		if err := writeLog(logPath, env); err != nil {
@@ -85,6 +104,52 @@ func (r *runtime) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 		r.RuntimeService.Unlock()
 	}
 	return resp, nil
+}
+
+// StartContainer starts a container; an init container's command "runs"
+// at once and exits 0 (its log is its environment, like every
+// container's), so that the kubelet goes on to the next init container
+// and then to the app containers, as with a real runtime.
+func (r *runtime) StartContainer(ctx context.Context, req *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
+	resp, err := r.RemoteRuntime.StartContainer(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	exits := r.runToCompletion[req.ContainerId]
+	delete(r.runToCompletion, req.ContainerId)
+	r.mu.Unlock()
+	if exits {
+		r.RuntimeService.Lock()
+		if c, ok := r.RuntimeService.Containers[req.ContainerId]; ok {
+			c.State = runtimeapi.ContainerState_CONTAINER_EXITED
+			c.FinishedAt = time.Now().UnixNano()
+			c.ExitCode = 0
+			c.Reason = "Completed"
+		}
+		r.RuntimeService.Unlock()
+	}
+	return resp, nil
+}
+
+// isInitContainer tells, from the pod, whether a container is an init
+// container that runs to completion (not a sidecar, which keeps running).
+func (r *runtime) isInitContainer(ctx context.Context, cfg *runtimeapi.ContainerConfig) (bool, error) {
+	labels := cfg.GetLabels()
+	ns, name, container := labels[kubelettypes.KubernetesPodNamespaceLabel], labels[kubelettypes.KubernetesPodNameLabel], labels[kubelettypes.KubernetesContainerNameLabel]
+	if r.pod == nil || ns == "" || name == "" {
+		return false, nil
+	}
+	pod, err := r.pod(ctx, ns, name)
+	if err != nil {
+		return false, fmt.Errorf("reading pod %s/%s for container %s: %w", ns, name, container, err)
+	}
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name == container {
+			return c.RestartPolicy == nil || *c.RestartPolicy != v1.ContainerRestartPolicyAlways, nil
+		}
+	}
+	return false, nil
 }
 
 // containerEnv returns the container's environment after CDI injection.
