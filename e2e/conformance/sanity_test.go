@@ -2,13 +2,14 @@ package conformance
 
 import (
 	"context"
-	"path/filepath"
+	"os"
 	"testing"
 
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dralab/dralab/drivers/conformance/sanity"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/target"
 	"github.com/dralab/dralab/internal/testlab"
 )
 
@@ -21,12 +22,15 @@ func TestSanity(t *testing.T) {
 	}
 	ctx := context.Background()
 	kubeconfig := testenv.EnvConf().KubeconfigFile()
-	// An embedded lab keeps its kubeconfig in its state directory.
-	dir := labstate.Dir(filepath.Dir(kubeconfig))
-	if _, err := dir.ReadStatus(); err != nil {
+	where, err := target.Resolve(target.Request{Kubeconfig: kubeconfig, Context: testenv.EnvConf().KubeContext(), Consent: os.Getenv(target.EnvConsent)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if where == nil || where.LabDir == "" {
 		t.Skipf("the sanity layer talks to a node's plugin sockets, and %s is not an embedded lab's kubeconfig: "+
 			"run it on the embedded lab, or call drivers/conformance/sanity from the driver's own tests", kubeconfig)
 	}
+	dir := labstate.Dir(where.LabDir)
 	client, err := kubernetes.NewForConfig(testenv.EnvConf().Client().RESTConfig())
 	if err != nil {
 		t.Fatal(err)

@@ -150,20 +150,25 @@ func TestFeaturesOnLab(t *testing.T) {
 	}
 
 	// Namespaces go asynchronously, their pods and claims with them.
-	var left []string
+	var (
+		left    []string
+		lastErr error
+	)
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		left = nil
 		suite := metav1.ListOptions{LabelSelector: cluster.LabelManagedBy + "=" + cluster.ManagedBy}
 		nss, err := client.CoreV1().Namespaces().List(ctx, suite)
 		if err != nil {
-			return false, err
-		}
-		for _, ns := range nss.Items {
-			left = append(left, "namespace "+ns.Name)
+			lastErr = err
+			return false, nil
 		}
 		rules, err := client.ResourceV1().DeviceTaintRules().List(ctx, suite)
 		if err != nil {
-			return false, err
+			lastErr = err
+			return false, nil
+		}
+		left = nil
+		for _, ns := range nss.Items {
+			left = append(left, "namespace "+ns.Name)
 		}
 		for _, r := range rules.Items {
 			left = append(left, "DeviceTaintRule "+r.Name)
@@ -171,7 +176,7 @@ func TestFeaturesOnLab(t *testing.T) {
 		return len(left) == 0, nil
 	})
 	if err != nil {
-		t.Errorf("waited 2m for the run's objects to be gone; %v remain: %v", left, err)
+		t.Errorf("waited 2m for the run's objects to be gone; %v remain: %v (last error: %v)", left, err, lastErr)
 	}
 }
 
