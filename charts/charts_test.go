@@ -1,13 +1,17 @@
 package charts
 
 import (
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dralab/dralab/drivers/fakegpu"
@@ -125,12 +129,20 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	want := []string{"nodes:get", "resourceclaims:get", "resourceslices:get,list,watch,create,update,patch,delete,deletecollection"}
-	if got := rules(nil); !slices.Equal(got, want) {
+	// lab/chart_test.go derives these verbs from an audit log of the driver.
+	want := []string{"nodes:get", "resourceclaims:get", "resourceslices:list,watch,create,update,delete"}
+	got := rules(nil)
+	if !slices.Equal(got, want) {
 		t.Errorf("dra mode rules = %v, want %v", got, want)
 	}
-	dp := map[string]any{"mode": "device-plugin", "deviceClasses": map[string]any{"create": false}, "validatingAdmissionPolicy": map[string]any{"enabled": false}}
-	if got := rules(dp); !slices.Equal(got, []string{"nodes:get"}) {
+	for _, r := range got {
+		for _, unused := range []string{"deletecollection", "patch", "*"} {
+			if slices.Contains(strings.Split(strings.SplitN(r, ":", 2)[1], ","), unused) {
+				t.Errorf("rule %s grants %s, which the driver never calls", r, unused)
+			}
+		}
+	}
+	if got := rules(countingValues(nil)); !slices.Equal(got, []string{"nodes:get"}) {
 		t.Errorf("device-plugin mode rules = %v, want only nodes:get", got)
 	}
 }
@@ -258,4 +270,138 @@ func TestAPIServerOnTheHostNetwork(t *testing.T) {
 	if _, ok := env(def)["KUBERNETES_SERVICE_HOST"]; ok {
 		t.Error("the default overrides the in-cluster API server address")
 	}
+}
+
+// countingValues are the values of device-plugin mode, which takes neither
+// DeviceClasses nor the admission policy.
+func countingValues(extra map[string]any) map[string]any {
+	v := map[string]any{"mode": "device-plugin", "deviceClasses": map[string]any{"create": false}, "validatingAdmissionPolicy": map[string]any{"enabled": false}}
+	maps.Copy(v, extra)
+	return v
+}
+
+// hostMounts maps each hostPath the driver container mounts to its mount
+// path, and fails on any other kind of volume or an unmounted one.
+func hostMounts(t *testing.T, ds *appsv1.DaemonSet) map[string]string {
+	t.Helper()
+	spec := ds.Spec.Template.Spec
+	paths := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.HostPath == nil {
+			t.Errorf("volume %s is not a hostPath: %+v", v.Name, v.VolumeSource)
+			continue
+		}
+		paths[v.Name] = v.HostPath.Path
+	}
+	mounts := map[string]string{}
+	for _, m := range spec.Containers[0].VolumeMounts {
+		p, ok := paths[m.Name]
+		if !ok {
+			t.Errorf("mount %s has no hostPath volume", m.Name)
+			continue
+		}
+		mounts[p] = m.MountPath
+		delete(paths, m.Name)
+	}
+	if len(paths) > 0 {
+		t.Errorf("volumes never mounted: %v", paths)
+	}
+	return mounts
+}
+
+// The driver gets the directories it writes and nothing else of the node:
+// never the kubelet's root directory, which holds every pod's volumes and
+// service account tokens. Each mount is at the host's path, which the driver
+// is told and the kubelet dials.
+func TestMountsOnlyWhatTheDriverWrites(t *testing.T) {
+	devicePlugins := strings.TrimSuffix(pluginapi.DevicePluginPath, "/")
+	for name, tc := range map[string]struct {
+		values map[string]any
+		want   []string
+		env    map[string]string
+	}{
+		"dra": {nil,
+			[]string{"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins/gpu.dralab.dev", "/var/run/cdi", "/var/lib/dralab-driver"},
+			map[string]string{"DRALAB_KUBELET_REGISTRAR_DIR": "/var/lib/kubelet/plugins_registry", "DRALAB_KUBELET_PLUGINS_DIR": "/var/lib/kubelet/plugins", "DRALAB_CDI_DIR": "/var/run/cdi", "DRALAB_CHECKPOINT_DIR": "/var/lib/dralab-driver"}},
+		"dra, other kubelet root": {map[string]any{"kubeletDir": "/lab/node/kubelet", "cdiDir": "/lab/node/cdi", "checkpointDir": "/lab/node/driver"},
+			[]string{"/lab/node/kubelet/plugins_registry", "/lab/node/kubelet/plugins/gpu.dralab.dev", "/lab/node/cdi", "/lab/node/driver"},
+			map[string]string{"DRALAB_KUBELET_REGISTRAR_DIR": "/lab/node/kubelet/plugins_registry", "DRALAB_KUBELET_PLUGINS_DIR": "/lab/node/kubelet/plugins", "DRALAB_CDI_DIR": "/lab/node/cdi", "DRALAB_CHECKPOINT_DIR": "/lab/node/driver"}},
+		// The kubelet serves device plugins at a fixed path, whatever its
+		// root directory.
+		"device-plugin": {countingValues(map[string]any{"kubeletDir": "/lab/node/kubelet"}),
+			[]string{devicePlugins},
+			map[string]string{"DRALAB_KUBELET_DEVICE_PLUGINS_DIR": devicePlugins}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ds := daemonSet(t, render(t, tc.values))
+			mounts := hostMounts(t, ds)
+			got := slices.Sorted(maps.Keys(mounts))
+			want := slices.Sorted(slices.Values(tc.want))
+			if !slices.Equal(got, want) {
+				t.Errorf("host paths = %v, want exactly %v", got, want)
+			}
+			for host, in := range mounts {
+				if host != in {
+					t.Errorf("host path %s is mounted at %s: the driver hands the kubelet paths in its own mount namespace", host, in)
+				}
+			}
+			e := env(ds)
+			for k, v := range tc.env {
+				if e[k] != v {
+					t.Errorf("%s = %q, want %q", k, e[k], v)
+				}
+			}
+			// The driver's socket directory is <plugins dir>/<driver name>.
+			if p := e["DRALAB_KUBELET_PLUGINS_DIR"]; p != "" {
+				if _, ok := mounts[p+"/"+gpu.DriverName]; !ok {
+					t.Errorf("the driver's socket directory %s/%s is not mounted", p, gpu.DriverName)
+				}
+			}
+		})
+	}
+}
+
+// The container runs with no capability, no privilege escalation, the
+// runtime's seccomp profile and a read-only image, in every mode and with
+// either inventory: NVML needs no capability.
+func TestSecurityContextIsLeastPrivilege(t *testing.T) {
+	for name, values := range map[string]map[string]any{
+		"fake, dra":           nil,
+		"nvml, dra":           {"inventory": "nvml"},
+		"fake, device-plugin": countingValues(nil),
+		"nvml, device-plugin": countingValues(map[string]any{"inventory": "nvml"}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			pod := daemonSet(t, render(t, values)).Spec.Template.Spec
+			if pod.HostPID || pod.HostIPC {
+				t.Errorf("hostPID = %v, hostIPC = %v", pod.HostPID, pod.HostIPC)
+			}
+			sc := pod.Containers[0].SecurityContext
+			if sc == nil {
+				t.Fatal("the driver container has no securityContext")
+			}
+			if sc.Privileged == nil || *sc.Privileged {
+				t.Errorf("privileged = %v, want false", ptrString(sc.Privileged))
+			}
+			if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+				t.Errorf("allowPrivilegeEscalation = %v, want false", ptrString(sc.AllowPrivilegeEscalation))
+			}
+			if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+				t.Errorf("readOnlyRootFilesystem = %v, want true", ptrString(sc.ReadOnlyRootFilesystem))
+			}
+			if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
+				t.Errorf("capabilities = %+v, want drop [ALL] and nothing added", sc.Capabilities)
+			}
+			if sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+				t.Errorf("seccompProfile = %+v, want RuntimeDefault", sc.SeccompProfile)
+			}
+		})
+	}
+}
+
+func ptrString[T any](p *T) string {
+	if p == nil {
+		return "unset"
+	}
+	return fmt.Sprint(*p)
 }

@@ -15,3 +15,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "dralab-driver.serviceAccount" -}}{{ .Release.Name }}-{{ include "dralab-driver.name" . }}{{- end -}}
 
 {{- define "dralab-driver.image" -}}{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{- end -}}
+
+{{- /* The kubelet's plugin registration directory: the kubelet watches it for the driver's registration socket. */ -}}
+{{- define "dralab-driver.registrarDir" -}}{{ .Values.kubeletDir }}/plugins_registry{{- end -}}
+
+{{- /* The driver's own socket directory, the only one under the kubelet's plugins. */ -}}
+{{- define "dralab-driver.pluginDir" -}}{{ .Values.kubeletDir }}/plugins/{{ .Values.driverName }}{{- end -}}
+
+{{- /* The kubelet's device-plugin directory is fixed (k8s.io/kubelet's DevicePluginPath): it does not move with the kubelet's root directory. */ -}}
+{{- define "dralab-driver.devicePluginsDir" -}}/var/lib/kubelet/device-plugins{{- end -}}
