@@ -167,10 +167,19 @@ type Proof struct {
 	Command *CommandProof `json:"command,omitempty"`
 }
 
-// EnvProof: the driver sets the environment variable Name in the
-// container (through CDI) to a value that Pattern matches.
+// EnvProof: the driver sets an environment variable in the container
+// (through CDI) to a value that Pattern matches. The variable is named by
+// exactly one of Name and NamePattern.
 type EnvProof struct {
-	Name string `json:"name"`
+	// Name is the variable, e.g. GPU_DEVICE_0.
+	Name string `json:"name,omitempty"`
+	// NamePattern is a Go regular expression over variable names, for a
+	// driver that names the variable after the device (GPU_DEVICE_3=gpu-3
+	// for gpu-3): a fixed name would prove only while that one device is
+	// free. The proof holds when any variable of the container whose
+	// name it matches has a value Pattern matches. Anchor it to match
+	// whole names.
+	NamePattern string `json:"namePattern,omitempty"`
 	// Pattern is a Go regular expression; anchor it to match the whole
 	// value.
 	Pattern string `json:"pattern"`
@@ -432,11 +441,18 @@ func (pr *Proof) validate(p *field.Path) field.ErrorList {
 	}
 	if e := pr.Env; e != nil {
 		ep := p.Child("env")
-		if e.Name == "" {
-			errs = append(errs, field.Required(ep.Child("name"), "the environment variable the driver sets, e.g. GPU_DEVICE_0"))
-		} else {
+		switch {
+		case e.Name == "" && e.NamePattern == "":
+			errs = append(errs, field.Required(ep.Child("name"), "set exactly one of name, the environment variable the driver sets (e.g. GPU_DEVICE_0), and namePattern, a regular expression over variable names (e.g. ^GPU_DEVICE_[0-9]+$)"))
+		case e.Name != "" && e.NamePattern != "":
+			errs = append(errs, field.Forbidden(ep, "set exactly one of name and namePattern, not both"))
+		case e.Name != "":
 			for _, msg := range validation.IsEnvVarName(e.Name) {
 				errs = append(errs, field.Invalid(ep.Child("name"), e.Name, msg))
+			}
+		default:
+			if _, err := regexp.Compile(e.NamePattern); err != nil {
+				errs = append(errs, field.Invalid(ep.Child("namePattern"), e.NamePattern, err.Error()))
 			}
 		}
 		errs = append(errs, validatePattern(ep.Child("pattern"), e.Pattern)...)
@@ -518,21 +534,7 @@ func (m *Manifest) ExtendedResource() string {
 func (p Proof) Match(output string) (string, error) {
 	switch {
 	case p.Env != nil:
-		re, err := regexp.Compile(p.Env.Pattern)
-		if err != nil {
-			return "", err
-		}
-		for _, line := range strings.Split(output, "\n") {
-			v, ok := strings.CutPrefix(strings.TrimRight(line, "\r"), p.Env.Name+"=")
-			if !ok {
-				continue
-			}
-			if !re.MatchString(v) {
-				return "", fmt.Errorf("%s=%q does not match %q", p.Env.Name, v, p.Env.Pattern)
-			}
-			return v, nil
-		}
-		return "", fmt.Errorf("the container's environment has no %s", p.Env.Name)
+		return p.Env.match(output)
 	case p.Command != nil:
 		re, err := regexp.Compile(p.Command.Pattern)
 		if err != nil {
@@ -544,4 +546,42 @@ func (p Proof) Match(output string) (string, error) {
 		return "", fmt.Errorf("the output of %v does not match %q", p.Command.Args, p.Command.Pattern)
 	}
 	return "", fmt.Errorf("the manifest names no proof")
+}
+
+// match finds the variable in a printed environment, one NAME=value a
+// line: the first whose value matches, of the variables NamePattern
+// matches, or the variable Name.
+func (e *EnvProof) match(output string) (string, error) {
+	re, err := regexp.Compile(e.Pattern)
+	if err != nil {
+		return "", err
+	}
+	named := func(name string) bool { return name == e.Name }
+	if e.NamePattern != "" {
+		nameRE, err := regexp.Compile(e.NamePattern)
+		if err != nil {
+			return "", err
+		}
+		named = nameRE.MatchString
+	}
+	var seen []string
+	for _, line := range strings.Split(output, "\n") {
+		name, v, ok := strings.Cut(strings.TrimRight(line, "\r"), "=")
+		if !ok || !named(name) {
+			continue
+		}
+		if re.MatchString(v) {
+			return v, nil
+		}
+		seen = append(seen, fmt.Sprintf("%s=%q", name, v))
+	}
+	switch {
+	case len(seen) > 0 && e.NamePattern == "":
+		return "", fmt.Errorf("%s does not match %q", seen[0], e.Pattern)
+	case len(seen) > 0:
+		return "", fmt.Errorf("of the variables whose name matches %q, none has a value matching %q: %s", e.NamePattern, e.Pattern, strings.Join(seen, ", "))
+	case e.NamePattern != "":
+		return "", fmt.Errorf("the container's environment has no variable whose name matches %q", e.NamePattern)
+	}
+	return "", fmt.Errorf("the container's environment has no %s", e.Name)
 }

@@ -157,6 +157,13 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"empty pattern", withProof("  env: {name: GPU_DEVICE_0}\n"), []string{"proof.env.pattern: Required"}},
 		{"bad env name", withProof("  env: {name: 0GPU, pattern: gpu}\n"), []string{"proof.env.name: Invalid value", `"0GPU"`}},
 		{"command without args", withProof("  command: {pattern: gpu}\n"), []string{"proof.command.args: Required"}},
+		{"env without a name", withProof("  env: {pattern: gpu}\n"), []string{"proof.env.name: Required", "exactly one of name", "namePattern"}},
+		{
+			"env name and name pattern", withProof("  env: {name: GPU_DEVICE_0, namePattern: \"^GPU_DEVICE_[0-9]+$\", pattern: gpu}\n"),
+			[]string{"proof.env: Forbidden", "exactly one of name and namePattern, not both"},
+		},
+		{"bad env name pattern", withProof("  env: {namePattern: \"^GPU_DEVICE_[0-9+$\", pattern: gpu}\n"), []string{"proof.env.namePattern: Invalid value", "missing closing ]"}},
+		{"misspelt env name pattern", withProof("  env: {name_pattern: \"^GPU_DEVICE_[0-9]+$\", pattern: gpu}\n"), []string{`unknown field "proof.env.name_pattern"`}},
 		{"prioritized list without classes", minimal + "capabilities: {DRAPrioritizedList: true}\n", []string{"prioritizedClasses: Required", "DRAPrioritizedList is enabled"}},
 		{"prioritized list of one", minimal + "prioritizedClasses: [a.example.com]\n", []string{"prioritizedClasses: Too few"}},
 		{"prioritized list of nine", minimal + "prioritizedClasses: [a, b, c, d, e, f, g, h, i]\n", []string{"prioritizedClasses: Too many"}},
@@ -239,11 +246,54 @@ func TestProofMatch(t *testing.T) {
 			t.Errorf("env proof of %q = %v, want an error containing %q", out, err, want)
 		}
 	}
+	// A driver naming the variable after the device: gpu-3 sets
+	// GPU_DEVICE_3, and a proof naming one variable would hold only while
+	// that device is free.
+	perDevice := Proof{Env: &EnvProof{NamePattern: "^GPU_DEVICE_[0-9]+$", Pattern: "^gpu-[0-9]+$"}}
+	if v, err := perDevice.Match("PATH=/bin\nGPU_DEVICE_3_UUID=GPU-3\nGPU_DEVICE_3=gpu-3\n"); err != nil || v != "gpu-3" {
+		t.Errorf("env proof by name pattern = %q, %v; want gpu-3", v, err)
+	}
+	for out, want := range map[string]string{
+		"PATH=/bin\nGPU_DEVICE_3_UUID=GPU-3\n": `has no variable whose name matches "^GPU_DEVICE_[0-9]+$"`,
+		"GPU_DEVICE_3=cpu\nGPU_DEVICE_4=\n":    `none has a value matching "^gpu-[0-9]+$": GPU_DEVICE_3="cpu", GPU_DEVICE_4=""`,
+	} {
+		if _, err := perDevice.Match(out); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("env proof by name pattern of %q = %v, want an error containing %q", out, err, want)
+		}
+	}
 	cmd := Proof{Command: &CommandProof{Args: []string{"nvidia-smi", "-L"}, Pattern: `GPU 0: NVIDIA \S+`}}
 	if v, err := cmd.Match("GPU 0: NVIDIA H100 (UUID: GPU-1)"); err != nil || v != "GPU 0: NVIDIA H100" {
 		t.Errorf("command proof = %q, %v", v, err)
 	}
 	if _, err := cmd.Match("No devices were found"); err == nil {
 		t.Error("command proof matched output without a GPU")
+	}
+}
+
+// A name pattern is decoded strictly like the rest and written back as it
+// was read.
+func TestEnvNamePatternRoundTrips(t *testing.T) {
+	data := strings.Replace(minimal, "command: {args: [nvidia-smi, -L], pattern: \"GPU [0-9]+\"}", "env: {namePattern: \"^GPU_DEVICE_[0-9]+$\", pattern: \"^gpu-[0-9]+$\"}", 1)
+	m, err := Parse("driver.yaml", []byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := EnvProof{NamePattern: "^GPU_DEVICE_[0-9]+$", Pattern: "^gpu-[0-9]+$"}
+	if m.Proof.Env == nil || *m.Proof.Env != want {
+		t.Fatalf("proof.env = %+v, want %+v", m.Proof.Env, want)
+	}
+	written, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(written), `"name":`) {
+		t.Errorf("written manifest has an empty name beside namePattern: %s", written)
+	}
+	again, err := Parse("written.yaml", written)
+	if err != nil {
+		t.Fatalf("written manifest does not parse: %v\n%s", err, written)
+	}
+	if !reflect.DeepEqual(again, m) {
+		t.Errorf("round trip = %+v\nwant %+v", again, m)
 	}
 }
