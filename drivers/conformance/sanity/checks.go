@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -230,18 +232,14 @@ func checkConcurrent(ctx context.Context, e *env) (string, error) {
 		return "", err
 	}
 
+	ids := make([][]string, len(claims))
 	var errs []error
-	owner := map[string]*resourceapi.ResourceClaim{}
 	for i, c := range claims {
-		for _, id := range cdiIDs(prepared[i]) {
-			if other, dup := owner[id]; dup && other != c {
-				errs = append(errs, broke(rule, "CDI device %q is returned for both claim %s and claim %s, which have different devices", id, klog.KObj(other), klog.KObj(c)))
-			}
-			owner[id] = c
-		}
-		errs = append(errs, e.s.resolveCDI("cdi-ids-resolve", "returned for claim "+klog.KObj(c).String(), cdiIDs(prepared[i])))
+		ids[i] = cdiIDs(prepared[i])
+		errs = append(errs, e.s.resolveCDI("cdi-ids-resolve", "returned for claim "+klog.KObj(c).String(), ids[i]))
 	}
-	if err := errors.Join(errs...); err != nil {
+	driverWide, own, err := distinctCDIIDs(rule, claims, ids)
+	if err := errors.Join(append(errs, err)...); err != nil {
 		return "", err
 	}
 
@@ -249,7 +247,57 @@ func checkConcurrent(ctx context.Context, e *env) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%d claims prepared and unprepared in parallel, %d distinct CDI devices", len(claims), len(owner)), nil
+	msg := fmt.Sprintf("%d claims prepared and unprepared in parallel, %d CDI devices of their own", len(claims), own)
+	if len(driverWide) > 0 {
+		msg += fmt.Sprintf(", driver-wide %q with every claim", driverWide)
+	}
+	return msg, nil
+}
+
+// distinctCDIIDs requires claims with different devices to get CDI
+// devices of their own. An ID returned for every claim, whatever its
+// devices, is driver-wide: edits for every container of the node (a GPU
+// driver's control device files), legal beside a claim's own IDs. An ID
+// returned for some of the claims but not all is neither, and a claim
+// whose only IDs are driver-wide gets nothing that tells its devices from
+// another claim's. It returns the driver-wide IDs and how many IDs are
+// the claims' own.
+func distinctCDIIDs(rule string, claims []*resourceapi.ResourceClaim, ids [][]string) (driverWide []string, own int, err error) {
+	claimsOf := map[string][]int{}
+	for i := range claims {
+		for _, id := range slices.Compact(slices.Sorted(slices.Values(ids[i]))) {
+			claimsOf[id] = append(claimsOf[id], i)
+		}
+	}
+	ownOf := make([]int, len(claims))
+	var errs []error
+	for _, id := range slices.Sorted(maps.Keys(claimsOf)) {
+		of := claimsOf[id]
+		switch {
+		case len(of) == len(claims) && len(claims) > 1:
+			driverWide = append(driverWide, id)
+		case len(of) > 1:
+			var with, without []string
+			for i, c := range claims {
+				if slices.Contains(of, i) {
+					with = append(with, klog.KObj(c).String())
+				} else {
+					without = append(without, klog.KObj(c).String())
+				}
+			}
+			errs = append(errs, broke(rule, "CDI device %q is returned for claims %s, which have different devices, and not for %s: it is neither a claim's own nor driver-wide (returned for every claim)",
+				id, strings.Join(with, ", "), strings.Join(without, ", ")))
+		default:
+			ownOf[of[0]]++
+			own++
+		}
+	}
+	for i, c := range claims {
+		if ownOf[i] == 0 && len(ids[i]) > 0 {
+			errs = append(errs, broke(rule, "claim %s gets no CDI device of its own, only %q, which every claim gets whatever its devices: its container could not tell its device from another claim's", klog.KObj(c), ids[i]))
+		}
+	}
+	return driverWide, own, errors.Join(errs...)
 }
 
 // parallel calls f(0) to f(n-1) at once and joins their errors. A panic

@@ -97,7 +97,7 @@ func Checks() []Check {
 		{Name: "prepare-idempotent", Rule: "preparing an already prepared claim succeeds and returns the same devices and CDI IDs", run: checkPrepareIdempotent},
 		{Name: "unprepare-idempotent", Rule: "NodeUnprepareResources succeeds for a prepared claim, and again for the claim once unprepared", run: checkUnprepareIdempotent},
 		{Name: "unknown-claim", Rule: "NodePrepareResources of a claim missing from the API fails for that claim and leaves the plugin answering; NodeUnprepareResources of a never-prepared claim succeeds", run: checkUnknownClaim},
-		{Name: "concurrent", Rule: "claims prepared in parallel calls, each with its own device, all succeed with distinct CDI IDs that resolve, and unprepare in parallel", run: checkConcurrent},
+		{Name: "concurrent", Rule: "claims prepared in parallel calls, each with its own device, all succeed, each with CDI IDs of its own that no other claim gets (an ID returned with every claim is driver-wide and allowed beside them), all resolving, and unprepare in parallel", run: checkConcurrent},
 		{Name: "restart", Rule: "after a restart the driver registers again, the CDI IDs of the claims it had prepared still resolve, preparing them again returns the same IDs, and unpreparing them succeeds", run: checkRestart},
 	}
 }

@@ -2,10 +2,12 @@ package sanity_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +26,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2/ktesting"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
 
 const (
@@ -217,7 +220,9 @@ func (n *node) leftovers() {
 	if len(claims.Items) > 0 {
 		n.t.Errorf("claims left behind: %d, first %s", len(claims.Items), claims.Items[0].Name)
 	}
-	if specs, _ := os.ReadDir(n.opts.CDIDir); len(specs) > 0 {
+	specs, _ := os.ReadDir(n.opts.CDIDir)
+	specs = slices.DeleteFunc(specs, func(e os.DirEntry) bool { return e.Name() == extraSpec })
+	if len(specs) > 0 {
 		n.t.Errorf("CDI specs left behind: %v", specs)
 	}
 }
@@ -251,27 +256,37 @@ func TestSanityTestOnKitDriver(t *testing.T) {
 	n.leftovers()
 }
 
-// ghostCDI is a driver that prepares devices but hands the kubelet CDI
-// IDs that no spec defines: containers would fail to start.
-type ghostCDI struct{ *kit.Driver }
+// cdiRewriter is a driver that prepares devices with the kit but hands
+// the kubelet the CDI IDs rewrite makes of each device's, and defines the
+// extra CDI devices it names in a spec of its own: a double of a driver's
+// way of naming CDI devices.
+type cdiRewriter struct {
+	*kit.Driver
+	rewrite func(d kubeletplugin.Device) []string
+}
 
-func (g ghostCDI) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	results, err := g.Driver.PrepareResourceClaims(ctx, claims)
-	for uid, r := range results {
-		devices := make([]kubeletplugin.Device, len(r.Devices))
-		for i, d := range r.Devices {
+func (r cdiRewriter) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	results, err := r.Driver.PrepareResourceClaims(ctx, claims)
+	for uid, res := range results {
+		devices := make([]kubeletplugin.Device, len(res.Devices))
+		for i, d := range res.Devices {
 			// A new slice: the kit's own shares memory with its checkpoint.
-			d.CDIDeviceIDs = []string{cdiKind + "=ghost-" + d.DeviceName}
+			d.CDIDeviceIDs = r.rewrite(d)
 			devices[i] = d
 		}
-		r.Devices = devices
-		results[uid] = r
+		res.Devices = devices
+		results[uid] = res
 	}
 	return results, err
 }
 
-func TestUnresolvableCDIIDsFailTheirRule(t *testing.T) {
-	n := newNode(t, 4)
+// extraSpec is a cdiRewriter's own CDI spec, which lives as long as the
+// driver.
+const extraSpec = "test.dev-gpu-extra.json"
+
+// serveRewritingCDI makes the node's driver a cdiRewriter; extra names the
+// CDI devices (of kind cdiKind) its spec defines, which resolve.
+func (n *node) serveRewritingCDI(rewrite func(d kubeletplugin.Device) []string, extra ...string) {
 	n.start = func() (func(), error) {
 		// The kit driver registers in a registry the checks do not read
 		// and keeps publishing the slice; the double registers in the
@@ -285,12 +300,27 @@ func TestUnresolvableCDIIDsFailTheirRule(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		pluginDir := filepath.Join(n.dir, "ghost")
+		specFile := filepath.Join(n.opts.CDIDir, extraSpec)
+		if len(extra) > 0 {
+			spec := cdispec.Spec{Version: cdispec.CurrentVersion, Kind: cdiKind}
+			for _, name := range extra {
+				spec.Devices = append(spec.Devices, cdispec.Device{Name: name, ContainerEdits: cdispec.ContainerEdits{Env: []string{"EXTRA=" + name}}})
+			}
+			data, err := json.Marshal(spec)
+			if err == nil {
+				err = os.WriteFile(specFile, data, 0o644)
+			}
+			if err != nil {
+				d.Stop()
+				return nil, err
+			}
+		}
+		pluginDir := filepath.Join(n.dir, "double")
 		if err := os.MkdirAll(pluginDir, 0o750); err != nil {
 			d.Stop()
 			return nil, err
 		}
-		h, err := kubeletplugin.Start(n.ctx, ghostCDI{d},
+		h, err := kubeletplugin.Start(n.ctx, cdiRewriter{Driver: d, rewrite: rewrite},
 			kubeletplugin.KubeClient(n.client),
 			kubeletplugin.NodeName(nodeName),
 			kubeletplugin.DriverName(driverName),
@@ -302,9 +332,15 @@ func TestUnresolvableCDIIDsFailTheirRule(t *testing.T) {
 			d.Stop()
 			return nil, err
 		}
-		return func() { h.Stop(); d.Stop() }, nil
+		return func() { h.Stop(); d.Stop(); _ = os.Remove(specFile) }, nil
 	}
 	n.run()
+}
+
+func TestUnresolvableCDIIDsFailTheirRule(t *testing.T) {
+	n := newNode(t, 4)
+	// IDs that no spec defines: containers would fail to start.
+	n.serveRewritingCDI(func(d kubeletplugin.Device) []string { return []string{cdiKind + "=ghost-" + d.DeviceName} })
 	want := allPass()
 	want["cdi-ids-resolve"] = "fail:cdi-ids-resolve"
 	// These need resolvable IDs too, and say which rule broke.
@@ -316,6 +352,64 @@ func TestUnresolvableCDIIDsFailTheirRule(t *testing.T) {
 		t.Errorf("cdi-ids-resolve message %q does not name the ID and the spec directory", msg)
 	}
 	n.leftovers()
+}
+
+// A driver-wide CDI device, returned with every claim beside the claim's
+// own (reference drivers put node-wide edits there), is legal: the
+// concurrent check passes and names it.
+func TestDriverWideCDIDevicePasses(t *testing.T) {
+	n := newNode(t, 4)
+	n.serveRewritingCDI(func(d kubeletplugin.Device) []string {
+		return append(slices.Clone(d.CDIDeviceIDs), cdiKind+"=common")
+	}, "common")
+	got := n.runChecks(n.config())
+	expect(t, got, allPass())
+	if msg := got["concurrent"].Message; !strings.Contains(msg, "4 claims") || !strings.Contains(msg, `driver-wide ["test.dev/gpu=common"]`) {
+		t.Errorf("concurrent message %q does not say 4 claims passed with the driver-wide device", msg)
+	}
+	n.leftovers()
+}
+
+// Claims with different devices that share a CDI device returned for some
+// claims but not all, or that get only what every claim gets, fail the
+// concurrent check, naming the ID and the claims.
+func TestSharedCDIDevicesOfClaimsFail(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		rewrite func(d kubeletplugin.Device) []string
+		extra   []string
+		want    []string
+	}{{
+		// gpu-0 and gpu-2 share one, gpu-1 and gpu-3 another.
+		name: "shared by some claims",
+		rewrite: func(d kubeletplugin.Device) []string {
+			n, _ := strconv.Atoi(strings.TrimPrefix(d.DeviceName, "gpu-"))
+			return append(slices.Clone(d.CDIDeviceIDs), fmt.Sprintf("%s=pair-%d", cdiKind, n%2))
+		},
+		extra: []string{"pair-0", "pair-1"},
+		want:  []string{`CDI device "test.dev/gpu=pair-0" is returned for claims sanity/sanity-`, "which have different devices, and not for sanity/sanity-", "neither a claim's own nor driver-wide"},
+	}, {
+		// Every claim gets the first device's edits, whatever its device.
+		name:    "only what every claim gets",
+		rewrite: func(kubeletplugin.Device) []string { return []string{cdiKind + "=first"} },
+		extra:   []string{"first"},
+		want:    []string{"gets no CDI device of its own, only [\"test.dev/gpu=first\"]"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, 4)
+			n.serveRewritingCDI(tc.rewrite, tc.extra...)
+			want := allPass()
+			want["concurrent"] = "fail:concurrent"
+			got := n.runChecks(n.config())
+			expect(t, got, want)
+			for _, w := range tc.want {
+				if msg := got["concurrent"].Message; !strings.Contains(msg, w) {
+					t.Errorf("concurrent message %q does not say %q", msg, w)
+				}
+			}
+			n.leftovers()
+		})
+	}
 }
 
 func TestDriverForgettingClaimsOnRestartFails(t *testing.T) {
