@@ -122,3 +122,29 @@ func TestInventoryIsDeterministicPerNode(t *testing.T) {
 		}
 	}
 }
+
+// The node's name is the fake inventory's node-wide edit, set once per
+// container rather than per GPU.
+func TestNodeEditsNameTheNode(t *testing.T) {
+	p, err := LookupProfile("l4-24gb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := &Inventory{Node: "gpu-l4", Profile: p, Count: 2}
+	if got := inv.NodeEdits(); len(got.Env) != 1 || got.Env[NodeEnv] != "gpu-l4" || got.DeviceNodes != nil {
+		t.Errorf("node edits = %+v, want only %s=gpu-l4", got, NodeEnv)
+	}
+	devs, err := inv.Devices(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range devs {
+		for _, env := range []map[string]string{d.Env, d.ClaimEnv} {
+			for k, v := range env {
+				if k == NodeEnv || v == "gpu-l4" {
+					t.Errorf("%s sets %s=%s itself", d.API.Name, k, v)
+				}
+			}
+		}
+	}
+}

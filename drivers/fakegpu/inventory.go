@@ -18,7 +18,16 @@ type Inventory struct {
 	Count   int
 }
 
-var _ kit.Inventory = &Inventory{}
+var _ kit.NodeWideInventory = &Inventory{}
+
+// NodeEnv names the node in a container of any of its fake GPUs: the fake
+// inventory's node-wide edit, as real GPUs' control device files are.
+const NodeEnv = "DRALAB_GPU_NODE"
+
+// NodeEdits implements kit.NodeWideInventory.
+func (inv *Inventory) NodeEdits() kit.ContainerEdits {
+	return kit.ContainerEdits{Env: map[string]string{NodeEnv: inv.Node}}
+}
 
 // rootBuses are the PCIe root complexes' bus numbers; two GPUs share each
 // root, as on an 8-GPU server with PCIe switches.

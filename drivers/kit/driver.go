@@ -3,8 +3,9 @@
 // k8s.io/dynamic-resource-allocation/kubeletplugin, and claims are prepared
 // by writing one CDI spec per claim with the CDI library and remembered in
 // an atomically written checkpoint, so that a restarted driver neither
-// forgets a prepared claim nor prepares one twice. Drivers differ only in
-// their Inventory.
+// forgets a prepared claim nor prepares one twice. What the whole node's
+// containers share (a GPU driver's control device files) is one more CDI
+// device, the same for every claim. Drivers differ only in their Inventory.
 package kit
 
 import (
@@ -14,6 +15,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -26,6 +28,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
+	"tags.cncf.io/container-device-interface/pkg/parser"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/dralab/dralab/internal/natural"
@@ -44,13 +47,42 @@ type Device struct {
 	// commas, as NVIDIA_VISIBLE_DEVICES lists a claim's GPUs.
 	ClaimEnv map[string]string
 	// DeviceNodes are host device files the container gets.
-	DeviceNodes []string
+	DeviceNodes []DeviceNode
 }
+
+// DeviceNode is a host device file a container gets.
+type DeviceNode struct {
+	// Path is the file's path in the container.
+	Path string
+	// HostPath is the file on the host, Path if empty: a device driver
+	// installed by a container may keep its device files elsewhere.
+	HostPath string
+}
+
+// ContainerEdits are what a container gets besides its devices' own
+// variables: environment variables and host device files.
+type ContainerEdits struct {
+	Env         map[string]string
+	DeviceNodes []DeviceNode
+}
+
+func (e ContainerEdits) empty() bool { return len(e.Env) == 0 && len(e.DeviceNodes) == 0 }
 
 // Inventory lists a node's devices.
 type Inventory interface {
 	// Devices returns the devices in a stable order with stable names.
 	Devices(ctx context.Context) ([]Device, error)
+}
+
+// NodeWideInventory is an Inventory whose devices need container edits of
+// the whole node rather than of one device, such as a GPU driver's control
+// device files. The driver writes them once, as the CDI device
+// <CDIKind>=node in a spec file of its own, and lists that device with
+// every prepared device, so a container gets them once whatever its claims.
+type NodeWideInventory interface {
+	Inventory
+	// NodeEdits returns the node-wide edits; empty ones are no CDI device.
+	NodeEdits() ContainerEdits
 }
 
 // Options configure a driver on one node.
@@ -84,6 +116,11 @@ type Driver struct {
 	helper  *kubeletplugin.Helper
 	cdi     *cdi.Cache
 	devices map[string]Device
+	// nodeEdits are the node-wide edits, nodeDevice their CDI device ID
+	// ("" without any), nodeSpec the name of their spec file.
+	nodeEdits  ContainerEdits
+	nodeDevice string
+	nodeSpec   string
 
 	mu sync.Mutex
 	cp *Checkpoint
@@ -150,7 +187,17 @@ func newDriver(ctx context.Context, opts Options) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	klog.FromContext(ctx).Info("Driver ready", "driver", opts.DriverName, "node", opts.NodeName, "devices", len(d.devices), "preparedClaims", len(d.cp.Claims))
+	d.nodeSpec = cdi.GenerateSpecName(parser.ParseQualifier(opts.CDIKind)) + ".json"
+	if nw, ok := opts.Inventory.(NodeWideInventory); ok {
+		if d.nodeEdits = nw.NodeEdits(); !d.nodeEdits.empty() {
+			d.nodeDevice = opts.CDIKind + "=" + nodeDeviceName
+		}
+	}
+	// Rewritten: the node's edits may have changed since the spec was.
+	if err := d.syncNodeSpec(true); err != nil {
+		return nil, fmt.Errorf("node-wide CDI spec: %w", err)
+	}
+	klog.FromContext(ctx).Info("Driver ready", "driver", opts.DriverName, "node", opts.NodeName, "devices", len(d.devices), "preparedClaims", len(d.cp.Claims), "nodeDevice", d.nodeDevice)
 	return d, nil
 }
 
@@ -208,8 +255,11 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		if err := d.ensureSpec(claim.UID, prepared); err != nil {
 			return nil, err
 		}
+		if err := d.syncNodeSpec(false); err != nil {
+			return nil, fmt.Errorf("node-wide CDI spec: %w", err)
+		}
 		logger.V(2).Info("Claim already prepared")
-		return toPluginDevices(prepared.Devices), nil
+		return d.pluginDevices(prepared.Devices), nil
 	}
 	if claim.Status.Allocation == nil {
 		return nil, fmt.Errorf("claim %s is not allocated", klog.KObj(claim))
@@ -261,8 +311,13 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		_ = d.removeSpec(prepared.CDISpec)
 		return nil, fmt.Errorf("checkpointing claim %s: %w", klog.KObj(claim), err)
 	}
+	// After the checkpoint: a claim that fails here is prepared but for
+	// the node's spec, which the kubelet's retry writes.
+	if err := d.syncNodeSpec(false); err != nil {
+		return nil, fmt.Errorf("node-wide CDI spec: %w", err)
+	}
 	logger.V(1).Info("Prepared claim", "devices", len(prepared.Devices))
-	return toPluginDevices(prepared.Devices), nil
+	return d.pluginDevices(prepared.Devices), nil
 }
 
 // configEnv is what the opaque configurations addressed to this driver make
@@ -318,10 +373,50 @@ func (d *Driver) edits(n int, dev Device, pd PreparedDevice) cdispec.ContainerEd
 	for _, kv := range deviceEnv(d.opts.EnvPrefix, n, dev) {
 		edits.Env = append(edits.Env, kv[0]+"="+kv[1])
 	}
-	for _, path := range dev.DeviceNodes {
-		edits.DeviceNodes = append(edits.DeviceNodes, &cdispec.DeviceNode{Path: path})
-	}
+	edits.DeviceNodes = cdiDeviceNodes(dev.DeviceNodes)
 	return edits
+}
+
+func cdiDeviceNodes(nodes []DeviceNode) []*cdispec.DeviceNode {
+	var out []*cdispec.DeviceNode
+	for _, n := range nodes {
+		out = append(out, &cdispec.DeviceNode{Path: n.Path, HostPath: n.HostPath})
+	}
+	return out
+}
+
+// nodeDeviceName names the node-wide CDI device; claims' devices are named
+// <claim UID>-<device>, never this.
+const nodeDeviceName = "node"
+
+// syncNodeSpec keeps the node-wide CDI spec exactly while a claim is
+// prepared: the kubelet may create a container of a prepared claim at any
+// time (and keeps the CDI IDs it got, whatever the driver's configuration
+// becomes), while with no claim prepared the driver leaves nothing in the
+// CDI directory. rewrite writes the spec even if it exists.
+func (d *Driver) syncNodeSpec(rewrite bool) error {
+	if len(d.cp.Claims) == 0 {
+		return d.removeSpec(d.nodeSpec)
+	}
+	if d.nodeDevice == "" {
+		// A spec of an earlier configuration stays for the claims
+		// prepared with it.
+		return nil
+	}
+	if !rewrite {
+		if _, err := os.Stat(filepath.Join(d.opts.CDIDir, d.nodeSpec)); err == nil {
+			return nil
+		}
+	}
+	edits := cdispec.ContainerEdits{DeviceNodes: cdiDeviceNodes(d.nodeEdits.DeviceNodes)}
+	for _, k := range slices.Sorted(maps.Keys(d.nodeEdits.Env)) {
+		edits.Env = append(edits.Env, k+"="+d.nodeEdits.Env[k])
+	}
+	spec := &cdispec.Spec{
+		Version: cdispec.CurrentVersion, Kind: d.opts.CDIKind,
+		Devices: []cdispec.Device{{Name: nodeDeviceName, ContainerEdits: edits}},
+	}
+	return d.cdi.WriteSpec(spec, d.nodeSpec)
 }
 
 // ensureSpec rewrites a prepared claim's CDI spec if it went missing.
@@ -397,7 +492,8 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 func (d *Driver) unprepare(ctx context.Context, c kubeletplugin.NamespacedObject) error {
 	prepared, ok := d.cp.Claims[c.UID]
 	if !ok {
-		return nil
+		// The retry of an unprepare whose node spec removal failed.
+		return d.syncNodeSpec(false)
 	}
 	if err := d.removeSpec(prepared.CDISpec); err != nil {
 		return fmt.Errorf("removing CDI spec of claim %s: %w", c.NamespacedName, err)
@@ -406,6 +502,9 @@ func (d *Driver) unprepare(ctx context.Context, c kubeletplugin.NamespacedObject
 	if err := d.cp.save(d.opts.CheckpointPath); err != nil {
 		d.cp.Claims[c.UID] = prepared
 		return fmt.Errorf("checkpointing claim %s: %w", c.NamespacedName, err)
+	}
+	if err := d.syncNodeSpec(false); err != nil {
+		return fmt.Errorf("claim %s unprepared, but the node-wide CDI spec: %w", c.NamespacedName, err)
 	}
 	klog.FromContext(ctx).V(1).Info("Unprepared claim", "claim", c.NamespacedName, "uid", c.UID)
 	return nil
@@ -423,10 +522,17 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, _ chan<- kubeletplugin.D
 	return nil
 }
 
-func toPluginDevices(in []PreparedDevice) []kubeletplugin.Device {
+// pluginDevices are a claim's devices as the kubelet gets them: each with
+// its own CDI device and the node-wide one, which is not checkpointed, as
+// it is the driver's configuration and not the claim's.
+func (d *Driver) pluginDevices(in []PreparedDevice) []kubeletplugin.Device {
 	out := make([]kubeletplugin.Device, 0, len(in))
-	for _, d := range in {
-		out = append(out, kubeletplugin.Device{Requests: d.Requests, PoolName: d.Pool, DeviceName: d.Device, CDIDeviceIDs: d.CDIDeviceIDs})
+	for _, pd := range in {
+		ids := pd.CDIDeviceIDs
+		if d.nodeDevice != "" {
+			ids = append(slices.Clip(ids), d.nodeDevice)
+		}
+		out = append(out, kubeletplugin.Device{Requests: pd.Requests, PoolName: pd.Pool, DeviceName: pd.Device, CDIDeviceIDs: ids})
 	}
 	return out
 }

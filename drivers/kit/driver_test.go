@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -33,6 +34,24 @@ const (
 type staticInventory []Device
 
 func (s staticInventory) Devices(context.Context) ([]Device, error) { return s, nil }
+
+// nodeWide is an inventory with node-wide edits.
+type nodeWide struct {
+	staticInventory
+	edits ContainerEdits
+}
+
+func (n nodeWide) NodeEdits() ContainerEdits { return n.edits }
+
+// nodeEnv is the node-wide edit of the harness's inventory.
+const nodeEnv = "GPU_NODE"
+
+// nodeSpecFile and nodeDevice are the harness driver's node-wide CDI spec
+// file and device.
+const (
+	nodeSpecFile = "test.dev-gpu.json"
+	nodeDevice   = "test.dev/gpu=node"
+)
 
 func testDevices(n int) staticInventory {
 	var devs staticInventory
@@ -73,7 +92,8 @@ func newHarness(t testing.TB, devices int, mutate ...func(*Options)) *harness {
 		DriverName: testDriver, NodeName: testNode, KubeClient: h.client,
 		RegistrarDir: filepath.Join(dir, "registry"), PluginDir: filepath.Join(dir, "plugin"),
 		CDIDir: filepath.Join(dir, "cdi"), CheckpointPath: filepath.Join(dir, "state", "checkpoint.json"),
-		CDIKind: "test.dev/gpu", EnvPrefix: "GPU_DEVICE", Inventory: testDevices(devices),
+		CDIKind: "test.dev/gpu", EnvPrefix: "GPU_DEVICE",
+		Inventory: nodeWide{testDevices(devices), ContainerEdits{Env: map[string]string{nodeEnv: testNode}}},
 	}
 	for _, m := range mutate {
 		m(&h.opts)
@@ -95,12 +115,17 @@ func (h *harness) start() {
 	}
 	h.t.Cleanup(d.Stop)
 	h.driver = d
-	conn, err := grpc.NewClient("unix://"+filepath.Join(h.opts.PluginDir, "dra.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	h.conn = drapb.NewDRAPluginClient(h.dial(filepath.Join(h.opts.PluginDir, "dra.sock")))
+}
+
+func (h *harness) dial(socket string) *grpc.ClientConn {
+	h.t.Helper()
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	h.t.Cleanup(func() { conn.Close() })
-	h.conn = drapb.NewDRAPluginClient(conn)
+	return conn
 }
 
 // restart stops the driver and starts a new one on the same checkpoint.
@@ -189,6 +214,16 @@ func (h *harness) containerEnv(ids []string) []string {
 	return spec.Process.Env
 }
 
+// cdiIDs are the CDI devices of a prepared claim, as the kubelet hands
+// them to the runtime: every device's, in order.
+func cdiIDs(res *drapb.NodePrepareResourceResponse) []string {
+	var ids []string
+	for _, d := range res.Devices {
+		ids = append(ids, d.CdiDeviceIds...)
+	}
+	return ids
+}
+
 func TestPrepareWritesCDISpecAndIsIdempotent(t *testing.T) {
 	h := newHarness(t, 4)
 	c := h.claim("one", "gpu-2", "gpu-3")
@@ -196,11 +231,7 @@ func TestPrepareWritesCDISpecAndIsIdempotent(t *testing.T) {
 	if first.Error != "" || len(first.Devices) != 2 {
 		t.Fatalf("prepare = %+v", first)
 	}
-	var ids []string
-	for _, d := range first.Devices {
-		ids = append(ids, d.CdiDeviceIds...)
-	}
-	env := strings.Join(h.containerEnv(ids), "\n") + "\n"
+	env := strings.Join(h.containerEnv(cdiIDs(first)), "\n") + "\n"
 	for _, want := range []string{"GPU_DEVICE_0=gpu-2", "GPU_DEVICE_0_UUID=uuid-gpu-2", "GPU_DEVICE_1=gpu-3", "VISIBLE_DEVICES=uuid-gpu-2,uuid-gpu-3\n"} {
 		if !strings.Contains(env, want) {
 			t.Errorf("container env lacks %s:\n%s", want, env)
@@ -210,8 +241,8 @@ func TestPrepareWritesCDISpecAndIsIdempotent(t *testing.T) {
 	if again.Error != "" || fmt.Sprint(again.Devices) != fmt.Sprint(first.Devices) {
 		t.Errorf("second prepare = %+v, want %+v", again, first)
 	}
-	if files := h.specFiles(); len(files) != 1 {
-		t.Errorf("CDI specs after two prepares of one claim: %v", files)
+	if files := h.specFiles(); len(files) != 2 || !slices.Contains(files, nodeSpecFile) {
+		t.Errorf("CDI specs after two prepares of one claim: %v, want the claim's and %s", files, nodeSpecFile)
 	}
 	if got := h.unprepare(c)[string(c.UID)]; got.Error != "" {
 		t.Fatalf("unprepare: %s", got.Error)
@@ -404,7 +435,99 @@ func TestOpaqueConfig(t *testing.T) {
 	if !strings.Contains(res.Error, "bad parameters") || !strings.Contains(res.Error, "ns/misconfigured") {
 		t.Errorf("prepare of a misconfigured claim: error %q, want the driver's error naming the claim", res.Error)
 	}
-	if files := h.specFiles(); len(files) != 1 {
-		t.Errorf("CDI specs: %v, want only the configured claim's", files)
+	if files := h.specFiles(); len(files) != 2 || !slices.Contains(files, nodeSpecFile) {
+		t.Errorf("CDI specs: %v, want only the configured claim's and %s", files, nodeSpecFile)
+	}
+}
+
+// Every prepared device lists the node-wide CDI device besides its own;
+// a container gets the node-wide edits once whatever its claims; the spec
+// is there exactly while a claim is prepared, is rewritten by a restarted
+// driver with the node's edits of the day, and a lost one is written again.
+func TestNodeWideDevice(t *testing.T) {
+	h := newHarness(t, 3)
+	a, b := h.claim("a", "gpu-0", "gpu-1"), h.claim("b", "gpu-2")
+	res := h.prepare(a, b)
+	resA, resB := res[string(a.UID)], res[string(b.UID)]
+	if resA.Error != "" || resB.Error != "" {
+		t.Fatalf("prepare: %q, %q", resA.Error, resB.Error)
+	}
+	own := map[string]string{}
+	for name, r := range map[string]*drapb.NodePrepareResourceResponse{"a": resA, "b": resB} {
+		for _, d := range r.Devices {
+			if len(d.CdiDeviceIds) != 2 || d.CdiDeviceIds[1] != nodeDevice {
+				t.Errorf("claim %s, device %s: CDI devices %q, want its own and then %s", name, d.DeviceName, d.CdiDeviceIds, nodeDevice)
+				continue
+			}
+			if other, dup := own[d.CdiDeviceIds[0]]; dup {
+				t.Errorf("CDI device %s is both claim %s's and claim %s's", d.CdiDeviceIds[0], other, name)
+			}
+			own[d.CdiDeviceIds[0]] = name
+		}
+	}
+	env := h.containerEnv(append(cdiIDs(resA), cdiIDs(resB)...))
+	if n := countPrefix(env, nodeEnv+"="); n != 1 || !slices.Contains(env, nodeEnv+"="+testNode) {
+		t.Errorf("container of both claims: %s set %d times, want once to %s:\n%s", nodeEnv, n, testNode, strings.Join(env, "\n"))
+	}
+	if files := h.specFiles(); len(files) != 3 || !slices.Contains(files, nodeSpecFile) {
+		t.Errorf("CDI specs of two claims: %v, want one per claim and %s", files, nodeSpecFile)
+	}
+
+	// A lost spec is written again when the kubelet prepares again.
+	if err := os.Remove(filepath.Join(h.opts.CDIDir, nodeSpecFile)); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.prepare(a)[string(a.UID)]; got.Error != "" {
+		t.Fatal(got.Error)
+	}
+	if files := h.specFiles(); !slices.Contains(files, nodeSpecFile) {
+		t.Errorf("CDI specs after a lost node spec and a prepare: %v", files)
+	}
+
+	// A restart rewrites it with the node's edits of the day; the kubelet's
+	// CDI devices from before still resolve.
+	h.opts.Inventory = nodeWide{testDevices(3), ContainerEdits{Env: map[string]string{nodeEnv: "renamed"}}}
+	h.restart()
+	if env := h.containerEnv(cdiIDs(resA)); !slices.Contains(env, nodeEnv+"=renamed") {
+		t.Errorf("after a restart with new node edits, the container env is:\n%s", strings.Join(env, "\n"))
+	}
+
+	if got := h.unprepare(a)[string(a.UID)]; got.Error != "" {
+		t.Fatal(got.Error)
+	}
+	if files := h.specFiles(); len(files) != 2 || !slices.Contains(files, nodeSpecFile) {
+		t.Errorf("CDI specs with claim b prepared: %v, want b's and %s", files, nodeSpecFile)
+	}
+	if got := h.unprepare(b)[string(b.UID)]; got.Error != "" {
+		t.Fatal(got.Error)
+	}
+	if files := h.specFiles(); len(files) != 0 {
+		t.Errorf("CDI specs with no claim prepared: %v, want none", files)
+	}
+}
+
+func countPrefix(list []string, prefix string) int {
+	n := 0
+	for _, s := range list {
+		if strings.HasPrefix(s, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// An inventory without node-wide edits has no node-wide device.
+func TestNoNodeWideDevice(t *testing.T) {
+	h := newHarness(t, 1, func(o *Options) { o.Inventory = testDevices(1) })
+	c := h.claim("c", "gpu-0")
+	res := h.prepare(c)[string(c.UID)]
+	if res.Error != "" {
+		t.Fatal(res.Error)
+	}
+	if ids := cdiIDs(res); len(ids) != 1 || ids[0] == nodeDevice {
+		t.Errorf("CDI devices %q, want the claim's own only", ids)
+	}
+	if files := h.specFiles(); len(files) != 1 || slices.Contains(files, nodeSpecFile) {
+		t.Errorf("CDI specs: %v, want the claim's only", files)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -67,13 +68,18 @@ type Inventory struct {
 	// SysfsRoot is where sysfs is mounted, "/sys" if empty; the PCIe root
 	// complexes are read from it.
 	SysfsRoot string
-	// OmitDeviceNodes leaves the device files out of the devices: a mock
-	// backend's GPUs have none, and the container runtime fails to create
-	// a container whose CDI device files it cannot stat.
+	// OmitDeviceNodes leaves the device files out of the devices and of the
+	// node's edits: a mock backend's GPUs have none, and the container
+	// runtime fails to create a container whose CDI device files it cannot
+	// stat.
 	OmitDeviceNodes bool
+	// DevRoot is the host directory holding NVIDIA's device files, "/dev"
+	// if empty: a driver installed by a driver container keeps them
+	// elsewhere. Containers see them in /dev whatever it is.
+	DevRoot string
 }
 
-var _ kit.Inventory = &Inventory{}
+var _ kit.NodeWideInventory = &Inventory{}
 
 // Device attribute names: those of NVIDIA's DRA driver, which the fake
 // driver publishes too.
@@ -96,10 +102,29 @@ const (
 const VisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES"
 
 // controlNodes are the device files every CUDA process opens besides its
-// GPUs' own. Each GPU lists them: a claim of any of its GPUs needs them,
-// and CDI replaces a device file already in the container rather than
-// adding it twice.
-var controlNodes = []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
+// GPUs' own: the node's, not any one GPU's, so they are node-wide edits.
+var controlNodes = []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}
+
+// NodeEdits implements kit.NodeWideInventory: the control device files.
+func (inv *Inventory) NodeEdits() kit.ContainerEdits {
+	var edits kit.ContainerEdits
+	if inv.OmitDeviceNodes {
+		return edits
+	}
+	for _, name := range controlNodes {
+		edits.DeviceNodes = append(edits.DeviceNodes, inv.deviceNode(name))
+	}
+	return edits
+}
+
+// deviceNode is the device file /dev/<name>, found in DevRoot on the host.
+func (inv *Inventory) deviceNode(name string) kit.DeviceNode {
+	n := kit.DeviceNode{Path: "/dev/" + name}
+	if inv.DevRoot != "" {
+		n.HostPath = filepath.Join(inv.DevRoot, name)
+	}
+	return n
+}
 
 // DeviceName is the name of the GPU with the given minor number.
 func DeviceName(minor int) string { return fmt.Sprintf("gpu-%d", minor) }
@@ -193,7 +218,7 @@ func (inv *Inventory) device(logger klog.Logger, g GPU) kit.Device {
 		dev.ClaimEnv = map[string]string{VisibleDevicesEnv: g.UUID}
 	}
 	if !inv.OmitDeviceNodes {
-		dev.DeviceNodes = append([]string{fmt.Sprintf("/dev/nvidia%d", g.Minor)}, controlNodes...)
+		dev.DeviceNodes = []kit.DeviceNode{inv.deviceNode(fmt.Sprintf("nvidia%d", g.Minor))}
 	}
 	return dev
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/fakegpu"
+	"github.com/dralab/dralab/drivers/kit"
 	"github.com/dralab/dralab/drivers/nvml/internal/fakesysfs"
 )
 
@@ -83,8 +84,12 @@ func TestAttributesMatchTheFakeDriver(t *testing.T) {
 	if want := map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-00000000:3B:00.0"}; !reflect.DeepEqual(got.ClaimEnv, want) {
 		t.Errorf("claim env = %v, want %v", got.ClaimEnv, want)
 	}
-	if want := []string{"/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}; !reflect.DeepEqual(got.DeviceNodes, want) {
+	if want := []kit.DeviceNode{{Path: "/dev/nvidia0"}}; !reflect.DeepEqual(got.DeviceNodes, want) {
 		t.Errorf("device nodes = %v, want %v", got.DeviceNodes, want)
+	}
+	wantEdits := kit.ContainerEdits{DeviceNodes: []kit.DeviceNode{{Path: "/dev/nvidiactl"}, {Path: "/dev/nvidia-uvm"}, {Path: "/dev/nvidia-uvm-tools"}}}
+	if edits := inv.NodeEdits(); !reflect.DeepEqual(edits, wantEdits) {
+		t.Errorf("node edits = %+v, want %+v", edits, wantEdits)
 	}
 }
 
@@ -158,7 +163,7 @@ func TestNamedAndSortedByMinorNotIndex(t *testing.T) {
 	if !reflect.DeepEqual(names, want) {
 		t.Errorf("devices = %v, want %v", names, want)
 	}
-	if got := devs[3].DeviceNodes[0]; got != "/dev/nvidia10" {
+	if got := devs[3].DeviceNodes[0].Path; got != "/dev/nvidia10" {
 		t.Errorf("gpu-10's device file = %s", got)
 	}
 }
@@ -182,7 +187,8 @@ func TestListerErrorIsWrapped(t *testing.T) {
 
 func TestUnreportedValuesAreLeftOut(t *testing.T) {
 	g := GPU{Index: 0, Minor: 4} // NVML reported nothing else
-	devs, err := (&Inventory{Lister: fixed(g), SysfsRoot: t.TempDir(), OmitDeviceNodes: true}).Devices(context.Background())
+	inv := &Inventory{Lister: fixed(g), SysfsRoot: t.TempDir(), OmitDeviceNodes: true}
+	devs, err := inv.Devices(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,6 +205,9 @@ func TestUnreportedValuesAreLeftOut(t *testing.T) {
 	}
 	if d.ClaimEnv != nil || d.DeviceNodes != nil {
 		t.Errorf("claim env %v, device nodes %v: want none", d.ClaimEnv, d.DeviceNodes)
+	}
+	if edits := inv.NodeEdits(); edits.Env != nil || edits.DeviceNodes != nil {
+		t.Errorf("node edits %+v: want none without device files", edits)
 	}
 }
 

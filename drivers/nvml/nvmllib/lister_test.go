@@ -136,7 +136,7 @@ func checkDevice(t *testing.T, dev kit.Device, cfg gpus.Config, i int, driver, c
 	if want := map[string]string{"NVIDIA_VISIBLE_DEVICES": uuid}; !reflect.DeepEqual(dev.ClaimEnv, want) {
 		t.Errorf("%s claim env = %v, want %v", name, dev.ClaimEnv, want)
 	}
-	if len(dev.DeviceNodes) == 0 || dev.DeviceNodes[0] != fmt.Sprintf("/dev/nvidia%d", i) {
+	if len(dev.DeviceNodes) == 0 || dev.DeviceNodes[0].Path != fmt.Sprintf("/dev/nvidia%d", i) {
 		t.Errorf("%s device nodes = %v", name, dev.DeviceNodes)
 	}
 }
