@@ -7,6 +7,7 @@ godebug default=go1.26
 require (
 	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/magefile/mage v1.17.2
+	github.com/prometheus/client_golang v1.24.0
 	go.etcd.io/etcd/server/v3 v3.7.0
 	helm.sh/helm/v3 v3.22.0
 	k8s.io/cri-client v0.0.0
@@ -132,7 +133,6 @@ require (
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
 	github.com/pquerna/cachecontrol v0.1.0 // indirect
-	github.com/prometheus/client_golang v1.24.0 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.70.0 // indirect
 	github.com/prometheus/procfs v0.21.1 // indirect

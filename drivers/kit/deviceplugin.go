@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -38,6 +39,8 @@ type DevicePlugin struct {
 	devices map[string]Device
 	ids     []string
 	server  *grpc.Server
+	// registered: the kubelet accepted a registration.
+	registered atomic.Bool
 }
 
 // StartDevicePlugin serves the device-plugin API and registers with the
@@ -82,6 +85,7 @@ func (p *DevicePlugin) registerLoop(ctx context.Context) {
 				logger.Error(err, "Registering with the kubelet; will retry")
 			} else {
 				registered = info
+				p.registered.Store(true)
 				logger.Info("Registered with the kubelet's device manager", "resource", p.opts.ResourceName, "devices", len(p.ids))
 			}
 		}

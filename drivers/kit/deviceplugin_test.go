@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,6 +31,18 @@ func TestDevicePluginCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p, err := StartDevicePlugin(ctx, DevicePluginOptions{ResourceName: "test.dev/gpu", Dir: dir, Socket: "test.sock", EnvPrefix: "GPU_DEVICE", Inventory: testDevices(3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	if err := p.Ready(ctx); err == nil || !strings.Contains(err.Error(), "not registered") {
+		t.Errorf("Ready with no kubelet = %v, want not registered", err)
+	}
+
+	// The kubelet comes up after the plugin, as after a kubelet restart.
 	l, err := net.Listen("unix", filepath.Join(dir, "kubelet.sock"))
 	if err != nil {
 		t.Fatal(err)
@@ -40,19 +53,17 @@ func TestDevicePluginCounts(t *testing.T) {
 	go srv.Serve(l)
 	defer srv.Stop()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	p, err := StartDevicePlugin(ctx, DevicePluginOptions{ResourceName: "test.dev/gpu", Dir: dir, Socket: "test.sock", EnvPrefix: "GPU_DEVICE", Inventory: testDevices(3)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Stop()
-
 	var req *pluginapi.RegisterRequest
 	select {
 	case req = <-fdm.registered:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the plugin never registered")
+	}
+	// Ready once the kubelet's answer reached the plugin.
+	for deadline := time.Now().Add(10 * time.Second); p.Ready(ctx) != nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("registered, but Ready = %v after 10s", p.Ready(ctx))
+		}
 	}
 	if req.ResourceName != "test.dev/gpu" || req.Endpoint != "test.sock" || req.Version != pluginapi.Version {
 		t.Errorf("register request = %+v", req)

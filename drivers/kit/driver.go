@@ -19,6 +19,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -108,6 +110,15 @@ type Options struct {
 	// keyed like Device.Env; an error fails the claim's preparation. Nil:
 	// the driver takes no configuration and refuses any.
 	Configure func(parameters []byte) (map[string]string, error)
+	// RollingUpdateUID is the driver pod's UID, as a DaemonSet passes it
+	// from the downward API. With it the pod's sockets carry the UID, so
+	// that the kubelet talks to the new pod of a rolling update beside the
+	// old one, and the driver reads the checkpoint afresh on every call, as
+	// the other pod may have changed it; the kubelet plugin helper
+	// serializes the two pods' calls with a file lock.
+	RollingUpdateUID types.UID
+	// Metrics, if set, count the driver's prepares and unprepares.
+	Metrics *Metrics
 }
 
 // Driver is a running DRA kubelet plugin.
@@ -121,6 +132,11 @@ type Driver struct {
 	nodeEdits  ContainerEdits
 	nodeDevice string
 	nodeSpec   string
+
+	// registered is the kubelet's last word on the registration;
+	// published becomes true once the node's slices are seen in the API.
+	registered atomic.Bool
+	published  atomic.Bool
 
 	mu sync.Mutex
 	cp *Checkpoint
@@ -143,6 +159,8 @@ func Start(ctx context.Context, opts Options) (*Driver, error) {
 		kubeletplugin.RegistrarDirectoryPath(opts.RegistrarDir),
 		kubeletplugin.PluginDataDirectoryPath(opts.PluginDir),
 		kubeletplugin.HealthService(false),
+		kubeletplugin.RollingUpdate(opts.RollingUpdateUID),
+		kubeletplugin.GRPCInterceptor(d.watchRegistration),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("starting the kubelet plugin: %w", err)
@@ -197,6 +215,7 @@ func newDriver(ctx context.Context, opts Options) (*Driver, error) {
 	if err := d.syncNodeSpec(true); err != nil {
 		return nil, fmt.Errorf("node-wide CDI spec: %w", err)
 	}
+	d.opts.Metrics.setPrepared(len(d.cp.Claims))
 	klog.FromContext(ctx).Info("Driver ready", "driver", opts.DriverName, "node", opts.NodeName, "devices", len(d.devices), "preparedClaims", len(d.cp.Claims), "nodeDevice", d.nodeDevice)
 	return d, nil
 }
@@ -240,12 +259,32 @@ func (d *Driver) PreparedClaims() []types.UID {
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.reload(); err != nil {
+		return nil, err
+	}
 	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, claim := range claims {
+		start := time.Now()
 		devices, err := d.prepare(ctx, claim)
+		d.opts.Metrics.observe(opPrepare, start, err)
 		results[claim.UID] = kubeletplugin.PrepareResult{Devices: devices, Err: err}
 	}
+	d.opts.Metrics.setPrepared(len(d.cp.Claims))
 	return results, nil
+}
+
+// reload reads the checkpoint afresh during a rolling update, when the
+// other pod of the driver may have prepared or unprepared claims since.
+func (d *Driver) reload() error {
+	if d.opts.RollingUpdateUID == "" {
+		return nil
+	}
+	cp, err := loadCheckpoint(d.opts.CheckpointPath, d.opts.DriverName, d.opts.NodeName)
+	if err != nil {
+		return err
+	}
+	d.cp = cp
+	return nil
 }
 
 func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
@@ -482,10 +521,17 @@ func (d *Driver) removeSpec(name string) error {
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.reload(); err != nil {
+		return nil, err
+	}
 	results := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
-		results[c.UID] = d.unprepare(ctx, c)
+		start := time.Now()
+		err := d.unprepare(ctx, c)
+		d.opts.Metrics.observe(opUnprepare, start, err)
+		results[c.UID] = err
 	}
+	d.opts.Metrics.setPrepared(len(d.cp.Claims))
 	return results, nil
 }
 

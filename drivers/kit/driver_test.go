@@ -21,7 +21,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/utils/ptr"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 )
@@ -115,7 +117,7 @@ func (h *harness) start() {
 	}
 	h.t.Cleanup(d.Stop)
 	h.driver = d
-	h.conn = drapb.NewDRAPluginClient(h.dial(filepath.Join(h.opts.PluginDir, "dra.sock")))
+	h.conn = drapb.NewDRAPluginClient(h.dial(filepath.Join(h.opts.PluginDir, h.draSocket())))
 }
 
 func (h *harness) dial(socket string) *grpc.ClientConn {
@@ -126,6 +128,46 @@ func (h *harness) dial(socket string) *grpc.ClientConn {
 	}
 	h.t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// draSocket and registrarSocket are the file names the kubelet finds the
+// driver's sockets by: with a rolling update, names of the pod's own.
+func (h *harness) draSocket() string {
+	if uid := h.opts.RollingUpdateUID; uid != "" {
+		return "dra-" + string(uid) + ".sock"
+	}
+	return "dra.sock"
+}
+
+func (h *harness) registrarSocket() string {
+	if uid := h.opts.RollingUpdateUID; uid != "" {
+		return kubeletplugin.RollingUpdateRegistrarSocketFile(h.opts.RegistrarDir, h.opts.DriverName, uid)
+	}
+	return h.opts.DriverName + "-reg.sock"
+}
+
+// register does what the kubelet's plugin watcher does with a new
+// registration socket: GetInfo, then NotifyRegistrationStatus.
+func (h *harness) register() *registerapi.PluginInfo {
+	h.t.Helper()
+	client := registerapi.NewRegistrationClient(h.dial(filepath.Join(h.opts.RegistrarDir, h.registrarSocket())))
+	info, err := client.GetInfo(context.Background(), &registerapi.InfoRequest{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := client.NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
+		h.t.Fatal(err)
+	}
+	return info
+}
+
+// beside starts a second driver on the same node, directories and
+// checkpoint, as the new pod of a rolling update, with its pod UID.
+func (h *harness) beside(uid types.UID) *harness {
+	n := &harness{t: h.t, dir: h.dir, client: h.client, opts: h.opts}
+	n.opts.RollingUpdateUID = uid
+	n.start()
+	return n
 }
 
 // restart stops the driver and starts a new one on the same checkpoint.
@@ -529,5 +571,45 @@ func TestNoNodeWideDevice(t *testing.T) {
 	}
 	if files := h.specFiles(); len(files) != 1 || slices.Contains(files, nodeSpecFile) {
 		t.Errorf("CDI specs: %v, want the claim's only", files)
+	}
+}
+
+// With a pod UID, the driver's sockets are named for its pod, and a second
+// pod of a rolling update serves beside the first: the kubelet may prepare
+// a claim through one and unprepare it through the other, so each reads
+// the checkpoint afresh.
+func TestRollingUpdate(t *testing.T) {
+	const oldUID, newUID types.UID = "0b7c4e1e-3f0a-4d51-9c1b-2a6f1e1d9a01", "6d2f9a3c-8b4e-4f7a-a1c2-5e9b0d3f7c42"
+	old := newHarness(t, 2, func(o *Options) { o.RollingUpdateUID = oldUID })
+	next := old.beside(newUID)
+	for _, h := range []*harness{old, next} {
+		uid := h.opts.RollingUpdateUID
+		dra := filepath.Join(h.opts.PluginDir, "dra-"+string(uid)+".sock")
+		reg := filepath.Join(h.opts.RegistrarDir, kubeletplugin.RollingUpdateRegistrarSocketFile(h.opts.RegistrarDir, testDriver, uid))
+		for _, socket := range []string{dra, reg} {
+			if info, err := os.Stat(socket); err != nil || info.Mode()&os.ModeSocket == 0 {
+				t.Errorf("pod %s: socket %s: %v", uid, socket, err)
+			}
+		}
+		if info := h.register(); info.Name != testDriver || info.Endpoint != dra {
+			t.Errorf("pod %s registers as %q at %s, want %q at %s", uid, info.Name, info.Endpoint, testDriver, dra)
+		}
+	}
+
+	c, other := old.claim("c", "gpu-0"), old.claim("other", "gpu-0")
+	if got := old.prepare(c)[string(c.UID)]; got.Error != "" {
+		t.Fatal(got.Error)
+	}
+	if got := next.prepare(other)[string(other.UID)]; !strings.Contains(got.Error, "already prepared for claim ns/c") {
+		t.Errorf("the new pod prepared gpu-0 for a second claim: %q", got.Error)
+	}
+	if got := next.unprepare(c)[string(c.UID)]; got.Error != "" {
+		t.Fatal(got.Error)
+	}
+	if files := old.specFiles(); len(files) != 0 {
+		t.Errorf("CDI specs after the new pod unprepared the old pod's claim: %v", files)
+	}
+	if got := old.prepare(other)[string(other.UID)]; got.Error != "" {
+		t.Errorf("the old pod refuses gpu-0, freed by the new pod: %s", got.Error)
 	}
 }
