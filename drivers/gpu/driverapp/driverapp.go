@@ -8,8 +8,11 @@ import (
 	goflag "flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -19,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -54,6 +58,13 @@ type Options struct {
 	DevicePluginsDir string
 	CDIDir           string
 	CheckpointDir    string
+	// PodUID is the driver pod's UID: set, the kubelet plugin supports
+	// rolling updates (kubeletplugin.RollingUpdate).
+	PodUID string
+	// HealthzAddress and MetricsAddress are where /healthz and /metrics
+	// are served; empty: not served.
+	HealthzAddress string
+	MetricsAddress string
 	// List prints the inventory's devices as YAML and exits.
 	List bool
 }
@@ -102,6 +113,9 @@ Every flag can also be set through the environment variable named in brackets.`,
 	f.StringVar(&o.DevicePluginsDir, "kubelet-device-plugins-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory (device-plugin mode)")
 	f.StringVar(&o.CDIDir, "cdi-dir", "/var/run/cdi", "where CDI specs are written for the container runtime")
 	f.StringVar(&o.CheckpointDir, "checkpoint-dir", "/var/lib/dralab-driver", "where the checkpoint of prepared claims is kept")
+	f.StringVar(&o.PodUID, "pod-uid", "", "the driver pod's UID (the downward API's metadata.uid): the kubelet then talks to the new pod of a rolling update beside the old one (kubelet 1.33 or later); empty: one pod per node at a time")
+	f.StringVar(&o.HealthzAddress, "healthz-address", "", "host:port of /healthz, 200 once the kubelet has registered the driver and its ResourceSlices are published (device-plugin mode: once registered), 503 with the reason before; empty: off")
+	f.StringVar(&o.MetricsAddress, "metrics-address", "", "host:port of /metrics, the driver's Prometheus metrics (prepared claims; prepares, unprepares, their errors and durations); empty: off")
 	f.BoolVar(&o.List, "list", false, "print the devices the driver would publish, as YAML, and exit (an NVML inventory needs no cluster for it)")
 	klogFlags := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -139,10 +153,25 @@ const (
 	InventoryNVML = "nvml"
 )
 
+// podUIDPattern is a pod UID as the API server writes it.
+var podUIDPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
 // Run runs the driver until ctx ends.
 func Run(ctx context.Context, o Options) error {
 	logger := klog.FromContext(ctx).WithValues("node", o.NodeName)
 	ctx = klog.NewContext(ctx, logger)
+	if o.PodUID != "" && !podUIDPattern.MatchString(o.PodUID) {
+		return fmt.Errorf("--pod-uid (or $%s) %q is not a pod UID: want a UUID such as 6d2f9a3c-8b4e-4f7a-a1c2-5e9b0d3f7c42, the pod's metadata.uid from the downward API", envName("pod-uid"), o.PodUID)
+	}
+	// Bound before anything registers: a taken port is a failed start, not
+	// a driver the kubelet uses while its probes fail.
+	health := &kit.Health{}
+	metrics := kit.NewMetrics(gpu.DriverName)
+	stopEndpoints, err := serveEndpoints(ctx, o, health, metrics)
+	if err != nil {
+		return err
+	}
+	defer stopEndpoints()
 	var inv kit.Inventory
 	if o.Inventory != InventoryFake {
 		// NVML first: on a machine without it, that is the one thing to say.
@@ -171,22 +200,25 @@ func Run(ctx context.Context, o Options) error {
 	switch o.Mode {
 	case ModeDRA:
 		d, err := kit.Start(ctx, kit.Options{
-			DriverName:     gpu.DriverName,
-			NodeName:       o.NodeName,
-			KubeClient:     client,
-			RegistrarDir:   o.RegistrarDir,
-			PluginDir:      filepath.Join(o.PluginsDir, gpu.DriverName),
-			CDIDir:         o.CDIDir,
-			CheckpointPath: filepath.Join(o.CheckpointDir, "checkpoint.json"),
-			CDIKind:        gpu.CDIKind,
-			EnvPrefix:      gpu.EnvPrefix,
-			Inventory:      inv,
-			Configure:      gpu.Configure,
+			DriverName:       gpu.DriverName,
+			NodeName:         o.NodeName,
+			KubeClient:       client,
+			RegistrarDir:     o.RegistrarDir,
+			PluginDir:        filepath.Join(o.PluginsDir, gpu.DriverName),
+			CDIDir:           o.CDIDir,
+			CheckpointPath:   filepath.Join(o.CheckpointDir, "checkpoint.json"),
+			CDIKind:          gpu.CDIKind,
+			EnvPrefix:        gpu.EnvPrefix,
+			Inventory:        inv,
+			Configure:        gpu.Configure,
+			RollingUpdateUID: types.UID(o.PodUID),
+			Metrics:          metrics,
 		})
 		if err != nil {
 			return err
 		}
 		defer d.Stop()
+		health.Watch(d)
 	case ModeDevicePlugin:
 		p, err := kit.StartDevicePlugin(ctx, kit.DevicePluginOptions{
 			ResourceName: gpu.ExtendedResource,
@@ -199,6 +231,7 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 		defer p.Stop()
+		health.Watch(p)
 	default:
 		return fmt.Errorf("--mode %q: want %s or %s", o.Mode, ModeDRA, ModeDevicePlugin)
 	}
@@ -206,6 +239,49 @@ func Run(ctx context.Context, o Options) error {
 	<-ctx.Done()
 	logger.Info("Driver stopping")
 	return nil
+}
+
+// serveEndpoints listens on the health and metrics addresses, one
+// listener for both where they are the same, and serves them until ctx
+// ends or stop is called. A taken address is an error naming its flag.
+func serveEndpoints(ctx context.Context, o Options, health http.Handler, metrics *kit.Metrics) (stop func(), err error) {
+	type endpoint struct {
+		flag string
+		mux  *http.ServeMux
+	}
+	var order []string
+	endpoints := map[string]*endpoint{}
+	add := func(flag, address, path string, h http.Handler) {
+		if address == "" {
+			return
+		}
+		e, ok := endpoints[address]
+		if !ok {
+			e = &endpoint{flag: flag, mux: http.NewServeMux()}
+			endpoints[address] = e
+			order = append(order, address)
+		}
+		e.mux.Handle(path, h)
+	}
+	add("healthz-address", o.HealthzAddress, "/healthz", health)
+	add("metrics-address", o.MetricsAddress, "/metrics", metrics.Handler())
+	var stops []func()
+	stop = func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+	for _, address := range order {
+		e := endpoints[address]
+		l, err := net.Listen("tcp", address)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("--%s (or $%s): %w", e.flag, envName(e.flag), err)
+		}
+		stops = append(stops, kit.Serve(ctx, l, e.mux))
+		klog.FromContext(ctx).Info("Serving", "address", l.Addr().String(), "flag", e.flag)
+	}
+	return stop, nil
 }
 
 // fromNodeLabels fills the profile and GPU count from the node's labels,
