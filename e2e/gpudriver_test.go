@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,8 @@ import (
 	"sigs.k8s.io/e2e-framework/klient/wait"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/kit"
@@ -271,8 +274,12 @@ func TestDriverRestart(t *testing.T) {
 			if err := testlab.RestartDriver(ctx, labstate.Dir(st.StateDir), first.Node); err != nil {
 				t.Fatalf("the driver was not restarted: %v", err)
 			}
-			if specs := specFiles(t, cdiDir); len(specs) != 1 {
-				t.Errorf("CDI specs after restart: %v, want the prepared claim's", specs)
+			// The prepared claim's spec, and the driver-wide device's while
+			// a claim is prepared.
+			vendor, class := parser.ParseQualifier(gpu.CDIKind)
+			nodeSpec := cdi.GenerateSpecName(vendor, class) + ".json"
+			if specs := specFiles(t, cdiDir); len(specs) != 2 || !slices.Contains(specs, nodeSpec) {
+				t.Errorf("CDI specs after restart: %v, want the prepared claim's and %s", specs, nodeSpec)
 			}
 			cp := readCheckpoint(t, checkpoint)
 			if len(cp.Claims) != 1 {
