@@ -33,15 +33,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
-	"github.com/dralab/dralab/internal/devicecel"
 )
 
 // Options tune the features to the cluster.
@@ -132,7 +130,7 @@ func (s *suite) feature(name string, capability manifest.Capability, rule string
 			if c == nil {
 				t.Skipf("%s is enabled, but this suite has no check for it yet: it is not verified", capability)
 			}
-			client, err := kubernetes.NewForConfig(cfg.Client().RESTConfig())
+			client, err := kubernetes.NewForConfig(clientConfig(cfg.Client().RESTConfig()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,11 +150,33 @@ func (s *suite) feature(name string, capability manifest.Capability, rule string
 				t.Fatal(err)
 			}
 			defer k.cleanup(ctx, t)
-			if err := c(ctx, t, k); err != nil {
+			err = c(ctx, t, k)
+			if skip := (skipCheck{}); errors.As(err, &skip) {
+				t.Skip(skip.reason)
+			}
+			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
 			return ctx
 		}).Feature()
+}
+
+// skipCheck is a check that cannot apply to this driver or cluster, with
+// the reason.
+type skipCheck struct{ reason string }
+
+func (s skipCheck) Error() string { return s.reason }
+
+// clientConfig is the suite's client configuration: the checks poll a few
+// objects five times a second, which client-go's default limits (5 queries
+// a second, bursts of 10) would throttle, slowing every check and, near a
+// deadline, failing calls with the rate limiter's error.
+func clientConfig(c *rest.Config) *rest.Config {
+	c = rest.CopyConfig(c)
+	if c.QPS == 0 && c.Burst == 0 && c.RateLimiter == nil {
+		c.QPS, c.Burst = 50, 100
+	}
+	return c
 }
 
 // kit is what a check works with.
@@ -243,20 +263,22 @@ func (k *kit) remove(ctx context.Context, pods, claims []string) error {
 
 // waitGone waits until get says NotFound for every name.
 func (k *kit) waitGone(ctx context.Context, kind string, names []string, get func(context.Context, string) error) error {
-	var left []string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, k.m.Timeouts.PodRunning, true, func(ctx context.Context) (bool, error) {
-		left = nil
+	return poll(ctx, k.m.Timeouts.PodRunning, fmt.Sprintf("%s %v of %s to be deleted", kind, names, k.ns), func(ctx context.Context) (string, bool, error) {
+		var (
+			left    []string
+			lastErr error
+		)
 		for _, name := range names {
-			if err := get(ctx, name); !apierrors.IsNotFound(err) {
+			switch err := get(ctx, name); {
+			case apierrors.IsNotFound(err):
+			case err != nil:
+				left, lastErr = append(left, name), err
+			default:
 				left = append(left, name)
 			}
 		}
-		return len(left) == 0, nil
+		return fmt.Sprintf("%v remain", left), len(left) == 0, lastErr
 	})
-	if err != nil {
-		return fmt.Errorf("waited %v for %s %v of %s to be deleted; %v remain: %w", k.m.Timeouts.PodRunning, kind, names, k.ns, left, err)
-	}
-	return nil
 }
 
 // deleteEach deletes the named objects of a kind; one already gone is no
@@ -318,26 +340,18 @@ func removeLeftovers(ctx context.Context, client kubernetes.Interface, runID str
 	if err := deleteEach(ctx, "namespace", names, client.CoreV1().Namespaces().Delete); err != nil {
 		return removed, err
 	}
-	var (
-		left    []string
-		lastErr error
-	)
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	err = poll(ctx, timeout, "the namespaces of an earlier run to be deleted", func(ctx context.Context) (string, bool, error) {
 		namespaces, err := client.CoreV1().Namespaces().List(ctx, leftover)
 		if err != nil {
-			lastErr = err
-			return false, nil
+			return "", false, err
 		}
-		left = nil
+		var left []string
 		for _, ns := range namespaces.Items {
 			left = append(left, ns.Name)
 		}
-		return len(left) == 0, nil
+		return fmt.Sprintf("%v remain", left), len(left) == 0, nil
 	})
-	if err != nil {
-		return removed, fmt.Errorf("waited %v for the namespaces of an earlier run to be deleted; %v remain: %w", timeout, left, errors.Join(err, lastErr))
-	}
-	return removed, nil
+	return removed, err
 }
 
 // request asks for one device of the manifest's class.
@@ -384,52 +398,81 @@ func (k *kit) pod(ctx context.Context, name string, claims []string, mutate func
 	return err
 }
 
+// logSettle is how long the log of a running container must stay the
+// same to be all an env proof's container prints: it prints its
+// environment at once, then sleeps.
+const logSettle = time.Second
+
 // proof waits until the pod runs (or, for a command proof, has run) and
 // returns what its container proves: the env variable's value, or the
-// command output's match.
+// command output's match. It fails as soon as the evidence is in: the pod
+// failed, or its container's log, final (the container ended) or settled
+// (an env proof's), does not prove the device. The error says what the
+// pod and its log showed last.
 func (k *kit) proof(ctx context.Context, name string) (string, error) {
 	var (
-		last    string
-		lastErr error
+		proven   string
+		log      string
+		logSince time.Time
 	)
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, k.m.Timeouts.PodRunning, true, func(ctx context.Context) (bool, error) {
+	err := poll(ctx, k.m.Timeouts.PodRunning, fmt.Sprintf("pod %s to prove its device", name), func(ctx context.Context) (string, bool, error) {
 		pod, err := k.client.CoreV1().Pods(k.ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return false, err
+			return "", false, err
 		}
-		last = podState(pod)
-		if pod.Status.Phase == v1.PodFailed {
-			return false, fmt.Errorf("pod %s failed: %s", name, last)
-		}
-		if pod.Status.Phase != v1.PodRunning && pod.Status.Phase != v1.PodSucceeded {
-			return false, nil
+		state := podState(pod)
+		ended := pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed || containerEnded(pod)
+		if pod.Status.Phase != v1.PodRunning && !ended {
+			return state, false, nil
 		}
 		logs, err := k.client.CoreV1().Pods(k.ns).GetLogs(name, &v1.PodLogOptions{}).DoRaw(ctx)
-		if err != nil {
-			lastErr = err
-			return false, nil
+		switch {
+		case err != nil && pod.Status.Phase == v1.PodFailed:
+			return state, false, settle(fmt.Errorf("pod %s failed: %s; its log: %v", name, state, err))
+		case err != nil:
+			return state, false, err
 		}
-		_, err = k.m.Proof.Match(string(logs))
-		lastErr = err
-		return err == nil, nil
+		v, err := k.m.Proof.Match(string(logs))
+		switch {
+		case pod.Status.Phase == v1.PodFailed:
+			return state, false, settle(fmt.Errorf("pod %s failed: %s; its log: %s", name, state, proofResult(v, err)))
+		case err == nil:
+			proven = v
+			return state, true, nil
+		}
+		state += "; its log: " + err.Error()
+		if string(logs) != log {
+			log, logSince = string(logs), time.Now()
+		}
+		settled := k.m.Proof.Env != nil && log != "" && time.Since(logSince) >= logSettle
+		if ended || settled {
+			return state, false, settle(fmt.Errorf("pod %s does not prove its device: %w (pod: %s)", name, err, podState(pod)))
+		}
+		return state, false, nil
 	})
+	return proven, err
+}
+
+// containerEnded tells whether a container of the pod has terminated:
+// its log is then all it will print.
+func containerEnded(pod *v1.Pod) bool {
+	return slices.ContainsFunc(pod.Status.ContainerStatuses, func(c v1.ContainerStatus) bool { return c.State.Terminated != nil })
+}
+
+func proofResult(v string, err error) string {
 	if err != nil {
-		if lastErr != nil {
-			return "", fmt.Errorf("pod %s (%s) did not prove its device within %v: %w", name, last, k.m.Timeouts.PodRunning, lastErr)
-		}
-		return "", fmt.Errorf("pod %s did not run within %v: %s", name, k.m.Timeouts.PodRunning, last)
+		return err.Error()
 	}
-	logs, err := k.client.CoreV1().Pods(k.ns).GetLogs(name, &v1.PodLogOptions{}).DoRaw(ctx)
-	if err != nil {
-		return "", err
-	}
-	return k.m.Proof.Match(string(logs))
+	return fmt.Sprintf("proves %q", v)
 }
 
 // podState says why a pod is where it is: its phase, the conditions that
 // do not hold, and its containers' waiting reasons.
 func podState(pod *v1.Pod) string {
 	s := string(pod.Status.Phase)
+	if s == "" {
+		s = "no phase yet"
+	}
 	for _, c := range pod.Status.Conditions {
 		if c.Status != v1.ConditionTrue && c.Message != "" {
 			s += fmt.Sprintf("; %s: %s", c.Type, c.Message)
@@ -439,6 +482,9 @@ func podState(pod *v1.Pod) string {
 		if w := c.State.Waiting; w != nil {
 			s += fmt.Sprintf("; container %s waiting: %s %s", c.Name, w.Reason, w.Message)
 		}
+		if t := c.State.Terminated; t != nil {
+			s += fmt.Sprintf("; container %s terminated: exit code %d %s %s", c.Name, t.ExitCode, t.Reason, t.Message)
+		}
 	}
 	return s
 }
@@ -447,18 +493,18 @@ func podState(pod *v1.Pod) string {
 // to be allocated.
 func (k *kit) claimResults(ctx context.Context, name string) ([]resourceapi.DeviceRequestAllocationResult, error) {
 	var results []resourceapi.DeviceRequestAllocationResult
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, k.m.Timeouts.PodRunning, true, func(ctx context.Context) (bool, error) {
+	err := poll(ctx, k.m.Timeouts.PodRunning, fmt.Sprintf("claim %s to be allocated", name), func(ctx context.Context) (string, bool, error) {
 		c, err := k.client.ResourceV1().ResourceClaims(k.ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil || c.Status.Allocation == nil {
-			return false, nil
+		if err != nil {
+			return "", false, err
+		}
+		if c.Status.Allocation == nil {
+			return "not allocated", false, nil
 		}
 		results = c.Status.Allocation.Devices.Results
-		return true, nil
+		return "", true, nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("claim %s was not allocated within %v", name, k.m.Timeouts.PodRunning)
-	}
-	return results, nil
+	return results, err
 }
 
 // oneDevice creates a claim for one device of the class and a pod of the
@@ -544,7 +590,7 @@ func (s *suite) prioritizedList(ctx context.Context, t *testing.T, k *kit) error
 		}
 		n, err := matching(ctx, k.client, class, free)
 		if err != nil {
-			return err
+			return fmt.Errorf("the manifest's prioritizedClasses: %w", err)
 		}
 		if n > 0 {
 			want = i
@@ -581,8 +627,10 @@ func (s *suite) adminAccess(ctx context.Context, t *testing.T, k *kit) error {
 	if err != nil {
 		return err
 	}
-	req := k.request("all")
-	req.Exactly.AllocationMode = resourceapi.DeviceAllocationModeAll
+	req, err := k.everyDeviceWith(ctx, "all", node, used)
+	if err != nil {
+		return err
+	}
 	req.Exactly.AdminAccess = ptr.To(true)
 	if err := k.createClaim(ctx, "admin", req); err != nil {
 		return err
@@ -608,7 +656,7 @@ func (s *suite) adminAccess(ctx context.Context, t *testing.T, k *kit) error {
 	if _, err := k.proof(ctx, "work"); err != nil {
 		return fmt.Errorf("the workload after the admin pod started: %w", err)
 	}
-	t.Logf("admin claim holds %d devices of node %s, %s/%s in use by the workload among them", len(results), node, used.Pool, used.Device)
+	t.Logf("admin claim holds %d devices of node %s%s, %s/%s in use by the workload among them", len(results), node, selectorNote(req), used.Pool, used.Device)
 	return nil
 }
 
@@ -624,6 +672,12 @@ func (s *suite) deviceTaints(ctx context.Context, t *testing.T, k *kit) error {
 	if err != nil {
 		return err
 	}
+	// Before the rule: a node whose devices a claim cannot all hold may
+	// make the check skip.
+	every, err := k.everyDeviceWith(ctx, "every", node, own)
+	if err != nil {
+		return err
+	}
 	rule := k.taintRule(own)
 	if _, err := k.client.ResourceV1().DeviceTaintRules().Create(ctx, rule, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("DeviceTaintRule %s: %w", rule.Name, err)
@@ -635,8 +689,6 @@ func (s *suite) deviceTaints(ctx context.Context, t *testing.T, k *kit) error {
 		return fmt.Errorf("freeing %s: %w", device, err)
 	}
 
-	every := k.request("every")
-	every.Exactly.AllocationMode = resourceapi.DeviceAllocationModeAll
 	if err := k.createClaim(ctx, "every", every); err != nil {
 		return err
 	}
@@ -645,27 +697,23 @@ func (s *suite) deviceTaints(ctx context.Context, t *testing.T, k *kit) error {
 	}); err != nil {
 		return err
 	}
-	var last string
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, k.m.Timeouts.PodRunning, true, func(ctx context.Context) (bool, error) {
+	err = poll(ctx, k.m.Timeouts.PodRunning, fmt.Sprintf("the scheduler to find the pod claiming every device of node %s unschedulable while %s is tainted", node, device), func(ctx context.Context) (string, bool, error) {
 		pod, err := k.client.CoreV1().Pods(k.ns).Get(ctx, "every", metav1.GetOptions{})
 		if err != nil {
-			return false, err
+			return "", false, err
 		}
-		last = podState(pod)
+		state := podState(pod)
 		if pod.Spec.NodeName != "" {
-			return false, fmt.Errorf("the pod claiming every device of node %s was scheduled while %s was tainted NoSchedule", node, device)
+			return state, false, settle(fmt.Errorf("the pod claiming every device of node %s was scheduled while %s was tainted NoSchedule (pod: %s)", node, device, state))
 		}
 		for _, c := range pod.Status.Conditions {
 			if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && c.Reason == v1.PodReasonUnschedulable {
-				return true, nil
+				return state, true, nil
 			}
 		}
-		return false, nil
+		return state, false, nil
 	})
-	if wait.Interrupted(err) {
-		return fmt.Errorf("waited %v for the scheduler to find the pod claiming every device of node %s unschedulable while %s is tainted (pod: %s): %w",
-			k.m.Timeouts.PodRunning, node, device, last, err)
-	} else if err != nil {
+	if err != nil {
 		return err
 	}
 	if err := deleteEach(ctx, "DeviceTaintRule", []string{rule.Name}, k.client.ResourceV1().DeviceTaintRules().Delete); err != nil {
@@ -683,8 +731,17 @@ func (s *suite) deviceTaints(ctx context.Context, t *testing.T, k *kit) error {
 	}) {
 		return fmt.Errorf("after the taint was removed, the claim for every device of node %s got %v, without %s", node, got, device)
 	}
-	t.Logf("while %s was tainted, a claim for all %d devices of node %s stayed unallocated; untainted, it got them", device, len(got), node)
+	t.Logf("while %s was tainted, a claim for all %d devices of node %s%s stayed unallocated; untainted, it got them", device, len(got), node, selectorNote(every))
 	return nil
+}
+
+// selectorNote says, for a message, which devices of a node a request for
+// all of them narrows to.
+func selectorNote(req resourceapi.DeviceRequest) string {
+	if req.Exactly == nil || len(req.Exactly.Selectors) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" with %s (a claim may hold %d)", req.Exactly.Selectors[0].CEL.Expression, claimLimit)
 }
 
 // taintRule taints exactly one device: its selector names the device's
@@ -762,113 +819,34 @@ func (s *suite) opaqueConfig(ctx context.Context, t *testing.T, k *kit) error {
 // returns the event's message, which carries the driver's error. It fails
 // if the pod runs.
 func (k *kit) preparationRefused(ctx context.Context, name string) (string, error) {
-	var (
-		refused, last string
-		lastErr       error
-	)
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, k.m.Timeouts.PodRunning, true, func(ctx context.Context) (bool, error) {
+	var refused string
+	what := fmt.Sprintf("the kubelet's %s event for pod %s, the evidence that the driver refused to prepare its claim", kubeletPrepareFailed, name)
+	err := poll(ctx, k.m.Timeouts.PodRunning, what, func(ctx context.Context) (string, bool, error) {
 		pod, err := k.client.CoreV1().Pods(k.ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return false, err
+			return "", false, err
 		}
-		last = podState(pod)
+		state := podState(pod)
 		if pod.Status.Phase == v1.PodRunning || pod.Status.Phase == v1.PodSucceeded {
-			return false, fmt.Errorf("pod %s runs (%s): the driver prepared its claim", name, last)
+			return state, false, settle(fmt.Errorf("pod %s runs (%s): the driver prepared its claim", name, state))
 		}
 		events, err := k.client.CoreV1().Events(k.ns).List(ctx, metav1.ListOptions{
 			FieldSelector: "involvedObject.kind=Pod,involvedObject.name=" + name + ",reason=" + kubeletPrepareFailed,
 		})
 		if err != nil {
-			lastErr = err
-			return false, nil
+			return state, false, err
 		}
 		for _, e := range events.Items {
 			if e.Reason == kubeletPrepareFailed && e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.Name == name && e.InvolvedObject.UID == pod.UID {
 				refused = e.Message
-				return true, nil
+				return state, true, nil
 			}
 		}
-		return false, nil
+		return state + "; no " + kubeletPrepareFailed + " event", false, nil
 	})
-	switch {
-	case err == nil:
-		return refused, nil
-	case !wait.Interrupted(err):
-		return "", err
-	case lastErr != nil:
-		err = errors.Join(err, lastErr)
-	}
-	return "", fmt.Errorf("waited %v for the kubelet's %s event for pod %s, the evidence that the driver refused to prepare its claim; none came (pod: %s): %w",
-		k.m.Timeouts.PodRunning, kubeletPrepareFailed, name, last, err)
+	return refused, err
 }
 
 // kubeletPrepareFailed is the reason of the kubelet's event for a pod
 // whose claims a driver failed to prepare.
 const kubeletPrepareFailed = "FailedPrepareDynamicResources"
-
-// device is a published device with its pool.
-type device struct {
-	driver, pool string
-	dev          resourceapi.Device
-}
-
-// freeDevices lists the driver's devices that no claim holds.
-func freeDevices(ctx context.Context, client kubernetes.Interface, driver string) ([]device, error) {
-	slices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + driver})
-	if err != nil {
-		return nil, err
-	}
-	claims, err := client.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	held := map[string]bool{}
-	for _, c := range claims.Items {
-		if c.Status.Allocation == nil {
-			continue
-		}
-		for _, r := range c.Status.Allocation.Devices.Results {
-			if r.Driver == driver && (r.AdminAccess == nil || !*r.AdminAccess) {
-				held[r.Pool+"/"+r.Device] = true
-			}
-		}
-	}
-	var out []device
-	for _, s := range slices.Items {
-		for _, d := range s.Spec.Devices {
-			if !held[s.Spec.Pool.Name+"/"+d.Name] {
-				out = append(out, device{driver: s.Spec.Driver, pool: s.Spec.Pool.Name, dev: d})
-			}
-		}
-	}
-	return out, nil
-}
-
-// matching counts the devices a class selects, evaluating its CEL
-// selectors with the allocator's own library.
-func matching(ctx context.Context, client kubernetes.Interface, className string, devs []device) (int, error) {
-	class, err := client.ResourceV1().DeviceClasses().Get(ctx, className, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return 0, fmt.Errorf("DeviceClass %s of the manifest's prioritizedClasses does not exist", className)
-	} else if err != nil {
-		return 0, err
-	}
-	var expressions []string
-	for _, sel := range class.Spec.Selectors {
-		if sel.CEL != nil {
-			expressions = append(expressions, sel.CEL.Expression)
-		}
-	}
-	selectors, err := devicecel.Compile(expressions...)
-	if err != nil {
-		return 0, fmt.Errorf("DeviceClass %s: %w", className, err)
-	}
-	n := 0
-	for _, d := range devs {
-		// A device whose evaluation fails is one the allocator skips.
-		if ok, _ := selectors.Match(ctx, cel.Device{Driver: d.driver, Attributes: d.dev.Attributes, Capacity: d.dev.Capacity}); ok {
-			n++
-		}
-	}
-	return n, nil
-}

@@ -2,13 +2,18 @@ package cluster
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/dralab/dralab/drivers/conformance/manifest"
 )
 
 // The device-taints check taints one device, one it was allocated itself,
@@ -151,5 +156,217 @@ func wantSuiteLabels(t *testing.T, what string, labels map[string]string) {
 	}
 	if _, ok := labels["conformance.dralab.dev/run"]; !ok {
 		t.Errorf("%s has no conformance.dralab.dev/run label: %v", what, labels)
+	}
+}
+
+// beyondClaimLimit is a node with more devices than one claim may hold
+// (40, as a big node has), one without attributes: a selector reading an
+// attribute it lacks would fail the whole allocation.
+func beyondClaimLimit() []resourceapi.Device {
+	devs := fakeDevices(40, true)
+	devs[len(devs)-1].Attributes = nil
+	return devs
+}
+
+// claimOf returns a claim of the check's namespace.
+func claimOf(t *testing.T, k *kit, name string) *resourceapi.ResourceClaim {
+	t.Helper()
+	c, err := k.client.ResourceV1().ResourceClaims(k.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// On a node with more devices than a claim may hold, the admin claim is
+// narrowed by the in-use device's attributes to a group within the limit
+// that holds it, and gets that device.
+func TestAdminAccessBeyondTheClaimLimit(t *testing.T) {
+	_, k := newFakeClusterOf(t, refuseWithEvent, beyondClaimLimit())
+	ctx := context.Background()
+	if err := k.adminAccess(ctx, t, k); err != nil {
+		t.Fatal(err)
+	}
+	work, admin := claimOf(t, k, "work"), claimOf(t, k, "admin")
+	used := work.Status.Allocation.Devices.Results[0]
+	got := admin.Status.Allocation.Devices.Results
+	if n := len(got); n == 0 || n > resourceapi.AllocationResultsMaxSize {
+		t.Errorf("the admin claim got %d devices, want 1 to %d", n, resourceapi.AllocationResultsMaxSize)
+	}
+	if !slices.ContainsFunc(got, func(r resourceapi.DeviceRequestAllocationResult) bool { return r.Device == used.Device }) {
+		t.Errorf("the admin claim got %v, without the workload's %s", got, used.Device)
+	}
+	t.Logf("admin claim: %d devices, selectors %v", len(got), admin.Spec.Devices.Requests[0].Exactly.Selectors)
+	k.cleanup(ctx, t)
+}
+
+// The device-taints check works on such a node too: its claim for every
+// device is narrowed to a group that holds the tainted device.
+func TestDeviceTaintsBeyondTheClaimLimit(t *testing.T) {
+	f, k := newFakeClusterOf(t, refuseWithEvent, beyondClaimLimit())
+	ctx := context.Background()
+	if err := k.deviceTaints(ctx, t, k); err != nil {
+		t.Fatal(err)
+	}
+	rules := f.createdRules()
+	if len(rules) != 1 {
+		t.Fatalf("%d DeviceTaintRules, want 1", len(rules))
+	}
+	tainted := *rules[0].rule.Spec.DeviceSelector.Device
+	every := claimOf(t, k, "every")
+	got := every.Status.Allocation.Devices.Results
+	if n := len(got); n < 2 || n > resourceapi.AllocationResultsMaxSize {
+		t.Errorf("the claim for every device got %d, want a group of 2 to %d", n, resourceapi.AllocationResultsMaxSize)
+	}
+	if !slices.ContainsFunc(got, func(r resourceapi.DeviceRequestAllocationResult) bool { return r.Device == tainted }) {
+		t.Errorf("the claim for every device got %v, without the tainted %s", got, tainted)
+	}
+	k.cleanup(ctx, t)
+}
+
+// Devices no attribute tells apart cannot be narrowed: the check skips,
+// saying why, rather than asking for what no claim may hold.
+func TestClaimOfEveryDeviceSkipsWhenAttributesCannotNarrow(t *testing.T) {
+	_, k := newFakeClusterOf(t, refuseWithEvent, fakeDevices(40, false))
+	err := k.adminAccess(context.Background(), t, k)
+	var skip skipCheck
+	if !errors.As(err, &skip) || !strings.Contains(err.Error(), "has 40 devices of class gpu.example.com, more than a claim may hold (32)") {
+		t.Fatalf("got %v, want a skip naming the 40 devices and the limit of 32", err)
+	}
+	k.cleanup(context.Background(), t)
+}
+
+// A proof fails as soon as the container's log disproves it, with what the
+// pod and the log showed, rather than when the pod-running timeout ends.
+func TestProofFailsOnceTheLogIsIn(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		proof string
+		phase v1.PodPhase
+		want  []string
+	}{{
+		name:  "env printed, container running",
+		proof: `env: {name: GPU_DEVICE_0, pattern: "^gpu-[0-9]+$"}`,
+		phase: v1.PodRunning,
+		want:  []string{"pod one does not prove its device: GPU_DEVICE_0=\"cpu\" does not match", "(pod: Running"},
+	}, {
+		name:  "command exited",
+		proof: `command: {args: [nvidia-smi, -L], pattern: "GPU 0: "}`,
+		phase: v1.PodSucceeded,
+		want:  []string{"pod one does not prove its device: the output of [nvidia-smi -L] does not match", "(pod: Succeeded"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, k := newFakeCluster(t, refuseWithEvent)
+			withProof(t, k, tc.proof)
+			k.m.Timeouts.PodRunning = 30 * time.Second
+			f.mu.Lock()
+			f.phase = tc.phase
+			f.mu.Unlock()
+			f.setLog(func(int) string { return "PATH=/bin\nGPU_DEVICE_0=cpu\n" })
+			start := time.Now()
+			err := k.singleDevice(context.Background(), t, k)
+			took := time.Since(start)
+			if err == nil {
+				t.Fatal("a log without the proof passed")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+			if took > 5*time.Second {
+				t.Errorf("failed after %v, want within seconds of the log being there (the pod-running timeout is %v)", took.Round(time.Millisecond), k.m.Timeouts.PodRunning)
+			}
+			k.cleanup(context.Background(), t)
+		})
+	}
+}
+
+// A log still being written is not judged: an environment printed in two
+// pieces proves the device.
+func TestProofWaitsForALogStillGrowing(t *testing.T) {
+	f, k := newFakeCluster(t, refuseWithEvent)
+	f.setLog(func(n int) string {
+		if n < 4 {
+			return "PATH=/bin\n"
+		}
+		return "PATH=/bin\nGPU_DEVICE_0=gpu-0\n"
+	})
+	if err := k.singleDevice(context.Background(), t, k); err != nil {
+		t.Fatal(err)
+	}
+	k.cleanup(context.Background(), t)
+}
+
+// withProof gives the check's manifest another proof.
+func withProof(t *testing.T, k *kit, proof string) {
+	t.Helper()
+	m, err := manifest.Parse("test", []byte(strings.Replace(testManifest, `env: {name: GPU_DEVICE_0, pattern: "^gpu-[0-9]+$"}`, proof, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.suite = &suite{m: m}
+}
+
+// rateLimited is what client-go's rate limiter answers when waiting for a
+// token would pass the context's deadline.
+var rateLimited = errors.New("client rate limiter Wait returned an error: rate: Wait(n=1) would exceed context deadline")
+
+// Errors of the client while a check waits, a rate limiter's near the
+// deadline, neither end the wait nor stand in for what the check saw: the
+// error says what was waited for, the pod's last state, then the client's
+// error.
+func TestWaitsReportTheLastObservationOverClientErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		refuse string
+		check  func(*suite) check
+		// pod's reads fail once it has been read after times.
+		pod   string
+		after int
+		want  []string
+	}{{
+		name: "opaque config", refuse: refuseSilently, check: func(s *suite) check { return s.opaqueConfig },
+		pod: "invalid", after: 5,
+		want: []string{"waited 2s for the kubelet's FailedPrepareDynamicResources event for pod invalid", "last seen: Pending"},
+	}, {
+		name: "device taints", refuse: refuseWithEvent, check: func(s *suite) check { return s.deviceTaints },
+		pod: "every", after: 0,
+		want: []string{"waited 2s for the scheduler to find the pod claiming every device of node node-a unschedulable while gpu.example.com/node-a/gpu-0 is tainted"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, k := newFakeCluster(t, tc.refuse)
+			k.m.Timeouts.PodRunning = 2 * time.Second
+			reads := 0
+			f.failPodReads(func(name string) error {
+				if name != tc.pod {
+					return nil
+				}
+				if reads++; reads > tc.after {
+					return rateLimited
+				}
+				return nil
+			})
+			start := time.Now()
+			err := tc.check(k.suite)(context.Background(), t, k)
+			took := time.Since(start)
+			f.failPodReads(nil)
+			if err == nil {
+				t.Fatal("the check passed without evidence")
+			}
+			msg := err.Error()
+			for _, w := range append(tc.want, "last error: client rate limiter Wait returned an error") {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not say %q", msg, w)
+				}
+			}
+			if strings.HasPrefix(msg, "client rate limiter") {
+				t.Errorf("error %q starts with the client's error, not with what was waited for", msg)
+			}
+			if took < k.m.Timeouts.PodRunning {
+				t.Errorf("the check gave up after %v of its %v wait, at a client error", took.Round(time.Millisecond), k.m.Timeouts.PodRunning)
+			}
+			k.cleanup(context.Background(), t)
+		})
 	}
 }

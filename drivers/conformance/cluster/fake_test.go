@@ -14,9 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
+	"github.com/dralab/dralab/internal/devicecel"
 )
 
 // The fake cluster's one node and its devices.
@@ -25,7 +27,25 @@ const (
 	fakeNode   = "node-a"
 )
 
-var fakeDevices = []string{"gpu-0", "gpu-1"}
+// fakeDevices are the devices of a fake node, gpu-0 to gpu-<n-1>; with
+// attributes, each has a unique index and uuid and shares its PCIe root
+// with seven others, as GPUs under one switch do.
+func fakeDevices(n int, attributes bool) []resourceapi.Device {
+	var out []resourceapi.Device
+	for i := range n {
+		d := resourceapi.Device{Name: fmt.Sprintf("gpu-%d", i)}
+		if attributes {
+			d.Attributes = map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				"index":                           {IntValue: ptr.To(int64(i))},
+				"uuid":                            {StringValue: ptr.To(fmt.Sprintf("GPU-%04d", i))},
+				"productName":                     {StringValue: ptr.To("Fake \"GPU\"")},
+				"resource.kubernetes.io/pcieRoot": {StringValue: ptr.To(fmt.Sprintf("pci0000:%02x", i/8))},
+			}
+		}
+		out = append(out, d)
+	}
+	return out
+}
 
 // What the fake kubelet does with a claim configured with the manifest's
 // invalid parameters.
@@ -45,6 +65,7 @@ type fakeCluster struct {
 	client  *fake.Clientset
 	m       *manifest.Manifest
 	invalid string
+	devices []resourceapi.Device
 	// ignoreTaints makes the scheduler allocate tainted devices.
 	ignoreTaints atomic.Bool
 
@@ -54,6 +75,16 @@ type fakeCluster struct {
 	// rules are the DeviceTaintRules created, with the devices allocated
 	// before each.
 	rules []createdRule
+	// log is what a proof container's log holds when read for the n-th
+	// time (from 1).
+	log   func(n int) string
+	reads int
+	// phase is what a bound pod becomes: Running, or Succeeded for a
+	// proof command that has exited.
+	phase v1.PodPhase
+	// getPodErr, if set, is the API's answer to a read of a pod instead
+	// of the pod, when not nil.
+	getPodErr func(name string) error
 }
 
 type createdRule struct {
@@ -74,10 +105,16 @@ proof:
 timeouts: {podRunning: 5s}
 `
 
-// newFakeCluster starts a fake cluster whose kubelet handles the invalid
-// configuration as refuse says, and returns a check's kit in a namespace
-// of its own.
+// newFakeCluster starts a fake cluster of two devices whose kubelet
+// handles the invalid configuration as refuse says, and returns a check's
+// kit in a namespace of its own.
 func newFakeCluster(t *testing.T, refuse string) (*fakeCluster, *kit) {
+	t.Helper()
+	return newFakeClusterOf(t, refuse, fakeDevices(2, false))
+}
+
+// newFakeClusterOf is newFakeCluster with the node's devices.
+func newFakeClusterOf(t *testing.T, refuse string, devices []resourceapi.Device) (*fakeCluster, *kit) {
 	t.Helper()
 	m, err := manifest.Parse("test", []byte(testManifest))
 	if err != nil {
@@ -91,14 +128,15 @@ func newFakeCluster(t *testing.T, refuse string) (*fakeCluster, *kit) {
 			NodeName: ptr.To(fakeNode),
 		},
 	}
-	for _, d := range fakeDevices {
-		slice.Spec.Devices = append(slice.Spec.Devices, resourceapi.Device{Name: d})
-	}
+	slice.Spec.Devices = devices
 	f := &fakeCluster{
 		client:    fake.NewClientset(slice, &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: fakeDriver}}),
 		m:         m,
 		invalid:   string(m.OpaqueConfig.Invalid),
+		devices:   devices,
 		allocated: map[string]bool{},
+		log:       func(int) string { return "PATH=/bin\nGPU_DEVICE_0=gpu-0\n" },
+		phase:     v1.PodRunning,
 	}
 	f.client.PrependReactor("create", "devicetaintrules", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		rule := a.(clienttesting.CreateAction).GetObject().(*resourceapi.DeviceTaintRule)
@@ -113,10 +151,18 @@ func newFakeCluster(t *testing.T, refuse string) (*fakeCluster, *kit) {
 	})
 	// The proof container's environment names its device.
 	f.client.PrependReactor("get", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
 		if a.GetSubresource() != "log" {
+			if g, ok := a.(clienttesting.GetAction); ok && f.getPodErr != nil {
+				if err := f.getPodErr(g.GetName()); err != nil {
+					return true, nil, err
+				}
+			}
 			return false, nil, nil
 		}
-		return true, &runtime.Unknown{Raw: []byte("PATH=/bin\nGPU_DEVICE_0=gpu-0\n")}, nil
+		f.reads++
+		return true, &runtime.Unknown{Raw: []byte(f.log(f.reads))}, nil
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -165,7 +211,9 @@ func (f *fakeCluster) schedule(ctx context.Context, refuse string) {
 			continue
 		}
 		pod.Spec.NodeName = fakeNode
-		pod.Status.Phase = v1.PodRunning
+		f.mu.Lock()
+		pod.Status.Phase = f.phase
+		f.mu.Unlock()
 		if f.configuredInvalid(ctx, pod) {
 			switch refuse {
 			case refuseWithEvent:
@@ -191,11 +239,12 @@ func (f *fakeCluster) allocate(ctx context.Context, pod *v1.Pod) bool {
 	if err != nil {
 		return false
 	}
+	// Admin access takes a device in use and leaves it in use.
 	held := map[string]bool{}
 	for _, c := range claims.Items {
 		if c.Status.Allocation != nil {
 			for _, r := range c.Status.Allocation.Devices.Results {
-				held[r.Pool+"/"+r.Device] = true
+				held[r.Pool+"/"+r.Device] = !ptr.Deref(r.AdminAccess, false)
 			}
 		}
 	}
@@ -226,18 +275,25 @@ func (f *fakeCluster) allocate(ctx context.Context, pod *v1.Pod) bool {
 		}
 		req := claim.Spec.Devices.Requests[0]
 		all := req.Exactly != nil && req.Exactly.AllocationMode == resourceapi.DeviceAllocationModeAll
+		admin := req.Exactly != nil && ptr.Deref(req.Exactly.AdminAccess, false)
+		selected, err := f.selected(ctx, req)
+		if err != nil {
+			return false
+		}
 		var results []resourceapi.DeviceRequestAllocationResult
-		for _, d := range fakeDevices {
-			usable := !held[fakeNode+"/"+d] && !tainted(d)
+		for _, d := range selected {
+			usable := (admin || !held[fakeNode+"/"+d]) && !tainted(d)
 			if all && !usable {
 				return false
 			}
 			if usable && (all || len(results) == 0) {
-				results = append(results, resourceapi.DeviceRequestAllocationResult{Request: req.Name, Driver: fakeDriver, Pool: fakeNode, Device: d})
-				held[fakeNode+"/"+d] = true
+				results = append(results, resourceapi.DeviceRequestAllocationResult{Request: req.Name, Driver: fakeDriver, Pool: fakeNode, Device: d, AdminAccess: req.Exactly.AdminAccess})
+				held[fakeNode+"/"+d] = !admin
 			}
 		}
-		if len(results) == 0 {
+		// The allocator's limit: "adding 40 devices exceeds the claim
+		// limit of 32".
+		if len(results) == 0 || len(results) > resourceapi.AllocationResultsMaxSize {
 			return false
 		}
 		claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: results}}
@@ -255,6 +311,47 @@ func (f *fakeCluster) allocate(ctx context.Context, pod *v1.Pod) bool {
 		f.mu.Unlock()
 	}
 	return true
+}
+
+// selected returns the names of the devices a request's CEL selectors
+// select, as the allocator evaluates them.
+func (f *fakeCluster) selected(ctx context.Context, req resourceapi.DeviceRequest) ([]string, error) {
+	var expressions []string
+	if req.Exactly != nil {
+		for _, s := range req.Exactly.Selectors {
+			expressions = append(expressions, s.CEL.Expression)
+		}
+	}
+	selectors, err := devicecel.Compile(expressions...)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, d := range f.devices {
+		ok, err := selectors.Match(ctx, cel.Device{Driver: fakeDriver, Attributes: d.Attributes, Capacity: d.Capacity})
+		if err != nil {
+			// The allocator fails the whole claim on a CEL error.
+			return nil, err
+		}
+		if ok {
+			out = append(out, d.Name)
+		}
+	}
+	return out, nil
+}
+
+// failPodReads makes reads of pods answer err(name) where it is not nil.
+func (f *fakeCluster) failPodReads(err func(name string) error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.getPodErr = err
+}
+
+// setLog sets what a proof container's log holds at each read.
+func (f *fakeCluster) setLog(log func(n int) string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.log, f.reads = log, 0
 }
 
 // configuredInvalid tells whether one of the pod's claims carries the

@@ -1,0 +1,280 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/utils/ptr"
+
+	"github.com/dralab/dralab/internal/devicecel"
+)
+
+// device is a published device with its pool.
+type device struct {
+	driver, pool string
+	dev          resourceapi.Device
+}
+
+// freeDevices lists the driver's devices that no claim holds.
+func freeDevices(ctx context.Context, client kubernetes.Interface, driver string) ([]device, error) {
+	slices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + driver})
+	if err != nil {
+		return nil, err
+	}
+	claims, err := client.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	held := map[string]bool{}
+	for _, c := range claims.Items {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if r.Driver == driver && (r.AdminAccess == nil || !*r.AdminAccess) {
+				held[r.Pool+"/"+r.Device] = true
+			}
+		}
+	}
+	var out []device
+	for _, s := range slices.Items {
+		for _, d := range s.Spec.Devices {
+			if !held[s.Spec.Pool.Name+"/"+d.Name] {
+				out = append(out, device{driver: s.Spec.Driver, pool: s.Spec.Pool.Name, dev: d})
+			}
+		}
+	}
+	return out, nil
+}
+
+// matching counts the devices a class selects.
+func matching(ctx context.Context, client kubernetes.Interface, className string, devs []device) (int, error) {
+	selected, err := classDevices(ctx, client, className, devs)
+	return len(selected), err
+}
+
+// classDevices returns the devices a class selects, evaluating its CEL
+// selectors with the allocator's own library.
+func classDevices(ctx context.Context, client kubernetes.Interface, className string, devs []device) ([]device, error) {
+	class, err := client.ResourceV1().DeviceClasses().Get(ctx, className, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("DeviceClass %s does not exist", className)
+	} else if err != nil {
+		return nil, err
+	}
+	var expressions []string
+	for _, sel := range class.Spec.Selectors {
+		if sel.CEL != nil {
+			expressions = append(expressions, sel.CEL.Expression)
+		}
+	}
+	selectors, err := devicecel.Compile(expressions...)
+	if err != nil {
+		return nil, fmt.Errorf("DeviceClass %s: %w", className, err)
+	}
+	return selectedBy(ctx, selectors, devs), nil
+}
+
+// selectedBy returns the devices every selector selects; a device whose
+// evaluation fails is one the allocator skips.
+func selectedBy(ctx context.Context, selectors devicecel.Selectors, devs []device) []device {
+	var out []device
+	for _, d := range devs {
+		if ok, _ := selectors.Match(ctx, cel.Device{Driver: d.driver, Attributes: d.dev.Attributes, Capacity: d.dev.Capacity}); ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// claimLimit is the most devices one claim may be allocated
+// (resource.k8s.io's AllocationResultsMaxSize): a claim for every device
+// of a bigger node fails allocation ("exceeds the claim limit").
+const claimLimit = resourceapi.AllocationResultsMaxSize
+
+// everyDeviceWith returns a request for every device of the manifest's
+// class on node, the device of result with among them. Where the node has more than one claim may hold, the
+// request's CEL selector narrows them, by attributes with's device has, to
+// a group of at most claimLimit that still holds it: CEL cannot name a
+// device. A node whose devices' attributes cannot be narrowed so is a
+// skipCheck, saying why.
+func (k *kit) everyDeviceWith(ctx context.Context, name, node string, with resourceapi.DeviceRequestAllocationResult) (resourceapi.DeviceRequest, error) {
+	req := k.request(name)
+	req.Exactly.AllocationMode = resourceapi.DeviceAllocationModeAll
+	onNode, err := nodeDevices(ctx, k.client, k.m.Driver, node)
+	if err != nil {
+		return req, err
+	}
+	devs, err := classDevices(ctx, k.client, k.m.DeviceClass, onNode)
+	if err != nil {
+		return req, err
+	}
+	if len(devs) <= claimLimit {
+		return req, nil
+	}
+	i := slices.IndexFunc(devs, func(d device) bool {
+		return d.driver == with.Driver && d.pool == with.Pool && d.dev.Name == with.Device
+	})
+	if i < 0 {
+		return req, fmt.Errorf("device %s/%s/%s is not among the %d devices of class %s published for node %s", with.Driver, with.Pool, with.Device, len(devs), k.m.DeviceClass, node)
+	}
+	expr, group := narrow(devs, devs[i])
+	if group > claimLimit {
+		return req, skipCheck{fmt.Sprintf("node %s has %d devices of class %s, more than a claim may hold (%d), and no attributes of %s/%s narrow them to a group of at most %d that holds it: a claim cannot name it",
+			node, len(devs), k.m.DeviceClass, claimLimit, with.Pool, with.Device, claimLimit)}
+	}
+	// The allocator's CEL library must agree with narrow: the claim gets
+	// exactly this group or is refused.
+	selectors, err := devicecel.Compile(expr)
+	if err != nil {
+		return req, fmt.Errorf("selector %s: %w", expr, err)
+	}
+	if n := len(selectedBy(ctx, selectors, devs)); n != group {
+		return req, fmt.Errorf("selector %s selects %d devices of node %s, want %d", expr, n, node, group)
+	}
+	req.Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}}
+	return req, nil
+}
+
+// narrow returns a CEL expression over attributes d has, equal to d's, that
+// selects a group of at most claimLimit of devs holding d, as large as it
+// can, and the group's size; more than claimLimit when d's attributes do
+// not narrow devs that far. Each step takes the attribute that leaves the
+// largest group within the limit, or else the smallest group.
+func narrow(devs []device, d device) (string, int) {
+	type clause struct {
+		expr string
+		same func(device) bool
+	}
+	var clauses []clause
+	for _, name := range slices.Sorted(maps.Keys(d.dev.Attributes)) {
+		domain, id := qualify(d.driver, name)
+		lit, ok := celLiteral(d.dev.Attributes[name])
+		if !ok {
+			continue
+		}
+		// "in" first: a device without the attribute is then not
+		// selected, where reading it would be a CEL error that fails the
+		// whole allocation.
+		attrs := fmt.Sprintf("device.attributes[%s]", quoteCEL(domain))
+		clauses = append(clauses, clause{
+			expr: fmt.Sprintf("(%s in %s && %s[%s] == %s)", quoteCEL(id), attrs, attrs, quoteCEL(id), lit),
+			same: func(o device) bool { v, ok := attribute(o, domain, id); return ok && literalOf(v) == lit },
+		})
+	}
+	group := devs
+	var exprs []string
+	for len(group) > claimLimit {
+		best, bestGroup := -1, []device(nil)
+		for i, c := range clauses {
+			next := slices.DeleteFunc(slices.Clone(group), func(o device) bool { return !c.same(o) })
+			if len(next) == len(group) {
+				continue
+			}
+			better := best < 0 ||
+				len(next) <= claimLimit && (len(bestGroup) > claimLimit || len(next) > len(bestGroup)) ||
+				len(next) > claimLimit && len(bestGroup) > claimLimit && len(next) < len(bestGroup)
+			if better {
+				best, bestGroup = i, next
+			}
+		}
+		if best < 0 {
+			break
+		}
+		group = bestGroup
+		exprs = append(exprs, clauses[best].expr)
+		clauses = slices.Delete(clauses, best, best+1)
+	}
+	return strings.Join(exprs, " && "), len(group)
+}
+
+// qualify splits an attribute's name into its domain, the driver's for a
+// name without one, as CEL sees it, and its ID.
+func qualify(driver string, name resourceapi.QualifiedName) (domain, id string) {
+	if domain, id, ok := strings.Cut(string(name), "/"); ok {
+		return domain, id
+	}
+	return driver, string(name)
+}
+
+// attribute finds a device's attribute by domain and ID, however the
+// driver spelled its name.
+func attribute(d device, domain, id string) (resourceapi.DeviceAttribute, bool) {
+	for name, v := range d.dev.Attributes {
+		if dom, i := qualify(d.driver, name); dom == domain && i == id {
+			return v, true
+		}
+	}
+	return resourceapi.DeviceAttribute{}, false
+}
+
+// celLiteral writes an attribute's value as a CEL literal; versions and
+// lists are left out (no plain equality).
+func celLiteral(a resourceapi.DeviceAttribute) (string, bool) {
+	switch {
+	case a.StringValue != nil:
+		return quoteCEL(*a.StringValue), true
+	case a.IntValue != nil:
+		return strconv.FormatInt(*a.IntValue, 10), true
+	case a.BoolValue != nil:
+		return strconv.FormatBool(*a.BoolValue), true
+	}
+	return "", false
+}
+
+func literalOf(a resourceapi.DeviceAttribute) string {
+	lit, _ := celLiteral(a)
+	return lit
+}
+
+// quoteCEL writes a CEL string literal: JSON's escapes (\", \\, \uXXXX)
+// are CEL's too.
+func quoteCEL(s string) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// nodeDevices lists the driver's devices published for node, from the
+// newest generation of each pool, those the allocator considers.
+func nodeDevices(ctx context.Context, client kubernetes.Interface, driver, node string) ([]device, error) {
+	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + driver + ",spec.nodeName=" + node})
+	if err != nil {
+		return nil, err
+	}
+	newest := map[string]int64{}
+	var own []resourceapi.ResourceSlice
+	// The filter makes the result right with servers that ignore the
+	// field selector (the fake clientset).
+	for _, s := range list.Items {
+		if s.Spec.Driver != driver || ptr.Deref(s.Spec.NodeName, "") != node {
+			continue
+		}
+		own = append(own, s)
+		if g, ok := newest[s.Spec.Pool.Name]; !ok || s.Spec.Pool.Generation > g {
+			newest[s.Spec.Pool.Name] = s.Spec.Pool.Generation
+		}
+	}
+	var out []device
+	for _, s := range own {
+		if s.Spec.Pool.Generation != newest[s.Spec.Pool.Name] {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			out = append(out, device{driver: driver, pool: s.Spec.Pool.Name, dev: d})
+		}
+	}
+	return out, nil
+}
