@@ -42,6 +42,8 @@ type Lab struct {
 	backend  backend.Backend
 	progress ui.Progress
 	retain   bool
+	// owned: a test owns the lab and keeps its own diagnostics.
+	owned bool
 	// backendWhy says why the backend was chosen, when not by the config.
 	backendWhy string
 }
@@ -91,7 +93,7 @@ func New(opts ...Option) (*Lab, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	l := &Lab{cfg: o.cfg, source: "WithConfig", progress: o.progress, retain: o.retain}
+	l := &Lab{cfg: o.cfg, source: "WithConfig", progress: o.progress, retain: o.retain, owned: o.owner != 0}
 	if l.cfg != nil {
 		if err := l.cfg.Complete(); err != nil {
 			return nil, fmt.Errorf("%w: %w", config.ErrInvalid, err)
@@ -169,9 +171,12 @@ func (l *Lab) Up(ctx context.Context) (UpResult, error) {
 	if err != nil && !res.Reused && !l.retain && !errors.Is(err, embedded.ErrConfigMismatch) && !errors.Is(err, embedded.ErrPortInUse) && !errors.Is(err, embedded.ErrHostNotReady) && !errors.Is(err, kind.ErrNoEngine) {
 		bg := context.WithoutCancel(ctx)
 		// The error names logs in the state directory, which goes: keep
-		// them where the message says.
-		if kept, kerr := l.keepLogs(bg); kerr == nil {
-			err = fmt.Errorf("%w\n(the lab was deleted; its logs, which the paths above name, are kept in %s)", err, kept)
+		// them where the message says. A test that owns the lab collects
+		// its own diagnostics.
+		if !l.owned {
+			if kept, kerr := l.keepLogs(bg); kerr == nil {
+				err = fmt.Errorf("%w\n(the lab was deleted; its logs, which the paths above name, are kept in %s)", err, kept)
+			}
 		}
 		if derr := l.backend.Down(bg, l.cfg.Name); derr != nil {
 			err = errors.Join(err, fmt.Errorf("cleaning up: %w", derr))

@@ -614,3 +614,39 @@ func TestLabEndsWithItsOwner(t *testing.T) {
 	}
 	t.Logf("lab processes, listeners and state gone %.1f s after the owner's SIGKILL", time.Since(killed).Seconds())
 }
+
+// TestFailedUpKeepsLogs: a lab that fails to come up is deleted, and its
+// error says where its logs were kept, since the paths it names are gone.
+func TestFailedUpKeepsLogs(t *testing.T) {
+	bin := binary(t)
+	cfg := smallConfig("t-fails", "n1")
+	cfg.Nodes[0].GPUs = nil
+	cfg.Driver = &config.Driver{Name: "gpu.example.com", Command: []string{"/nonexistent/dra-plugin", "--node={nodeName}"}}
+	if err := cfg.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	root := stateRoot(t)
+	// Not owned by this test: a user's lab:up.
+	l, err := lab.New(lab.WithConfig(cfg), lab.WithStateRoot(root), lab.WithBinary(bin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Down(context.Background()) })
+	_, err = l.Up(context.Background())
+	if err == nil {
+		t.Fatal("a lab whose driver cannot start came up")
+	}
+	const kept = "are kept in "
+	i := strings.LastIndex(err.Error(), kept)
+	if i < 0 {
+		t.Fatalf("Up = %v; want it to say where the logs are kept", err)
+	}
+	dir := strings.TrimSuffix(err.Error()[i+len(kept):], ")")
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if log, rerr := os.ReadFile(filepath.Join(dir, "lab.log")); rerr != nil || !strings.Contains(string(log), "/nonexistent/dra-plugin") {
+		t.Errorf("kept lab log in %s: %v; want it to name the plugin that failed:\n%s", dir, rerr, log)
+	}
+	if _, serr := os.Stat(filepath.Join(root, "t-fails")); !errors.Is(serr, os.ErrNotExist) {
+		t.Errorf("the failed lab's state remains: %v", serr)
+	}
+}

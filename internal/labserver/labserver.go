@@ -30,6 +30,7 @@ import (
 	"github.com/dralab/dralab/internal/controlplane"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/procid"
+	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -602,7 +603,7 @@ func nodeLabels(n config.Node) map[string]string {
 // Registration service: a fixed host path for the real kubelet.
 func devicePluginsDir(n config.Node, nd labstate.NodeDir) string {
 	if n.Kind == config.NodeReal {
-		return "/var/lib/kubelet/device-plugins"
+		return realnode.DevicePluginsDir
 	}
 	return nd.DevicePlugins()
 }

@@ -51,9 +51,23 @@ type HostRecord struct {
 // HostRecordFile is the node's host record.
 func (p Paths) HostRecordFile() string { return p.join("host.json") }
 
-// KubeletHostPaths are the paths the real kubelet uses on the host whatever
-// its --root-dir: the device-plugin directory is compiled in.
-var KubeletHostPaths = []string{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet"}
+// DevicePluginsDir is the kubelet's device-plugin directory, compiled in
+// whatever its --root-dir; KubeletSocket its registration socket there.
+const (
+	DevicePluginsDir = "/var/lib/kubelet/device-plugins"
+	KubeletSocket    = DevicePluginsDir + "/kubelet.sock"
+)
+
+// KubeletHostPaths are the paths the real kubelet writes on the host
+// whatever its --root-dir: the device-plugin directory, its parent, and
+// the files the kubelet puts in it. Those it creates are recorded and
+// removed; those that were there are left as they were.
+var KubeletHostPaths = []string{
+	"/var/lib/kubelet",
+	DevicePluginsDir,
+	KubeletSocket,
+	DevicePluginsDir + "/kubelet_internal_checkpoint",
+}
 
 // CgroupMountsFile lists the host's mounts; a variable for tests.
 var cgroupMountsFile = "/proc/self/mountinfo"
@@ -88,7 +102,7 @@ func checkNoOtherRealNode() error {
 	if _, err := net.InterfaceByName(BridgeName); err == nil {
 		return fmt.Errorf("%w: its bridge %s exists; delete that lab first (go run mage.go lab:list, then DRALAB_LAB=<name> go run mage.go lab:down)", ErrHostInUse, BridgeName)
 	}
-	sock := filepath.Join(KubeletHostPaths[0], "kubelet.sock")
+	sock := KubeletSocket
 	if c, err := net.Dial("unix", sock); err == nil {
 		c.Close()
 		return fmt.Errorf("%w: a kubelet serves %s; delete that lab first (go run mage.go lab:list, then DRALAB_LAB=<name> go run mage.go lab:down)", ErrHostInUse, sock)

@@ -178,15 +178,17 @@ func Cleanup(ctx context.Context, p Paths) error {
 }
 
 // removeKubeletPaths removes the kubelet's host paths the node created,
-// deepest first: the device-plugin directory with its sockets, then its
-// parent if the node created that too and nothing else lies in it.
+// deepest first: the files the kubelet put in the device-plugin directory,
+// the directory (with the device plugins' sockets, if the node created
+// it), then its parent if the node created that too and nothing else lies
+// in it.
 func removeKubeletPaths(rec *HostRecord) []error {
 	paths := slices.Clone(rec.PathsCreated)
 	sort.Slice(paths, func(i, j int) bool { return len(paths[i]) > len(paths[j]) })
 	var errs []error
 	for _, path := range paths {
 		remove := os.Remove
-		if path == KubeletHostPaths[0] {
+		if path == DevicePluginsDir {
 			remove = os.RemoveAll
 		}
 		if err := remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
