@@ -32,6 +32,7 @@ import (
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/procid"
+	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/embedded"
@@ -143,6 +144,7 @@ func TestUpReuseDown(t *testing.T) {
 	root := stateRoot(t)
 	cfg := smallConfig("t-reuse", "n1", "n2")
 	l := newLab(t, root, bin, cfg)
+	chainsBefore := realnode.IptablesChains(ctx)
 
 	res, err := l.Up(ctx)
 	if err != nil {
@@ -174,6 +176,10 @@ func TestUpReuseDown(t *testing.T) {
 		t.Errorf("lab listens on %v, want exactly the API server and each kubelet", ports)
 	}
 	assertNoDataWithoutCertificate(t, ports)
+	// Hollow nodes have no network: they leave the host's iptables alone.
+	if after := realnode.IptablesChains(ctx); !sameSet(after, chainsBefore) {
+		t.Errorf("iptables chains before the lab %v, with it running %v", chainsBefore, after)
+	}
 	assertPrivate(t, labstate.Dir(st.StateDir).EtcdSocket())
 	assertDriversMayWriteClaimStatus(ctx, t, labstate.Dir(st.StateDir).Node("n1"))
 	assertServesOlderResourceVersions(ctx, t, l.Kubeconfig())

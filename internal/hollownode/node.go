@@ -200,6 +200,10 @@ func kubeletConfig(o Options) (*options.KubeletFlags, *kubeletconfig.KubeletConf
 	c.EnableDebuggingHandlers = true
 	c.CgroupsPerQOS = false
 	c.HairpinMode = kubeletconfig.HairpinVeth
+	// A hollow node has no network of its own: its kubelet must not add
+	// chains to the host's iptables (as root it would, and no one would
+	// remove them).
+	c.MakeIPTablesUtilChains = false
 	c.MaxOpenFiles = 1024
 	c.RegistryBurst = 10
 	c.RegistryPullQPS = 5.0
