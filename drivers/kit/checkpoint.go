@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	sigsjson "sigs.k8s.io/json"
 
@@ -50,6 +51,14 @@ type PreparedDevice struct {
 	// ConfigEnv are the variables the claim's configuration gives the
 	// device, kept to rewrite a lost CDI spec without the claim.
 	ConfigEnv map[string]string `json:"configEnv,omitempty"`
+	// ShareID identifies the claim's share of a device that several
+	// allocations share (consumable capacity); empty for a whole device.
+	// A device is prepared once per share: its CDI device is named by
+	// claim, device and share.
+	ShareID string `json:"shareID,omitempty"`
+	// ConsumedCapacity is what the share may use of the device, by
+	// capacity name, as the allocation result says.
+	ConsumedCapacity map[string]resource.Quantity `json:"consumedCapacity,omitempty"`
 }
 
 func newCheckpoint(driver, node string) *Checkpoint {

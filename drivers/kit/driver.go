@@ -23,12 +23,14 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
@@ -72,7 +74,8 @@ func (e ContainerEdits) empty() bool { return len(e.Env) == 0 && len(e.DeviceNod
 
 // Inventory lists a node's devices.
 type Inventory interface {
-	// Devices returns the devices in a stable order with stable names.
+	// Devices returns the devices with stable names, in the order they are
+	// published: the allocator takes the first device that fits.
 	Devices(ctx context.Context) ([]Device, error)
 }
 
@@ -127,6 +130,11 @@ type Driver struct {
 	helper  *kubeletplugin.Helper
 	cdi     *cdi.Cache
 	devices map[string]Device
+	// counterSets are a CounterInventory's, by name; sets is their order.
+	counterSets map[string]resourceapi.CounterSet
+	sets        []resourceapi.CounterSet
+	// slices are the node's pool as published.
+	slices []resourceslice.Slice
 	// nodeEdits are the node-wide edits, nodeDevice their CDI device ID
 	// ("" without any), nodeSpec the name of their spec file.
 	nodeEdits  ContainerEdits
@@ -187,12 +195,25 @@ func newDriver(ctx context.Context, opts Options) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("enumerating devices: %w", err)
 	}
-	d := &Driver{opts: opts, devices: map[string]Device{}}
+	d := &Driver{opts: opts, devices: map[string]Device{}, counterSets: map[string]resourceapi.CounterSet{}}
+	apiDevs := make([]resourceapi.Device, 0, len(devs))
 	for _, dev := range devs {
 		if _, dup := d.devices[dev.API.Name]; dup {
 			return nil, fmt.Errorf("inventory lists device %q twice", dev.API.Name)
 		}
 		d.devices[dev.API.Name] = dev
+		apiDevs = append(apiDevs, dev.API)
+	}
+	if ci, ok := opts.Inventory.(CounterInventory); ok {
+		if d.sets, err = ci.CounterSets(ctx); err != nil {
+			return nil, fmt.Errorf("enumerating counter sets: %w", err)
+		}
+		for _, s := range d.sets {
+			d.counterSets[s.Name] = s
+		}
+	}
+	if d.slices, err = Slices(apiDevs, d.sets); err != nil {
+		return nil, fmt.Errorf("inventory: %w", err)
 	}
 	if err := os.MkdirAll(opts.CDIDir, 0o755); err != nil {
 		return nil, err
@@ -216,7 +237,7 @@ func newDriver(ctx context.Context, opts Options) (*Driver, error) {
 		return nil, fmt.Errorf("node-wide CDI spec: %w", err)
 	}
 	d.opts.Metrics.setPrepared(len(d.cp.Claims))
-	klog.FromContext(ctx).Info("Driver ready", "driver", opts.DriverName, "node", opts.NodeName, "devices", len(d.devices), "preparedClaims", len(d.cp.Claims), "nodeDevice", d.nodeDevice)
+	klog.FromContext(ctx).Info("Driver ready", "driver", opts.DriverName, "node", opts.NodeName, "devices", len(d.devices), "counterSets", len(d.sets), "preparedClaims", len(d.cp.Claims), "nodeDevice", d.nodeDevice)
 	return d, nil
 }
 
@@ -228,19 +249,11 @@ func (d *Driver) Stop() {
 	}
 }
 
-// resources is the node's single pool, named after the node.
+// resources is the node's single pool, named after the node, in as many
+// slices as the API's limits need.
 func (d *Driver) resources() resourceslice.DriverResources {
-	names := make([]string, 0, len(d.devices))
-	for n := range d.devices {
-		names = append(names, n)
-	}
-	sortDeviceNames(names)
-	devs := make([]resourceapi.Device, 0, len(names))
-	for _, n := range names {
-		devs = append(devs, d.devices[n].API)
-	}
 	return resourceslice.DriverResources{
-		Pools: map[string]resourceslice.Pool{d.opts.NodeName: {Slices: []resourceslice.Slice{{Devices: devs}}}},
+		Pools: map[string]resourceslice.Pool{d.opts.NodeName: {Slices: d.slices}},
 	}
 }
 
@@ -329,11 +342,23 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		pd := PreparedDevice{
 			Requests: []string{r.Request}, Pool: r.Pool, Device: r.Device, Shared: shared, ConfigEnv: configEnv,
 		}
-		name := string(claim.UID) + "-" + r.Device
+		if r.ShareID != nil {
+			pd.ShareID = string(*r.ShareID)
+			for name, q := range r.ConsumedCapacity {
+				if pd.ConsumedCapacity == nil {
+					pd.ConsumedCapacity = map[string]resource.Quantity{}
+				}
+				pd.ConsumedCapacity[string(name)] = q
+			}
+		}
+		name := cdiDeviceName(claim.UID, pd)
 		spec.Devices = append(spec.Devices, cdispec.Device{Name: name, ContainerEdits: d.edits(n, dev, pd)})
 		pd.CDIDeviceIDs = []string{d.opts.CDIKind + "=" + name}
 		prepared.Devices = append(prepared.Devices, pd)
 		n++
+	}
+	if err := d.counterConflict(claim.UID, prepared.Devices); err != nil {
+		return nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
 	}
 	spec.ContainerEdits = claimEdits(d.devicesOf(prepared))
 	specName, err := cdi.GenerateNameForTransientSpec(spec, string(claim.UID))
@@ -399,14 +424,63 @@ func appliesTo(requests []string, result string) bool {
 	return false
 }
 
+// cdiDeviceName names a prepared device's CDI device: by claim and device,
+// and by share, as one claim may hold several shares of one device.
+func cdiDeviceName(claim types.UID, pd PreparedDevice) string {
+	name := string(claim) + "-" + pd.Device
+	if pd.ShareID != "" {
+		name += "-" + pd.ShareID
+	}
+	return name
+}
+
+// Share variables: a share's ID, and what it may use of each capacity it
+// consumed (<capacity>_LIMIT, e.g. MEMORY_LIMIT=8Gi).
+const (
+	EnvShareID     = "SHARE_ID"
+	envLimitSuffix = "_LIMIT"
+)
+
+// shareEnv is what a device share sets besides the device's own variables.
+func shareEnv(pd PreparedDevice) map[string]string {
+	if pd.ShareID == "" {
+		return nil
+	}
+	env := map[string]string{EnvShareID: pd.ShareID}
+	for name, q := range pd.ConsumedCapacity {
+		// A capacity of another domain is named domain/name.
+		_, short, ok := strings.Cut(name, "/")
+		if !ok {
+			short = name
+		}
+		env[envName(short)+envLimitSuffix] = q.String()
+	}
+	return env
+}
+
+// envName makes a capacity's name a variable's: upper case, with
+// underscores for anything else than letters and digits.
+func envName(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z':
+			return r - 'a' + 'A'
+		case r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+			return r
+		}
+		return '_'
+	}, s)
+}
+
 // edits are a device's container edits as the n-th device of its claim,
-// with its configuration's variables.
+// with its configuration's and its share's variables.
 func (d *Driver) edits(n int, dev Device, pd PreparedDevice) cdispec.ContainerEdits {
 	var edits cdispec.ContainerEdits
-	if len(pd.ConfigEnv) > 0 {
-		env := make(map[string]string, len(dev.Env)+len(pd.ConfigEnv))
+	if share := shareEnv(pd); len(pd.ConfigEnv) > 0 || len(share) > 0 {
+		env := make(map[string]string, len(dev.Env)+len(pd.ConfigEnv)+len(share))
 		maps.Copy(env, dev.Env)
 		maps.Copy(env, pd.ConfigEnv)
+		maps.Copy(env, share)
 		dev.Env = env
 	}
 	for _, kv := range deviceEnv(d.opts.EnvPrefix, n, dev) {
@@ -469,7 +543,7 @@ func (d *Driver) ensureSpec(uid types.UID, c *PreparedClaim) error {
 		if !ok {
 			return fmt.Errorf("prepared claim %s uses device %q, which is no longer in the inventory", uid, pd.Device)
 		}
-		spec.Devices = append(spec.Devices, cdispec.Device{Name: string(uid) + "-" + pd.Device, ContainerEdits: d.edits(i, dev, pd)})
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: cdiDeviceName(uid, pd), ContainerEdits: d.edits(i, dev, pd)})
 	}
 	spec.ContainerEdits = claimEdits(d.devicesOf(c))
 	return d.cdi.WriteSpec(spec, c.CDISpec)
@@ -578,7 +652,11 @@ func (d *Driver) pluginDevices(in []PreparedDevice) []kubeletplugin.Device {
 		if d.nodeDevice != "" {
 			ids = append(slices.Clip(ids), d.nodeDevice)
 		}
-		out = append(out, kubeletplugin.Device{Requests: pd.Requests, PoolName: pd.Pool, DeviceName: pd.Device, CDIDeviceIDs: ids})
+		dev := kubeletplugin.Device{Requests: pd.Requests, PoolName: pd.Pool, DeviceName: pd.Device, CDIDeviceIDs: ids}
+		if pd.ShareID != "" {
+			dev.ShareID = ptr.To(types.UID(pd.ShareID))
+		}
+		out = append(out, dev)
 	}
 	return out
 }

@@ -111,7 +111,11 @@ func (d *Driver) Ready(ctx context.Context) error {
 	}
 	if len(missing) > 0 {
 		sortDeviceNames(missing)
-		return fmt.Errorf("ResourceSlices not published yet: %d of %d devices missing (%s)", len(missing), len(d.devices), strings.Join(missing, ", "))
+		what := "devices"
+		if len(d.counterSets) > 0 {
+			what = "devices and counter sets"
+		}
+		return fmt.Errorf("ResourceSlices not published yet: %d of %d %s missing (%s)", len(missing), len(d.devices)+len(d.counterSets), what, strings.Join(missing, ", "))
 	}
 	d.published.Store(true)
 	return nil
@@ -128,12 +132,15 @@ func (d *Driver) unpublished(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	published := map[string]bool{}
+	published, publishedSets := map[string]bool{}, map[string]bool{}
 	for _, s := range slices.Items {
 		// Checked again: not every client filters by fields.
 		if s.Spec.Driver == d.opts.DriverName && s.Spec.Pool.Name == d.opts.NodeName {
 			for _, dev := range s.Spec.Devices {
 				published[dev.Name] = true
+			}
+			for _, cs := range s.Spec.SharedCounters {
+				publishedSets[cs.Name] = true
 			}
 		}
 	}
@@ -141,6 +148,13 @@ func (d *Driver) unpublished(ctx context.Context) ([]string, error) {
 	for name := range d.devices {
 		if !published[name] {
 			missing = append(missing, name)
+		}
+	}
+	// Without its counters a device cannot be allocated: the pool is
+	// incomplete until they are there too.
+	for name := range d.counterSets {
+		if !publishedSets[name] {
+			missing = append(missing, "counter set "+name)
 		}
 	}
 	return missing, nil
