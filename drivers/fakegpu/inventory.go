@@ -3,22 +3,88 @@ package fakegpu
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/kit"
 )
 
-// Inventory is a node's fake GPUs: Count devices of one profile.
+// Inventory is a node's fake GPUs: Count devices of one profile, whole,
+// partitioned with MIG, or shared by memory.
 type Inventory struct {
 	Node    string
 	Profile *Profile
 	Count   int
+	// Partitioning is "" (whole GPUs only) or PartitioningMIG.
+	Partitioning string
+	// Sharing is "" (each GPU in one claim at a time) or SharingMemory.
+	Sharing string
 }
 
-var _ kit.NodeWideInventory = &Inventory{}
+// Partitioning and sharing modes.
+const (
+	// PartitioningMIG publishes every MIG placement of each GPU besides the
+	// whole GPU, all drawing from the GPU's counters.
+	PartitioningMIG = "mig"
+	// SharingMemory lets claims share a GPU, each taking some of its memory.
+	SharingMemory = "memory"
+)
+
+// Validate says whether the inventory can be published, naming what is
+// wrong in the words of the driver's flags.
+func (inv *Inventory) Validate() error {
+	if inv.Profile == nil {
+		return errors.New("a fake inventory needs a GPU profile")
+	}
+	switch inv.Partitioning {
+	case "":
+	case PartitioningMIG:
+		if inv.Profile.MIG == nil {
+			return fmt.Errorf("partitioning %q: GPU profile %s has no MIG geometry; profiles with MIG: %s", inv.Partitioning, inv.Profile.Name, strings.Join(MIGProfileNames(), ", "))
+		}
+	default:
+		return fmt.Errorf("partitioning %q: want %s or nothing", inv.Partitioning, PartitioningMIG)
+	}
+	switch inv.Sharing {
+	case "":
+	case SharingMemory:
+		if inv.Partitioning != "" {
+			return fmt.Errorf("sharing %q: a GPU is partitioned or shared, not both", inv.Sharing)
+		}
+	default:
+		return fmt.Errorf("sharing %q: want %s or nothing", inv.Sharing, SharingMemory)
+	}
+	return nil
+}
+
+// MIGProfileNames lists the built-in profiles with MIG geometry, sorted.
+func MIGProfileNames() []string {
+	profiles, err := Builtin()
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for n, p := range profiles {
+		if p.MIG != nil {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+var (
+	_ kit.NodeWideInventory = &Inventory{}
+	_ kit.CounterInventory  = &Inventory{}
+)
 
 // NodeEnv names the node in a container of any of its fake GPUs: the fake
 // inventory's node-wide edit, as real GPUs' control device files are.
@@ -44,8 +110,14 @@ func PCITopology(i int) (domain, rootBus, bus int) {
 
 // Devices implements kit.Inventory: gpu-0 … gpu-<Count-1>, with UUIDs
 // derived from the node name and index (stable across restarts, distinct
-// across nodes) and PCI addresses laid out like a real server.
+// across nodes) and PCI addresses laid out like a real server. Partitioned,
+// each GPU comes after its MIG placements, smallest first: the allocator
+// takes the first device that fits, so a small request must meet a small
+// placement first.
 func (inv *Inventory) Devices(context.Context) ([]kit.Device, error) {
+	if err := inv.Validate(); err != nil {
+		return nil, err
+	}
 	p := inv.Profile
 	cc, err := NormalizeVersion(p.CUDAComputeCapability)
 	if err != nil {
@@ -59,38 +131,135 @@ func (inv *Inventory) Devices(context.Context) ([]kit.Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	devices := make([]kit.Device, 0, inv.Count)
+	var devices []kit.Device
 	for i := range inv.Count {
 		name := fmt.Sprintf("gpu-%d", i)
 		uuid := DeviceUUID(inv.Node, i)
 		domain, root, bus := PCITopology(i)
 		busID := fmt.Sprintf("%04x:%02x:00.0", domain, bus)
 		pcieRoot := fmt.Sprintf("pci%04x:%02x", domain, root)
-		devices = append(devices, kit.Device{
+		// What a GPU and its MIG devices share: the parent's product.
+		product := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			"productName":                     {StringValue: ptr.To(p.ProductName)},
+			"brand":                           {StringValue: ptr.To(p.Brand)},
+			"architecture":                    {StringValue: ptr.To(p.Architecture)},
+			"cudaComputeCapability":           {VersionValue: ptr.To(cc)},
+			"driverVersion":                   {VersionValue: ptr.To(driverVersion)},
+			"cudaDriverVersion":               {VersionValue: ptr.To(cudaVersion)},
+			"resource.kubernetes.io/pcieRoot": {StringValue: ptr.To(pcieRoot)},
+		}
+		whole := kit.Device{
 			API: resourceapi.Device{
 				Name: name,
-				Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-					"type":                            {StringValue: ptr.To("gpu")},
+				Attributes: with(product, map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+					gpu.AttrType:                      {StringValue: ptr.To(gpu.TypeGPU)},
 					"index":                           {IntValue: ptr.To(int64(i))},
 					"minor":                           {IntValue: ptr.To(int64(i))},
 					"uuid":                            {StringValue: ptr.To(uuid)},
-					"productName":                     {StringValue: ptr.To(p.ProductName)},
-					"brand":                           {StringValue: ptr.To(p.Brand)},
-					"architecture":                    {StringValue: ptr.To(p.Architecture)},
-					"cudaComputeCapability":           {VersionValue: ptr.To(cc)},
-					"driverVersion":                   {VersionValue: ptr.To(driverVersion)},
-					"cudaDriverVersion":               {VersionValue: ptr.To(cudaVersion)},
 					"resource.kubernetes.io/pciBusID": {StringValue: ptr.To(busID)},
-					"resource.kubernetes.io/pcieRoot": {StringValue: ptr.To(pcieRoot)},
-				},
+				}),
 				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-					"memory": {Value: p.Memory},
+					gpu.CapacityMemory: {Value: p.Memory},
 				},
 			},
 			Env: map[string]string{"": name, "PRODUCT": p.ProductName, "UUID": uuid},
-		})
+		}
+		switch {
+		case inv.Partitioning == PartitioningMIG:
+			counterSet := CounterSetName(i)
+			whole.API.Capacity[gpu.CapacityMultiprocessors] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(p.Multiprocessors), resource.DecimalSI)}
+			whole.API.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: counterSet, Counters: p.MIG.totals(p).counters()}}
+			for _, mp := range p.MIG.bySize() {
+				for _, start := range mp.Placements {
+					devices = append(devices, migDevice(name, uuid, p.ProductName, counterSet, product, mp, start))
+				}
+			}
+		case inv.Sharing == SharingMemory:
+			share(&whole.API, p)
+		}
+		devices = append(devices, whole)
 	}
 	return devices, nil
+}
+
+// CounterSets implements kit.CounterInventory: a partitioned GPU's counter
+// set holds each capacity dimension its instances draw from and one
+// counter per memory slice; none without partitioning.
+func (inv *Inventory) CounterSets(context.Context) ([]resourceapi.CounterSet, error) {
+	if err := inv.Validate(); err != nil {
+		return nil, err
+	}
+	if inv.Partitioning != PartitioningMIG {
+		return nil, nil
+	}
+	sets := make([]resourceapi.CounterSet, 0, inv.Count)
+	for i := range inv.Count {
+		sets = append(sets, resourceapi.CounterSet{Name: CounterSetName(i), Counters: inv.Profile.MIG.totals(inv.Profile).counters()})
+	}
+	return sets, nil
+}
+
+// CounterSetName names GPU i's counter set.
+func CounterSetName(i int) string { return fmt.Sprintf("gpu-%d-counters", i) }
+
+// MIGDeviceName names the MIG device of profile mp at memory slice start
+// of GPU parent: gpu-0-mig-1g10gb-3.
+func MIGDeviceName(parent string, mp MIGProfile, start int) string {
+	return fmt.Sprintf("%s-mig-%s-%d", parent, mp.DeviceNamePart(), start)
+}
+
+func migDevice(parent, parentUUID, productName, counterSet string, product map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, mp MIGProfile, start int) kit.Device {
+	name := MIGDeviceName(parent, mp, start)
+	return kit.Device{
+		API: resourceapi.Device{
+			Name: name,
+			Attributes: with(product, map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				gpu.AttrType:       {StringValue: ptr.To(gpu.TypeMIG)},
+				gpu.AttrProfile:    {StringValue: ptr.To(mp.Name)},
+				gpu.AttrParentUUID: {StringValue: ptr.To(parentUUID)},
+			}),
+			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+				gpu.CapacityMemory:          {Value: mp.Memory},
+				gpu.CapacityMultiprocessors: {Value: *resource.NewQuantity(int64(mp.Multiprocessors), resource.DecimalSI)},
+			},
+			ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: counterSet, Counters: placementAmounts(mp, start).counters()}},
+		},
+		Env: map[string]string{"": name, "PROFILE": mp.Name, "PARENT_UUID": parentUUID, "PRODUCT": productName},
+	}
+}
+
+// ShareStep is the grain of a shared GPU's memory: a claim's request is
+// rounded up to whole steps, at least one.
+var ShareStep = resource.MustParse("1Gi")
+
+// share lets claims share a GPU by memory: each takes what it asks
+// (capacity.requests.memory) in whole steps, and a claim that does not say
+// takes as much as one claim may, so it has the GPU to itself. Every other
+// capacity defaults to nothing, or a claim asking only for memory would
+// take all of it and leave the GPU to no one else.
+func share(dev *resourceapi.Device, p *Profile) {
+	dev.AllowMultipleAllocations = ptr.To(true)
+	most := *resource.NewQuantity(p.Memory.Value()/ShareStep.Value()*ShareStep.Value(), resource.BinarySI)
+	mem := dev.Capacity[gpu.CapacityMemory]
+	mem.RequestPolicy = &resourceapi.CapacityRequestPolicy{
+		Default:    ptr.To(most),
+		ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(ShareStep), Max: ptr.To(most), Step: ptr.To(ShareStep)},
+	}
+	dev.Capacity[gpu.CapacityMemory] = mem
+	if p.Multiprocessors > 0 {
+		dev.Capacity[gpu.CapacityMultiprocessors] = resourceapi.DeviceCapacity{
+			Value:         *resource.NewQuantity(int64(p.Multiprocessors), resource.DecimalSI),
+			RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: resource.NewQuantity(0, resource.DecimalSI)},
+		}
+	}
+}
+
+// with returns the union of two attribute maps.
+func with(a, b map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	out := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(a)+len(b))
+	maps.Copy(out, a)
+	maps.Copy(out, b)
+	return out
 }
 
 // DeviceUUID is a fake GPU's UUID, in NVML's "GPU-" form.

@@ -43,6 +43,12 @@ type Profile struct {
 	CUDADriverVersion     string `json:"cudaDriverVersion"`
 	// Memory is the device's memory, e.g. 81559Mi.
 	Memory resource.Quantity `json:"memory"`
+	// Multiprocessors is the number of streaming multiprocessors; 0: not
+	// published. Partitioned and shared GPUs need it.
+	Multiprocessors int `json:"multiprocessors,omitempty"`
+	// MIG is the model's Multi-Instance GPU geometry; nil for a model
+	// without MIG (the L4).
+	MIG *MIG `json:"mig,omitempty"`
 }
 
 //go:embed profiles/*.yaml
@@ -143,6 +149,15 @@ func (p *Profile) validate() field.ErrorList {
 	}
 	if p.Memory.Sign() <= 0 {
 		errs = append(errs, field.Invalid(field.NewPath("memory"), p.Memory.String(), "must be positive, e.g. 81559Mi"))
+	}
+	if p.Multiprocessors < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("multiprocessors"), p.Multiprocessors, "must not be negative"))
+	}
+	if p.MIG != nil {
+		if p.Multiprocessors == 0 {
+			errs = append(errs, field.Required(field.NewPath("multiprocessors"), "a GPU with MIG counts its multiprocessors: its instances draw from them"))
+		}
+		errs = append(errs, p.MIG.validate(p, field.NewPath("mig"))...)
 	}
 	return errs
 }

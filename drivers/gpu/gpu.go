@@ -21,13 +21,19 @@ const (
 	// CDIKind is the CDI device kind of prepared GPUs.
 	CDIKind = "dralab.dev/gpu"
 	// EnvPrefix names the variables a prepared GPU sets: GPU_DEVICE_<n>,
-	// GPU_DEVICE_<n>_PRODUCT and GPU_DEVICE_<n>_UUID for the claim's n-th GPU.
+	// GPU_DEVICE_<n>_PRODUCT and GPU_DEVICE_<n>_UUID for the claim's n-th GPU;
+	// a MIG device sets GPU_DEVICE_<n>_PROFILE and _PARENT_UUID instead of
+	// _UUID, and a share of a GPU GPU_DEVICE_<n>_SHARE_ID and
+	// GPU_DEVICE_<n>_MEMORY_LIMIT (the memory its claim was given).
 	EnvPrefix = "GPU_DEVICE"
 	// ExtendedResource is what counting mode advertises through the
 	// device-plugin API, the way GPU device plugins count.
 	ExtendedResource = "dralab.dev/gpu"
-	// ClassAny is the DeviceClass of any GPU of this driver.
+	// ClassAny is the DeviceClass of any whole GPU of this driver.
 	ClassAny = DriverName
+	// ClassMIG is the DeviceClass of MIG devices: GPU instances of a
+	// partitioned GPU, which a claim picks by profile.
+	ClassMIG = "mig." + DriverName
 	// NodeProfileLabel is the node label naming the node's GPU profile.
 	NodeProfileLabel = "gpu.dralab.dev/profile"
 	// NodeGPUsLabel is the node label with the node's number of fake GPUs.
@@ -64,13 +70,42 @@ func (t Tier) Selector() string {
 // driverSelector matches this driver's devices.
 var driverSelector = fmt.Sprintf("device.driver == %q", DriverName)
 
-// DeviceClasses are the classes the driver's deployment creates.
+// Attributes and capacities the classes and claims rely on, in the
+// driver's domain, whatever the inventory.
+const (
+	// AttrType is TypeGPU for a whole GPU, TypeMIG for a MIG device.
+	AttrType = "type"
+	// AttrProfile is a MIG device's GPU instance profile, e.g. 1g.10gb.
+	AttrProfile = "profile"
+	// AttrParentUUID is a MIG device's GPU's UUID.
+	AttrParentUUID = "parentUUID"
+	// CapacityMemory and CapacityMultiprocessors are a device's memory
+	// and streaming multiprocessors.
+	CapacityMemory          = "memory"
+	CapacityMultiprocessors = "multiprocessors"
+
+	TypeGPU = "gpu"
+	TypeMIG = "mig"
+)
+
+// typeSelector matches devices of a type. Guarded with has(): a device
+// without the attribute is not of the type, and must not make the
+// selector fail.
+func typeSelector(typ string) string {
+	attr := fmt.Sprintf("device.attributes[%q].%s", DriverName, AttrType)
+	return fmt.Sprintf(`has(%s) && %s == %q`, attr, attr, typ)
+}
+
+// DeviceClasses are the classes the driver's deployment creates. The
+// tier classes and the class of any GPU select whole GPUs only: on a
+// partitioned node a claim for "an H100" must not get a slice of one.
 func DeviceClasses() []resourceapi.DeviceClass {
-	classes := []resourceapi.DeviceClass{newClass(ClassAny, driverSelector)}
+	whole := typeSelector(TypeGPU)
+	classes := []resourceapi.DeviceClass{newClass(ClassAny, driverSelector, whole)}
 	for _, t := range Tiers {
-		classes = append(classes, newClass(t.ClassName(), driverSelector, t.Selector()))
+		classes = append(classes, newClass(t.ClassName(), driverSelector, whole, t.Selector()))
 	}
-	return classes
+	return append(classes, newClass(ClassMIG, driverSelector, typeSelector(TypeMIG)))
 }
 
 func newClass(name string, expressions ...string) resourceapi.DeviceClass {
@@ -84,12 +119,13 @@ func newClass(name string, expressions ...string) resourceapi.DeviceClass {
 	return c
 }
 
-// TierOf returns the tier whose class selects the device, "" for none. It
-// evaluates the classes' CEL selectors with the allocator's own CEL
-// library, so it agrees with the scheduler by construction.
+// TierOf returns the tier whose class selects the device, "" for none (a
+// MIG device, another driver's). It evaluates the classes' CEL selectors
+// with the allocator's own CEL library, so it agrees with the scheduler by
+// construction.
 func TierOf(ctx context.Context, dev cel.Device) (string, error) {
 	for _, t := range Tiers {
-		sel, err := devicecel.Compile(driverSelector, t.Selector())
+		sel, err := devicecel.Compile(driverSelector, typeSelector(TypeGPU), t.Selector())
 		if err != nil {
 			return "", err
 		}

@@ -37,8 +37,11 @@ func matches(t *testing.T, class resourceapi.DeviceClass, dev cel.Device) bool {
 	return true
 }
 
+// product is a whole GPU of a driver with a product name.
 func product(driver, name string) cel.Device {
-	d := cel.Device{Driver: driver, Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}}
+	d := cel.Device{Driver: driver, Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		gpu.AttrType: {StringValue: ptr.To(gpu.TypeGPU)},
+	}}
 	if name != "" {
 		d.Attributes["productName"] = resourceapi.DeviceAttribute{StringValue: ptr.To(name)}
 	}
@@ -50,7 +53,7 @@ func TestTierClassesSelectTheirProfiles(t *testing.T) {
 	for _, c := range gpu.DeviceClasses() {
 		classes[c.Name] = c
 	}
-	if len(classes) != 4 {
+	if len(classes) != 5 {
 		t.Fatalf("classes: %v", classes)
 	}
 	profiles, err := fakegpu.Builtin()
@@ -107,6 +110,52 @@ func TestConfigure(t *testing.T) {
 	} {
 		if _, err := gpu.Configure([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Configure(%s) = %v, want an error containing %q", in, err, want)
+		}
+	}
+}
+
+// On a partitioned node the MIG class selects the MIG devices and only
+// them; the tier classes and the class of any GPU select the whole GPUs,
+// and a device without a type matches no class and fails no selector.
+func TestMIGClassSelectsMIGDevicesOnly(t *testing.T) {
+	classes := map[string]resourceapi.DeviceClass{}
+	for _, c := range gpu.DeviceClasses() {
+		classes[c.Name] = c
+	}
+	p, err := fakegpu.LookupProfile("h100-80gb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := (&fakegpu.Inventory{Node: "n", Profile: p, Count: 2, Partitioning: fakegpu.PartitioningMIG}).Devices(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	migs := 0
+	for _, d := range devs {
+		dev := cel.Device{Driver: gpu.DriverName, Attributes: d.API.Attributes, Capacity: d.API.Capacity}
+		isMIG := *d.API.Attributes[gpu.AttrType].StringValue == gpu.TypeMIG
+		if isMIG {
+			migs++
+		}
+		for name, class := range classes {
+			want := isMIG == (name == gpu.ClassMIG) && (name == gpu.ClassMIG || name == gpu.ClassAny || name == "h100."+gpu.DriverName)
+			if got := matches(t, class, dev); got != want {
+				t.Errorf("class %s on %s: %v, want %v", name, d.API.Name, got, want)
+			}
+		}
+		if tier, err := gpu.TierOf(context.Background(), dev); err != nil || (tier == "h100") == isMIG {
+			t.Errorf("TierOf(%s) = %q, %v", d.API.Name, tier, err)
+		}
+	}
+	if migs != 2*18 {
+		t.Errorf("%d MIG devices, want 18 per H100", migs)
+	}
+	untyped := cel.Device{Driver: gpu.DriverName, Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		"productName": {StringValue: ptr.To("NVIDIA H100 80GB HBM3")},
+	}}
+	for name, class := range classes {
+		if matches(t, class, untyped) {
+			t.Errorf("class %s matches a device without a type", name)
 		}
 	}
 }
