@@ -519,6 +519,12 @@ func nodeArgs(dir labstate.Dir, n config.Node, caCert string, verbosity int) ([]
 func driverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
 	nd := dir.Node(n.Name)
 	inventory := []string{"--inventory=fake", "--profile=" + n.GPUs.Profile, "--gpus=" + strconv.Itoa(n.GPUs.Count)}
+	if p := n.GPUs.Partitioning; p != "" {
+		inventory = append(inventory, "--partitioning="+p)
+	}
+	if sh := n.GPUs.Sharing; sh != "" {
+		inventory = append(inventory, "--sharing="+sh)
+	}
 	if n.GPUs.NVML != "" {
 		inventory = []string{"--inventory=nvml", "--nvml=" + config.NVMLSource(n.GPUs.NVML)}
 	}

@@ -144,6 +144,13 @@ type GPUs struct {
 	// ResourceSlices and claims) or "device-plugin" (an extended resource
 	// count, the way GPU device plugins work). Never both on one node.
 	Mode string `json:"mode,omitempty"`
+	// Partitioning "mig" publishes every MIG placement of each fake GPU
+	// beside the whole GPU, all drawing from the GPU's counters (a profile
+	// with MIG geometry: h100-80gb, a100-80gb, a100-40gb).
+	Partitioning string `json:"partitioning,omitempty"`
+	// Sharing "memory" lets several claims share each fake GPU, each asking
+	// for some of its memory (capacity.requests.memory).
+	Sharing string `json:"sharing,omitempty"`
 }
 
 // GPU modes.
@@ -300,6 +307,9 @@ func (c *Config) validate() field.ErrorList {
 				errs = append(errs, field.Invalid(lp, v, msg))
 			}
 		}
+		if n.GPUs != nil && c.Backend == BackendKind && (n.GPUs.Partitioning != "" || n.GPUs.Sharing != "") {
+			errs = append(errs, field.Forbidden(p.Child("gpus"), "partitioning and sharing run on the embedded backend only, so far: the kind backend's chart does not pass them to the driver"))
+		}
 		if n.GPUs != nil {
 			if c.Driver != nil {
 				errs = append(errs, field.Forbidden(p.Child("gpus"), "the lab runs driver.command on every node instead of dralab's GPU driver: its devices are the outside driver's"))
@@ -340,6 +350,37 @@ func (g *GPUs) validate(gp *field.Path) field.ErrorList {
 	}
 	if g.Mode != GPUModeDRA && g.Mode != GPUModeDevicePlugin {
 		errs = append(errs, field.NotSupported(gp.Child("mode"), g.Mode, []string{GPUModeDRA, GPUModeDevicePlugin}))
+	}
+	return append(errs, g.validateModes(gp)...)
+}
+
+// validateModes checks partitioning and sharing: each has one value, a
+// GPU is partitioned or shared, not both, and only fake GPUs served
+// through DRA are (counting mode counts whole GPUs).
+func (g *GPUs) validateModes(gp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, m := range []struct {
+		name, value, want string
+	}{{"partitioning", g.Partitioning, fakegpu.PartitioningMIG}, {"sharing", g.Sharing, fakegpu.SharingMemory}} {
+		switch {
+		case m.value == "":
+			continue
+		case m.value != m.want:
+			errs = append(errs, field.NotSupported(gp.Child(m.name), m.value, []string{m.want}))
+		case g.NVML != "":
+			errs = append(errs, field.Forbidden(gp.Child(m.name), "only fake GPUs (profile and count) are partitioned or shared by the lab"))
+		case g.Mode == GPUModeDevicePlugin:
+			errs = append(errs, field.Forbidden(gp.Child(m.name), "mode device-plugin counts whole GPUs; partitioning and sharing need mode dra"))
+		}
+	}
+	if g.Partitioning != "" && g.Sharing != "" {
+		errs = append(errs, field.Forbidden(gp.Child("sharing"), "a GPU is partitioned or shared, not both: give partitioning or sharing"))
+	}
+	if g.Partitioning == fakegpu.PartitioningMIG && g.NVML == "" {
+		if p, err := fakegpu.LookupProfile(g.Profile); err == nil && p.MIG == nil {
+			errs = append(errs, field.Invalid(gp.Child("partitioning"), g.Partitioning,
+				fmt.Sprintf("GPU profile %s has no MIG geometry; profiles with MIG: %s", g.Profile, strings.Join(fakegpu.MIGProfileNames(), ", "))))
+		}
 	}
 	return errs
 }

@@ -77,6 +77,14 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"outside driver and GPUs", head + "driver: {name: gpu.example.com, command: [plugin]}\nnodes: [{name: a, gpus: {profile: l4-24gb, count: 1}}]\n", []string{"nodes[0].gpus: Forbidden"}},
 		{"outside driver manifest", head + "driver: {name: gpu.example.com, command: [plugin], manifests: [nowhere.yaml]}\nnodes: [{name: a}]\n", []string{"driver.manifests[0]", "nowhere.yaml"}},
 		{"duplicate key", head + "name: a\nname: b\nnodes: [{name: a}]\n", []string{`key "name" already set`}},
+		{"MIG without geometry", head + "nodes: [{name: a, gpus: {profile: l4-24gb, count: 1, partitioning: mig}}]\n", []string{"nodes[0].gpus.partitioning", "GPU profile l4-24gb has no MIG geometry", "h100-80gb"}},
+		{"unknown partitioning", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, partitioning: mps}}]\n", []string{"nodes[0].gpus.partitioning", `"mps"`, `"mig"`}},
+		{"unknown sharing", head + "nodes: [{name: a, gpus: {profile: l4-24gb, count: 1, sharing: time}}]\n", []string{"nodes[0].gpus.sharing", `"time"`, `"memory"`}},
+		{"partitioned and shared", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, partitioning: mig, sharing: memory}}]\n", []string{"nodes[0].gpus.sharing: Forbidden", "partitioned or shared, not both"}},
+		{"partitioned counting", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, partitioning: mig, mode: device-plugin}}]\n", []string{"nodes[0].gpus.partitioning: Forbidden", "need mode dra"}},
+		{"shared NVML", head + "nodes: [{name: a, gpus: {nvml: host, sharing: memory}}]\n", []string{"nodes[0].gpus.sharing: Forbidden", "only fake GPUs"}},
+		{"partitioned on kind", head + "backend: kind\nnodes: [{name: a, gpus: {profile: h100-80gb, count: 1, partitioning: mig}}]\n", []string{"nodes[0].gpus: Forbidden", "embedded backend only"}},
+		{"misspelt partitioning", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, partitionning: mig}}]\n", []string{`unknown field "nodes[0].gpus.partitionning"`}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -148,5 +156,18 @@ func TestNVMLNodes(t *testing.T) {
 	}
 	if g := cfg.Nodes[0].GPUs; g.NVML != "mock:mixed" || g.Mode != GPUModeDRA || g.Count != 0 {
 		t.Errorf("NVML node = %+v", g)
+	}
+}
+
+func TestPartitionedAndSharedNodes(t *testing.T) {
+	cfg, err := Parse("split.yaml", []byte("apiVersion: lab.dralab.dev/v1alpha1\nkind: Lab\nnodes: [{name: a, gpus: {profile: h100-80gb, count: 1, partitioning: mig}}, {name: b, gpus: {profile: l4-24gb, count: 1, sharing: memory}}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := cfg.Nodes[0].GPUs; g.Partitioning != "mig" || g.Sharing != "" || g.Mode != GPUModeDRA {
+		t.Errorf("partitioned node = %+v", g)
+	}
+	if g := cfg.Nodes[1].GPUs; g.Sharing != "memory" || g.Partitioning != "" {
+		t.Errorf("shared node = %+v", g)
 	}
 }

@@ -43,16 +43,20 @@ const (
 
 // Options are the driver's settings.
 type Options struct {
-	NodeName         string
-	Kubeconfig       string
-	Mode             string
-	Inventory        string
-	NVML             string
-	Profile          string
-	ProfileFile      string
-	ProfileLabel     string
-	GPUs             int
-	GPUsLabel        string
+	NodeName     string
+	Kubeconfig   string
+	Mode         string
+	Inventory    string
+	NVML         string
+	Profile      string
+	ProfileFile  string
+	ProfileLabel string
+	GPUs         int
+	GPUsLabel    string
+	// Partitioning and Sharing are the fake inventory's modes:
+	// fakegpu.PartitioningMIG, fakegpu.SharingMemory, or empty.
+	Partitioning     string
+	Sharing          string
 	RegistrarDir     string
 	PluginsDir       string
 	DevicePluginsDir string
@@ -108,6 +112,8 @@ Every flag can also be set through the environment variable named in brackets.`,
 	f.StringVar(&o.ProfileLabel, "profile-label", "", "read the profile from this label of the node, instead of --profile (one DaemonSet, mixed nodes)")
 	f.IntVar(&o.GPUs, "gpus", 0, "number of fake GPUs")
 	f.StringVar(&o.GPUsLabel, "gpus-label", "", "read the number of fake GPUs from this label of the node, when it has it")
+	f.StringVar(&o.Partitioning, "partitioning", "", "partition the fake GPUs: "+fakegpu.PartitioningMIG+" publishes each GPU's MIG placements beside it, all drawing from the GPU's counters (profiles with MIG: "+strings.Join(fakegpu.MIGProfileNames(), ", ")+"); empty: whole GPUs only")
+	f.StringVar(&o.Sharing, "sharing", "", "share the fake GPUs: "+fakegpu.SharingMemory+" lets several claims share a GPU, each asking for some of its memory; empty: one claim per GPU")
 	f.StringVar(&o.RegistrarDir, "kubelet-registrar-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registration directory")
 	f.StringVar(&o.PluginsDir, "kubelet-plugins-dir", "/var/lib/kubelet/plugins", "parent of the driver's DRA socket directory")
 	f.StringVar(&o.DevicePluginsDir, "kubelet-device-plugins-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory (device-plugin mode)")
@@ -386,7 +392,15 @@ func fakeInventory(o Options) (kit.Inventory, error) {
 	if o.GPUs < 1 {
 		return nil, fmt.Errorf("--gpus %d: a fake inventory needs at least one GPU", o.GPUs)
 	}
-	return &fakegpu.Inventory{Node: o.NodeName, Profile: p, Count: o.GPUs}, nil
+	if (o.Partitioning != "" || o.Sharing != "") && o.Mode == ModeDevicePlugin {
+		return nil, fmt.Errorf("--mode %s counts whole GPUs: --partitioning and --sharing need --mode %s", ModeDevicePlugin, ModeDRA)
+	}
+	inv := &fakegpu.Inventory{Node: o.NodeName, Profile: p, Count: o.GPUs, Partitioning: o.Partitioning, Sharing: o.Sharing}
+	if err := inv.Validate(); err != nil {
+		// The inventory says "partitioning …": the flag's name.
+		return nil, fmt.Errorf("--%w", err)
+	}
+	return inv, nil
 }
 
 func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
