@@ -101,7 +101,9 @@ type notReady struct {
 // nodesNotReady says, per configured node, what it still lacks.
 func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.ResourceSlice, labNode func(*v1.Node) string) map[string]notReady {
 	byName := map[string]*v1.Node{}
-	published := map[string]int{}
+	// published counts a node's devices; whole counts its whole GPUs, as a
+	// partitioned GPU is published with its MIG devices beside it.
+	published, whole := map[string]int{}, map[string]int{}
 	for i := range nodes {
 		byName[labNode(&nodes[i])] = &nodes[i]
 	}
@@ -116,6 +118,11 @@ func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.Resourc
 		for name, n := range byName {
 			if n.Name == s.Spec.Pool.Name {
 				published[name] += len(s.Spec.Devices)
+				for _, d := range s.Spec.Devices {
+					if t := d.Attributes[gpu.AttrType].StringValue; t != nil && *t == gpu.TypeGPU {
+						whole[name]++
+					}
+				}
 			}
 		}
 	}
@@ -140,8 +147,8 @@ func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.Resourc
 			if (n.GPUs.Mode == config.GPUModeDRA && published[n.Name] == 0) || (n.GPUs.Mode == config.GPUModeDevicePlugin && q.Value() == 0) {
 				missing[n.Name] = notReady{why: fmt.Sprintf("has no GPUs from NVML (%s) yet", n.GPUs.NVML), driver: true}
 			}
-		case n.GPUs.Mode == config.GPUModeDRA && published[n.Name] != n.GPUs.Count:
-			missing[n.Name] = notReady{why: fmt.Sprintf("has %d of its %d GPUs in ResourceSlices", published[n.Name], n.GPUs.Count), driver: true}
+		case n.GPUs.Mode == config.GPUModeDRA && whole[n.Name] != n.GPUs.Count:
+			missing[n.Name] = notReady{why: fmt.Sprintf("has %d of its %d GPUs in ResourceSlices", whole[n.Name], n.GPUs.Count), driver: true}
 		case n.GPUs.Mode == config.GPUModeDevicePlugin:
 			q := node.Status.Allocatable[v1.ResourceName(gpu.ExtendedResource)]
 			if q.Value() != int64(n.GPUs.Count) {
