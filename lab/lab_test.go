@@ -86,28 +86,36 @@ func newLab(t *testing.T, root, bin string, cfg *config.Config) *lab.Lab {
 	return l
 }
 
-// labProcesses returns the PIDs of the lab process and its nodes, and the
-// loopback ports they listen on.
-func labProcesses(t *testing.T, st *lab.Status) ([]int, []int) {
+// labProcesses returns the lab process and its nodes as the lab recorded
+// them, and the loopback ports they listen on.
+func labProcesses(t *testing.T, st *lab.Status) ([]procid.ID, []int) {
 	t.Helper()
-	dir := labstate.Dir(st.StateDir)
+	procs := recordedProcesses(t, labstate.Dir(st.StateDir))
+	return procs, listeningPorts(t, procs)
+}
+
+// recordedProcesses returns the lab process and its children as the lab
+// recorded them.
+func recordedProcesses(t *testing.T, dir labstate.Dir) []procid.ID {
+	t.Helper()
 	s, err := dir.ReadStatus()
 	if err != nil {
 		t.Fatal(err)
 	}
-	pids := []int{s.PID}
+	procs := []procid.ID{s.ID}
 	for _, p := range s.Processes {
-		pids = append(pids, p.PID)
+		procs = append(procs, p.ID)
 	}
-	return pids, listeningPorts(t, pids)
+	return procs
 }
 
 // listeningPorts reads the TCP listeners owned by the given processes from
 // /proc, failing on any that is not on loopback.
-func listeningPorts(t *testing.T, pids []int) []int {
+func listeningPorts(t *testing.T, procs []procid.ID) []int {
 	t.Helper()
 	inodes := map[string]bool{}
-	for _, pid := range pids {
+	for _, p := range procs {
+		pid := p.PID
 		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 		for _, fd := range fds {
 			link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
@@ -169,7 +177,7 @@ func TestUpReuseDown(t *testing.T) {
 	if err != nil || info.Mode().Perm() != 0o600 {
 		t.Errorf("kubeconfig %s: mode %v, %v; want 0600", l.Kubeconfig(), info.Mode().Perm(), err)
 	}
-	pids, ports := labProcesses(t, st)
+	procs, ports := labProcesses(t, st)
 	// The API server and one kubelet per node; etcd serves on a unix
 	// socket in the private state directory, not on a port.
 	if len(ports) != 1+len(cfg.Nodes) {
@@ -206,7 +214,7 @@ func TestUpReuseDown(t *testing.T) {
 	if err := l.Down(ctx); err != nil {
 		t.Fatal(err)
 	}
-	assertGone(t, pids, ports)
+	assertGone(t, procs, ports)
 	if _, err := os.Stat(st.StateDir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("state %s remains after Down: %v", st.StateDir, err)
 	}
@@ -272,10 +280,11 @@ func TestUpReplacesStaleState(t *testing.T) {
 	}
 	st, _ := l.Status(ctx)
 	// Kill the lab process as a crash or reboot would: its nodes die with it.
-	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
+	p := labProcess(t, st)
+	if err := p.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	if err := procid.WaitGone(ctx, []procid.ID{labProcess(t, st)}, 10*time.Second); err != nil {
+	if err := procid.WaitGone(ctx, []procid.ID{p}, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	stale, err := l.Status(ctx)
@@ -465,13 +474,14 @@ func labProcess(t *testing.T, st *lab.Status) procid.ID {
 	return id
 }
 
-// assertGone fails for every process still running and every port still
+// assertGone fails for every process still running (the process the lab
+// recorded, not another that got its PID since) and every port still
 // listening.
-func assertGone(t *testing.T, pids, ports []int) {
+func assertGone(t *testing.T, procs []procid.ID, ports []int) {
 	t.Helper()
-	for _, pid := range pids {
-		if _, err := procid.Of(pid); err == nil {
-			t.Errorf("process %d still runs after Down", pid)
+	for _, p := range procs {
+		if p.Alive() {
+			t.Errorf("%s still runs after Down", p)
 		}
 	}
 	for _, port := range ports {
@@ -579,19 +589,8 @@ func TestLabEndsWithItsOwner(t *testing.T) {
 		t.Fatal("the owner's lab was not up within 4 minutes")
 	}
 	dir := labstate.Dir(filepath.Join(root, "t-owner"))
-	s, err := dir.ReadStatus()
-	if err != nil {
-		t.Fatal(err)
-	}
-	procs := []procid.ID{s.ID}
-	for _, p := range s.Processes {
-		procs = append(procs, p.ID)
-	}
-	pids := make([]int, len(procs))
-	for i, p := range procs {
-		pids[i] = p.PID
-	}
-	ports := listeningPorts(t, pids)
+	procs := recordedProcesses(t, dir)
+	ports := listeningPorts(t, procs)
 	if len(ports) == 0 {
 		t.Fatal("the owner's lab listens on no port")
 	}
@@ -612,7 +611,7 @@ func TestLabEndsWithItsOwner(t *testing.T) {
 		entries, _ := os.ReadDir(string(dir))
 		t.Fatalf("the lab's state %s remains 30 s after its owner was killed: %v", dir, entries)
 	}
-	assertGone(t, pids, ports)
+	assertGone(t, procs, ports)
 	for _, n := range []string{"n1", "n2"} {
 		if link := dir.Node(n).ShortLink(); exists(link) {
 			t.Errorf("node %s's short path %s remains", n, link)

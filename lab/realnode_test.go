@@ -59,12 +59,7 @@ func TestRealNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pids []int
-	for _, p := range s.Processes {
-		pids = append(pids, p.PID)
-	}
-	pids = append(pids, s.PID)
-	ports := listeningPorts(t, pids)
+	procs, ports := labProcesses(t, st)
 
 	node, err := client.CoreV1().Nodes().Get(ctx, "real-h100", metav1.GetOptions{})
 	if err != nil {
@@ -90,7 +85,7 @@ func TestRealNode(t *testing.T) {
 		if !ok {
 			t.Fatalf("no containerd in %+v", s.Processes)
 		}
-		if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil {
+		if err := p.ID.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -138,7 +133,7 @@ func TestRealNode(t *testing.T) {
 	if !rec.ChainsRecorded || len(rec.CgroupDirs) == 0 || slices.Contains(rec.ChainsCreated, decoyChain) {
 		t.Errorf("host record = %+v; want the node's cgroups and chains recorded, and not the decoy", rec)
 	}
-	if err := syscall.Kill(s.PID, syscall.SIGKILL); err != nil {
+	if err := s.ID.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	if err := procid.WaitGone(ctx, []procid.ID{s.ID}, 10*time.Second); err != nil {
@@ -150,7 +145,7 @@ func TestRealNode(t *testing.T) {
 	if err := l.Down(ctx); err != nil {
 		t.Fatal(err)
 	}
-	assertGone(t, pids, ports)
+	assertGone(t, procs, ports)
 	if shims := realnode.ProcessesWith(filepath.Join(st.StateDir, "nodes")); len(shims) > 0 {
 		t.Errorf("processes of the lab still run after Down: %v", shims)
 	}

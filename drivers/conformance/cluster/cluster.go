@@ -235,12 +235,18 @@ func (k *kit) cleanup(ctx context.Context, t *testing.T) {
 }
 
 // remove deletes pods, waits until they are gone, then deletes claims and
-// waits until they are gone too: a claim goes once the driver has
-// unprepared it, and only then is its device free.
+// waits until they are gone too. Pods are deleted gracefully, never
+// forced: the kubelet removes a pod only once it has unprepared the pod's
+// claims, so that, once the pods are gone, their devices are free on the
+// node as well as in the API (a forced deletion frees them in the API
+// while the driver still holds them, and the next check's claim is
+// refused).
 func (k *kit) remove(ctx context.Context, pods, claims []string) error {
 	podsAPI, claimsAPI := k.client.CoreV1().Pods(k.ns), k.client.ResourceV1().ResourceClaims(k.ns)
 	deletePod := func(ctx context.Context, name string, o metav1.DeleteOptions) error {
-		o.GracePeriodSeconds = ptr.To[int64](0)
+		// Not 0, the pods' own termination grace period, which would
+		// force the deletion.
+		o.GracePeriodSeconds = ptr.To[int64](1)
 		return podsAPI.Delete(ctx, name, o)
 	}
 	if err := deleteEach(ctx, "pod", pods, deletePod); err != nil {
