@@ -15,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/e2e-framework/klient/wait"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
@@ -52,33 +51,7 @@ func gpuNodes(ctx context.Context, t *testing.T, client kubernetes.Interface) ma
 	return perTier
 }
 
-// claimTemplate is a one-request template of a class, with an optional
-// CEL selector.
-func claimTemplate(namespace, name, class, selector string) *resourceapi.ResourceClaimTemplate {
-	req := resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class}}
-	if selector != "" {
-		req.Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: selector}}}
-	}
-	return &resourceapi.ResourceClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{req}}}},
-	}
-}
 
-// claimPod is a pod whose one container uses one claim from a template.
-func claimPod(namespace, name, template string) *v1.Pod {
-	return &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec: v1.PodSpec{
-			TerminationGracePeriodSeconds: ptr.To[int64](0),
-			Containers: []v1.Container{{
-				Name: "ctr", Image: "registry.k8s.io/pause:3.10",
-				Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}},
-			}},
-			ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To(template)}},
-		},
-	}
-}
 
 // settle waits until every pod of a namespace runs or has been found
 // unschedulable by the scheduler.
@@ -161,7 +134,7 @@ func TestGPUDriver(t *testing.T) {
 		Setup(gpuSetup).
 		Assess("an H100 claim lands on an H100 and its container sees it", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			g := ctx.Value(gpuTestKey{}).(*gpuTest)
-			mustCreate(ctx, t, g.client, claimTemplate(g.namespace, "h100", tierClass, ""), claimPod(g.namespace, "trainer", "h100"))
+			mustCreate(ctx, t, g.client, testlab.ClaimTemplate(g.namespace, "h100", tierClass, "", ""), testlab.ClaimPod(g.namespace, "trainer", "h100"))
 			if err := settle(ctx, g.client, g.namespace, time.Minute); err != nil {
 				t.Fatal(err)
 			}
@@ -200,9 +173,9 @@ func TestGPUDriver(t *testing.T) {
 				t.Fatalf("the cluster needs large GPUs and L4s for this test; it has %v", tiers)
 			}
 			sel := fmt.Sprintf(`device.capacity[%q].memory.compareTo(quantity("40Gi")) >= 0`, gpu.DriverName)
-			mustCreate(ctx, t, g.client, claimTemplate(g.namespace, "big", gpu.ClassAny, sel))
+			mustCreate(ctx, t, g.client, testlab.ClaimTemplate(g.namespace, "big", gpu.ClassAny, sel, ""))
 			for i := range big + 1 {
-				mustCreate(ctx, t, g.client, claimPod(g.namespace, fmt.Sprintf("big-%d", i), "big"))
+				mustCreate(ctx, t, g.client, testlab.ClaimPod(g.namespace, fmt.Sprintf("big-%d", i), "big"))
 			}
 			if err := settle(ctx, g.client, g.namespace, time.Minute); err != nil {
 				t.Fatal(err)
@@ -250,7 +223,7 @@ func TestDriverRestart(t *testing.T) {
 		Assess("the claim survives the restart and is unprepared after it", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			g := ctx.Value(gpuTestKey{}).(*gpuTest)
 			tier := gpu.Tiers[0]
-			mustCreate(ctx, t, g.client, claimTemplate(g.namespace, "one", tier.ClassName(), ""), claimPod(g.namespace, "first", "one"))
+			mustCreate(ctx, t, g.client, testlab.ClaimTemplate(g.namespace, "one", tier.ClassName(), "", ""), testlab.ClaimPod(g.namespace, "first", "one"))
 			if err := settle(ctx, g.client, g.namespace, time.Minute); err != nil {
 				t.Fatal(err)
 			}

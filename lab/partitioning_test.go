@@ -21,6 +21,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/testlab"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
 )
@@ -166,36 +167,7 @@ func deviceAttr(d resourceapi.Device, name string) string {
 	return ptr.Deref(d.Attributes[resourceapi.QualifiedName(name)].StringValue, "")
 }
 
-// claimTemplateOf is a claim template of one request, with an optional CEL
-// selector and memory request.
-func claimTemplateOf(namespace, name, class, selector, memory string) *resourceapi.ResourceClaimTemplate {
-	req := resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class}}
-	if selector != "" {
-		req.Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: selector}}}
-	}
-	if memory != "" {
-		req.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{gpu.CapacityMemory: resource.MustParse(memory)}}
-	}
-	return &resourceapi.ResourceClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{req}}}},
-	}
-}
 
-// claimPodOf is a pod with one container using a claim from a template.
-func claimPodOf(namespace, name, tmpl string) *v1.Pod {
-	return &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec: v1.PodSpec{
-			TerminationGracePeriodSeconds: ptr.To[int64](0),
-			Containers: []v1.Container{{
-				Name: "ctr", Image: "registry.k8s.io/pause:3.10",
-				Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}},
-			}},
-			ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To(tmpl)}},
-		},
-	}
-}
 
 func createNamespace(ctx context.Context, t testing.TB, client kubernetes.Interface, name string) string {
 	t.Helper()
@@ -337,8 +309,8 @@ func testMIG(ctx context.Context, t *testing.T, client kubernetes.Interface) {
 	ns := createNamespace(ctx, t, client, "mig")
 	sel := fmt.Sprintf(`has(device.attributes[%q].profile) && device.attributes[%q].profile == %q`, gpu.DriverName, gpu.DriverName, profile)
 	for _, tmpl := range []*resourceapi.ResourceClaimTemplate{
-		claimTemplateOf(ns, "small", gpu.ClassMIG, sel, ""),
-		claimTemplateOf(ns, "whole", "h100."+gpu.DriverName, "", ""),
+		testlab.ClaimTemplate(ns, "small", gpu.ClassMIG, sel, ""),
+		testlab.ClaimTemplate(ns, "whole", "h100."+gpu.DriverName, "", ""),
 	} {
 		if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -350,7 +322,7 @@ func testMIG(ctx context.Context, t *testing.T, client kubernetes.Interface) {
 	for i := range want {
 		name := fmt.Sprintf("small-%d", i)
 		names = append(names, name)
-		got, pod := runPod(ctx, t, client, claimPodOf(ns, name, "small"))
+		got, pod := runPod(ctx, t, client, testlab.ClaimPod(ns, name, "small"))
 		if got != outcomeRunning {
 			t.Fatalf("pod %s of %d: %s, want %s", name, want, got, outcomeRunning)
 		}
@@ -381,7 +353,7 @@ func testMIG(ctx context.Context, t *testing.T, client kubernetes.Interface) {
 		}
 	}
 
-	got, pod := runPod(ctx, t, client, claimPodOf(ns, "small-extra", "small"))
+	got, pod := runPod(ctx, t, client, testlab.ClaimPod(ns, "small-extra", "small"))
 	if got != outcomeUnschedulable {
 		t.Fatalf("pod %d of %s: %s, want %s", want+1, profile, got, outcomeUnschedulable)
 	}
@@ -389,7 +361,7 @@ func testMIG(ctx context.Context, t *testing.T, client kubernetes.Interface) {
 	// Out of the way: once slices are free, the whole GPU must win them.
 	deletePods(ctx, t, client, ns, "small-extra")
 
-	got, pod = runPod(ctx, t, client, claimPodOf(ns, "whole", "whole"))
+	got, pod = runPod(ctx, t, client, testlab.ClaimPod(ns, "whole", "whole"))
 	if got != outcomeUnschedulable {
 		t.Fatalf("a whole-GPU pod beside %d MIG devices: %s, want %s", want, got, outcomeUnschedulable)
 	}
@@ -447,13 +419,13 @@ func testSharing(ctx context.Context, t *testing.T, client kubernetes.Interface)
 		t.Fatalf("%d shares of %s fit an L4 24GB, want 3", want, memory)
 	}
 	ns := createNamespace(ctx, t, client, "sharing")
-	if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, claimTemplateOf(ns, "share", "l4."+gpu.DriverName, "", memory), metav1.CreateOptions{}); err != nil {
+	if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, testlab.ClaimTemplate(ns, "share", "l4."+gpu.DriverName, "", memory), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	shareIDs := map[string]string{}
 	for i := range want {
 		name := fmt.Sprintf("share-%d", i)
-		got, pod := runPod(ctx, t, client, claimPodOf(ns, name, "share"))
+		got, pod := runPod(ctx, t, client, testlab.ClaimPod(ns, name, "share"))
 		if got != outcomeRunning {
 			t.Fatalf("pod %s of %d: %s, want %s", name, want, got, outcomeRunning)
 		}
@@ -474,7 +446,7 @@ func testSharing(ctx context.Context, t *testing.T, client kubernetes.Interface)
 			}
 		}
 	}
-	got, pod := runPod(ctx, t, client, claimPodOf(ns, "share-extra", "share"))
+	got, pod := runPod(ctx, t, client, testlab.ClaimPod(ns, "share-extra", "share"))
 	if got != outcomeUnschedulable {
 		t.Fatalf("pod %d asking %s of the L4: %s, want %s", want+1, memory, got, outcomeUnschedulable)
 	}
@@ -501,8 +473,8 @@ func BenchmarkSchedulingMIG(b *testing.B) {
 	ns := createNamespace(ctx, b, client, "bench")
 	sel := fmt.Sprintf(`has(device.attributes[%q].profile) && device.attributes[%q].profile == "1g.10gb"`, gpu.DriverName, gpu.DriverName)
 	templates := map[string]*resourceapi.ResourceClaimTemplate{
-		"mig":   claimTemplateOf(ns, "mig", gpu.ClassMIG, sel, ""),
-		"whole": claimTemplateOf(ns, "whole", "h100."+gpu.DriverName, "", ""),
+		"mig":   testlab.ClaimTemplate(ns, "mig", gpu.ClassMIG, sel, ""),
+		"whole": testlab.ClaimTemplate(ns, "whole", "h100."+gpu.DriverName, "", ""),
 	}
 	for _, kind := range []string{"mig", "whole"} {
 		b.Run(kind, func(b *testing.B) {
@@ -550,7 +522,7 @@ func scheduleEach(ctx context.Context, b *testing.B, client kubernetes.Interface
 	var sum time.Duration
 	timeout := time.After(2 * time.Minute)
 	for _, n := range names {
-		pod := claimPodOf(ns, n, "")
+		pod := testlab.ClaimPod(ns, n, "")
 		pod.Spec.ResourceClaims[0] = v1.PodResourceClaim{Name: "gpu", ResourceClaimName: ptr.To(n)}
 		start := time.Now()
 		if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
