@@ -51,8 +51,6 @@ func gpuNodes(ctx context.Context, t *testing.T, client kubernetes.Interface) ma
 	return perTier
 }
 
-
-
 // settle waits until every pod of a namespace runs or has been found
 // unschedulable by the scheduler.
 func settle(ctx context.Context, client kubernetes.Interface, namespace string, timeout time.Duration) error {

@@ -167,8 +167,6 @@ func deviceAttr(d resourceapi.Device, name string) string {
 	return ptr.Deref(d.Attributes[resourceapi.QualifiedName(name)].StringValue, "")
 }
 
-
-
 func createNamespace(ctx context.Context, t testing.TB, client kubernetes.Interface, name string) string {
 	t.Helper()
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
