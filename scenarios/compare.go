@@ -18,6 +18,10 @@ type Inventory struct {
 	// Counted counts GPUs counted through the device-plugin API, by the
 	// tier of their node.
 	Counted map[string]int
+	// Partitioned counts the free GPUs among Devices whose partitions
+	// consume their counters; Shared those several claims may share.
+	Partitioned map[string]int
+	Shared      map[string]int
 }
 
 // Resolve turns a count into a number.

@@ -158,7 +158,7 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 	if err != nil {
 		return Inventory{}, err
 	}
-	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}}
+	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}}
 	held := snap.AllocatedDevices()
 	for _, sl := range snap.Slices {
 		if sl.Spec.Driver != gpu.DriverName {
@@ -172,8 +172,15 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 			if err != nil {
 				return inv, err
 			}
-			if tier != "" {
-				inv.Devices[tier]++
+			if tier == "" {
+				continue
+			}
+			inv.Devices[tier]++
+			if len(sl.Spec.Devices[i].ConsumesCounters) > 0 {
+				inv.Partitioned[tier]++
+			}
+			if ptr.Deref(sl.Spec.Devices[i].AllowMultipleAllocations, false) {
+				inv.Shared[tier]++
 			}
 		}
 	}
@@ -215,9 +222,19 @@ func (inv Inventory) meets(req Requirements) error {
 			missing = append(missing, fmt.Sprintf("%s GPUs counted through the device-plugin API (%s)", t, gpu.ExtendedResource))
 		}
 	}
+	for _, t := range req.PartitionedTiers {
+		if inv.Partitioned[t] == 0 {
+			missing = append(missing, fmt.Sprintf("%s GPUs published with MIG partitions (partitioning: mig)", t))
+		}
+	}
+	for _, t := range req.SharedTiers {
+		if inv.Shared[t] == 0 {
+			missing = append(missing, fmt.Sprintf("%s GPUs shared by memory (sharing: memory)", t))
+		}
+	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%w: it needs %s; the cluster has DRA GPUs %v and counted GPUs %v",
-			ErrUnmet, strings.Join(missing, ", "), inv.Devices, inv.Counted)
+		return fmt.Errorf("%w: it needs %s; the cluster has DRA GPUs %v (partitioned %v, shared %v) and counted GPUs %v",
+			ErrUnmet, strings.Join(missing, ", "), inv.Devices, inv.Partitioned, inv.Shared, inv.Counted)
 	}
 	return nil
 }

@@ -54,6 +54,11 @@ type Requirements struct {
 	Tiers []string `json:"tiers,omitempty"`
 	// CountedTiers must have GPUs counted through the device-plugin API.
 	CountedTiers []string `json:"countedTiers,omitempty"`
+	// PartitionedTiers must have free GPUs published with partitions that
+	// consume their counters (MIG); SharedTiers free GPUs that several
+	// claims may share (allowMultipleAllocations).
+	PartitionedTiers []string `json:"partitionedTiers,omitempty"`
+	SharedTiers      []string `json:"sharedTiers,omitempty"`
 	// Features names the Kubernetes features the scenario exercises.
 	Features []string `json:"features,omitempty"`
 }
@@ -286,6 +291,8 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 	}
 	checkTiers(field.NewPath("requires", "tiers"), s.Requires.Tiers)
 	checkTiers(field.NewPath("requires", "countedTiers"), s.Requires.CountedTiers)
+	checkTiers(field.NewPath("requires", "partitionedTiers"), s.Requires.PartitionedTiers)
+	checkTiers(field.NewPath("requires", "sharedTiers"), s.Requires.SharedTiers)
 	if len(s.Steps) == 0 {
 		errs = append(errs, field.Required(field.NewPath("steps"), ""))
 	}

@@ -1,0 +1,59 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/dralab/dralab/internal/testlab"
+	"github.com/dralab/dralab/lab/config"
+	"github.com/dralab/dralab/lab/examples"
+	"github.com/dralab/dralab/scenarios"
+)
+
+// partitionedScenarios need split or shared GPUs, which the default lab
+// does not have: on it TestScenarios skips them as unmet.
+var partitionedScenarios = []string{"mig-partitions", "gpu-sharing", "mig-fallback"}
+
+// TestPartitionedScenarios starts its own lab from
+// lab/examples/partitioned.yaml (a MIG H100 and a shared L4), runs the
+// scenarios of split and shared GPUs on it, one after another, and deletes
+// it. It runs only where the suite starts embedded labs.
+func TestPartitionedScenarios(t *testing.T) {
+	requireCluster(t)
+	if theLab == nil {
+		t.Skip("runs on an embedded lab of its own; against --kubeconfig, TestScenarios runs these scenarios where the cluster has what they require")
+	}
+	data, err := examples.FS.ReadFile("partitioned.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse("lab/examples/partitioned.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l, err := testlab.Start(ctx, cfg, "dralab-e2e-partitioned")
+	t.Cleanup(func() {
+		if err := testlab.Stop(context.Background(), l); err != nil {
+			t.Errorf("deleting the partitioned lab: %v", err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restConfig, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range partitionedScenarios {
+		t.Run(name, func(t *testing.T) {
+			s, err := scenarios.Get(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runScenario(ctx, t, restConfig, s)
+		})
+	}
+}
