@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/dralab/dralab/internal/report"
 )
@@ -175,6 +176,12 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 		if e.Tier != "" && d.Tier != e.Tier {
 			mismatch("tier", e.Tier, orNone(d.Tier), d.DeviceRef()+" "+d.Product)
 		}
+		if e.Profile != "" && d.Profile != e.Profile {
+			mismatch("MIG profile", e.Profile, orNone(d.Profile), d.DeviceRef())
+		}
+		if e.Consumed != "" && (d.ShareID == "" || !sameQuantity(d.Consumed, e.Consumed)) {
+			mismatch("consumed memory of a share", e.Consumed, orNone(d.Consumed)+" share "+orNone(d.ShareID), d.DeviceRef())
+		}
 		if e.AdminAccess != nil && d.AdminAccess != *e.AdminAccess {
 			mismatch("admin access", *e.AdminAccess, d.AdminAccess, d.DeviceRef())
 		}
@@ -185,7 +192,7 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 			mismatch("device taint", "untainted", "tainted", d.DeviceRef())
 		}
 	}
-	if (e.Request != "" || e.Subrequest != "" || e.Tier != "" || e.ExtendedResourceClaim || e.AdminAccess != nil) && len(devs) == 0 && e.Phase != "Pending" {
+	if (e.Request != "" || e.Subrequest != "" || e.Tier != "" || e.Profile != "" || e.Consumed != "" || e.ExtendedResourceClaim || e.AdminAccess != nil) && len(devs) == 0 && e.Phase != "Pending" {
 		mismatch("allocated devices", "at least one", 0, o.Rows[0].Reason)
 	}
 	if e.Devices != nil && len(devs) != inv.Resolve(e.Devices) {
@@ -207,6 +214,14 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 		mismatch("pending reason", e.Reason, orNone(o.Rows[0].ReasonCode), o.Rows[0].Reason)
 	}
 	return msgs
+}
+
+// sameQuantity compares two quantities by value (7Gi and 7168Mi are the
+// same); an unparsable one is never the same.
+func sameQuantity(a, b string) bool {
+	qa, errA := resource.ParseQuantity(a)
+	qb, errB := resource.ParseQuantity(b)
+	return errA == nil && errB == nil && qa.Cmp(qb) == 0
 }
 
 // podTier is the tier of a pod's devices, or of its node's GPUs when it

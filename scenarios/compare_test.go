@@ -102,3 +102,23 @@ func TestCheckCountsAndGroups(t *testing.T) {
 		t.Errorf("same device: %v", f)
 	}
 }
+
+// A MIG profile and a share's consumed memory are checked per device; a
+// consumed amount needs a share ID and compares by value.
+func TestCheckProfileAndShare(t *testing.T) {
+	slice := running("m", "", "", "gpu-0-mig-1g10gb-0")
+	slice.Profile = "1g.10gb"
+	share := running("s", "", "l4", "gpu-0")
+	share.ShareID, share.Consumed = "a1", "7Gi"
+	whole := running("w", "", "l4", "gpu-1")
+	outcomes := Outcomes([]report.Row{slice, share, whole})
+	if f := Check([]Expectation{{Pods: "m", Profile: "1g.10gb"}, {Pods: "s", Consumed: "7168Mi"}}, outcomes, Inventory{}); len(f) > 0 {
+		t.Errorf("unexpected failures: %v", f)
+	}
+	f := strings.Join(Check([]Expectation{{Pods: "m", Profile: "3g.40gb"}, {Pods: "w", Consumed: "7Gi"}}, outcomes, Inventory{}), "\n")
+	for _, want := range []string{"MIG profile: expected 3g.40gb, got 1g.10gb", "consumed memory of a share: expected 7Gi, got none share none"} {
+		if !strings.Contains(f, want) {
+			t.Errorf("failures lack %q:\n%s", want, f)
+		}
+	}
+}

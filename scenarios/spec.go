@@ -12,6 +12,7 @@ import (
 	"path"
 	"slices"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	sigsjson "sigs.k8s.io/json"
 
@@ -183,6 +184,11 @@ type Expectation struct {
 	Request    string `json:"request,omitempty"`
 	Subrequest string `json:"subrequest,omitempty"`
 	Tier       string `json:"tier,omitempty"`
+	// Profile is the MIG profile of every device (1g.10gb); Consumed the
+	// memory every share consumes of its device (7Gi), which also needs
+	// a share ID.
+	Profile  string `json:"profile,omitempty"`
+	Consumed string `json:"consumed,omitempty"`
 	// NodeTier is the tier of the GPUs of the pod's node (for counted GPUs,
 	// where no device is named).
 	NodeTier      string `json:"nodeTier,omitempty"`
@@ -339,6 +345,11 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 			checkCount(ep.Child("devices"), e.Devices)
 			checkTier(ep.Child("tier"), e.Tier)
 			checkTier(ep.Child("nodeTier"), e.NodeTier)
+			if e.Consumed != "" {
+				if _, err := resource.ParseQuantity(e.Consumed); err != nil {
+					errs = append(errs, field.Invalid(ep.Child("consumed"), e.Consumed, "a quantity, e.g. 7Gi"))
+				}
+			}
 			for t, c := range e.TierCounts {
 				checkTier(ep.Child("tierCounts").Key(t), t)
 				checkCount(ep.Child("tierCounts").Key(t), &c)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -42,6 +43,12 @@ type Row struct {
 	Product     string
 	Tier        string
 	AdminAccess bool
+	// Profile is the MIG profile of a MIG device (1g.10gb).
+	Profile string
+	// ShareID and Consumed describe one share of a device that several
+	// claims share: the allocation's share ID and the memory it consumes.
+	ShareID  string
+	Consumed string
 	// Attributes are the device's string and version attributes.
 	Attributes map[string]string
 	// Tainted: a taint with an effect applies to the device.
@@ -165,8 +172,15 @@ func (s *Snapshot) Rows(ctx context.Context) ([]Row, error) {
 				row.Request, row.Subrequest, _ = strings.Cut(r.Request, "/")
 				row.Driver, row.Pool, row.Device = r.Driver, r.Pool, r.Device
 				row.AdminAccess = r.AdminAccess != nil && *r.AdminAccess
+				if r.ShareID != nil {
+					row.ShareID = string(*r.ShareID)
+				}
+				if q, ok := r.ConsumedCapacity[gpu.CapacityMemory]; ok {
+					row.Consumed = q.String()
+				}
 				if dev := s.device(r.Driver, r.Pool, r.Device); dev != nil {
 					row.Product = stringAttr(dev, "productName")
+					row.Profile = stringAttr(dev, gpu.AttrProfile)
 					row.Attributes = stringAttrs(dev)
 					row.Tainted = s.tainted(r.Driver, r.Pool, dev)
 					tier, err := Tier(ctx, r.Driver, dev)
@@ -330,7 +344,14 @@ func Table(rows []Row) string {
 // WriteTable prints rows as an aligned table.
 func WriteTable(w io.Writer, rows []Row) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POD\tCLAIM\tREQUEST → CHOSEN\tDEVICE\tTIER\tNODE\tSTATUS")
+	// The PARTITION column appears only where a device is split or shared,
+	// so that the tables of whole GPUs stay as they were.
+	partitions := slices.ContainsFunc(rows, func(r Row) bool { return r.partition() != "" })
+	if partitions {
+		fmt.Fprintln(tw, "POD\tCLAIM\tREQUEST → CHOSEN\tDEVICE\tPARTITION\tTIER\tNODE\tSTATUS")
+	} else {
+		fmt.Fprintln(tw, "POD\tCLAIM\tREQUEST → CHOSEN\tDEVICE\tTIER\tNODE\tSTATUS")
+	}
 	for _, r := range rows {
 		req := r.Request
 		if r.Subrequest != "" {
@@ -350,9 +371,27 @@ func WriteTable(w io.Writer, rows []Row) error {
 		if tier == "" && r.NodeTier != "" {
 			tier = "(node: " + r.NodeTier + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Pod, dash(r.Claim), dash(req), dash(r.DeviceRef()), dash(tier), dash(r.Node), status)
+		device := dash(r.DeviceRef())
+		if partitions {
+			device += "\t" + dash(r.partition())
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Pod, dash(r.Claim), dash(req), device, dash(tier), dash(r.Node), status)
 	}
 	return tw.Flush()
+}
+
+// partition says which part of its device a row holds: a MIG profile, or
+// the memory a share consumes and its share ID.
+func (r Row) partition() string {
+	switch {
+	case r.Profile != "":
+		return "MIG " + r.Profile
+	case r.ShareID != "" && r.Consumed != "":
+		return r.Consumed + " (share " + r.ShareID + ")"
+	case r.ShareID != "":
+		return "share " + r.ShareID
+	}
+	return ""
 }
 
 func dash(s string) string {
