@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -16,10 +17,13 @@ import (
 	"strings"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/dralab/dralab/internal/devicecel"
 	"github.com/dralab/dralab/internal/strictyaml"
 )
 
@@ -143,6 +147,12 @@ type Manifest struct {
 	// OpaqueConfig are the opaque parameters of the opaque-config check,
 	// required with OpaqueConfig.
 	OpaqueConfig *OpaqueConfigSample `json:"opaqueConfig,omitempty"`
+	// Partitions says which devices are partitions, required with
+	// DRAPartitionableDevices.
+	Partitions *Partitions `json:"partitions,omitempty"`
+	// Shares says which devices are shared and what each claim asks of
+	// one, required with DRAConsumableCapacity.
+	Shares *Shares `json:"shares,omitempty"`
 	// Proof is how a container shows that it got its device.
 	Proof Proof `json:"proof"`
 	// Timeouts bound how long the suite waits.
@@ -158,6 +168,31 @@ type Manifest struct {
 type OpaqueConfigSample struct {
 	Valid   json.RawMessage `json:"valid"`
 	Invalid json.RawMessage `json:"invalid"`
+}
+
+// Partitions are the devices of the partitionable-devices check: those
+// DeviceClass selects (narrowed by Selector), each consuming counters of a
+// shared counter set. The check allocates them, on one node, until the
+// counters allow no more.
+type Partitions struct {
+	DeviceClass string `json:"deviceClass"`
+	// Selector is a CEL expression over a device narrowing the class to
+	// partitions of one size (e.g. one MIG profile); empty: the class.
+	Selector string `json:"selector,omitempty"`
+	// Proof is how a container shows its partition; empty: the manifest's
+	// proof.
+	Proof *Proof `json:"proof,omitempty"`
+}
+
+// Shares are the devices of the consumable-capacity check: those
+// DeviceClass selects (narrowed by Selector) that allow multiple
+// allocations. Two claims, each asking Request of one device's capacity,
+// must share it.
+type Shares struct {
+	DeviceClass string `json:"deviceClass"`
+	Selector    string `json:"selector,omitempty"`
+	// Request is each claim's capacity.requests, e.g. {memory: 7Gi}.
+	Request map[resourceapi.QualifiedName]resource.Quantity `json:"request"`
 }
 
 // Proof is how a container shows that it got its device: exactly one of
@@ -374,7 +409,60 @@ func (m *Manifest) validate() field.ErrorList {
 	}
 
 	errs = append(errs, m.Proof.validate(field.NewPath("proof"))...)
+	errs = append(errs, m.validatePartitions(field.NewPath("partitions"))...)
+	errs = append(errs, m.validateShares(field.NewPath("shares"))...)
 	return errs
+}
+
+func (m *Manifest) validatePartitions(p *field.Path) field.ErrorList {
+	if m.Partitions == nil {
+		if m.Enabled(DRAPartitionableDevices) {
+			return field.ErrorList{field.Required(p, fmt.Sprintf("%s is enabled: give the deviceClass (and selector) of the partitions", DRAPartitionableDevices))}
+		}
+		return nil
+	}
+	errs := validateClassName(p.Child("deviceClass"), m.Partitions.DeviceClass)
+	errs = append(errs, validateSelector(p.Child("selector"), m.Partitions.Selector)...)
+	if m.Partitions.Proof != nil {
+		errs = append(errs, m.Partitions.Proof.validate(p.Child("proof"))...)
+	}
+	return errs
+}
+
+func (m *Manifest) validateShares(p *field.Path) field.ErrorList {
+	if m.Shares == nil {
+		if m.Enabled(DRAConsumableCapacity) {
+			return field.ErrorList{field.Required(p, fmt.Sprintf("%s is enabled: give the deviceClass and the capacity request of the shares", DRAConsumableCapacity))}
+		}
+		return nil
+	}
+	errs := validateClassName(p.Child("deviceClass"), m.Shares.DeviceClass)
+	errs = append(errs, validateSelector(p.Child("selector"), m.Shares.Selector)...)
+	rp := p.Child("request")
+	if len(m.Shares.Request) == 0 {
+		errs = append(errs, field.Required(rp, "the capacity each claim asks of a shared device, e.g. {memory: 8Gi}"))
+	}
+	for _, name := range slices.Sorted(maps.Keys(m.Shares.Request)) {
+		for _, msg := range validation.IsQualifiedName(string(name)) {
+			errs = append(errs, field.Invalid(rp.Key(string(name)), string(name), msg))
+		}
+		if q := m.Shares.Request[name]; q.Sign() <= 0 {
+			errs = append(errs, field.Invalid(rp.Key(string(name)), q.String(), "must be positive"))
+		}
+	}
+	return errs
+}
+
+// validateSelector compiles a CEL device selector with the allocator's
+// library, so that a typo is reported before the suite runs.
+func validateSelector(p *field.Path, expr string) field.ErrorList {
+	if expr == "" {
+		return nil
+	}
+	if _, err := devicecel.Compile(expr); err != nil {
+		return field.ErrorList{field.Invalid(p, expr, err.Error())}
+	}
+	return nil
 }
 
 func validateClassName(p *field.Path, name string) field.ErrorList {

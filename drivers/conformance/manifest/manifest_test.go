@@ -172,6 +172,19 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"opaque config not an object", minimal + "opaqueConfig: {valid: 3, invalid: {a: 1}}\n", []string{"opaqueConfig.valid: Required", "an object"}},
 		{"extended resource without domain", minimal + "extendedResourceName: gpu\n", []string{"extendedResourceName: Invalid value", "prefixed with a domain"}},
 		{"native resource name", minimal + "extendedResourceName: kubernetes.io/gpu\n", []string{"extendedResourceName: Invalid value", "reserved"}},
+		{"partitions enabled without partitions", minimal + "capabilities: {DRAPartitionableDevices: true}\n", []string{"partitions: Required", "DRAPartitionableDevices is enabled"}},
+		{"partitions without a class", minimal + "partitions: {selector: \"true\"}\n", []string{"partitions.deviceClass: Required"}},
+		{"partitions with a bad class", minimal + "partitions: {deviceClass: MIG}\n", []string{"partitions.deviceClass: Invalid value", `"MIG"`}},
+		{"partitions with a bad selector", minimal + "partitions: {deviceClass: mig.example.com, selector: \"device.attributes[\"}\n", []string{"partitions.selector: Invalid value"}},
+		{"partitions with a bad proof", minimal + "partitions: {deviceClass: mig.example.com, proof: {env: {name: GPU_DEVICE_0}}}\n", []string{"partitions.proof.env.pattern: Required"}},
+		{"misspelt partitions field", minimal + "partitions: {deviceclass: mig.example.com}\n", []string{`unknown field "partitions.deviceclass"`}},
+		{"shares enabled without shares", minimal + "capabilities: {DRAConsumableCapacity: true}\n", []string{"shares: Required", "DRAConsumableCapacity is enabled"}},
+		{"shares without a request", minimal + "shares: {deviceClass: gpu.example.com}\n", []string{"shares.request: Required"}},
+		{"shares with a zero request", minimal + "shares: {deviceClass: gpu.example.com, request: {memory: 0}}\n", []string{"shares.request[memory]: Invalid value", "must be positive"}},
+		{"shares with a bad capacity name", minimal + "shares: {deviceClass: gpu.example.com, request: {\"Memory!\": 1Gi}}\n", []string{"shares.request[Memory!]: Invalid value"}},
+		{"shares with a bad quantity", minimal + "shares: {deviceClass: gpu.example.com, request: {memory: lots}}\n", []string{"quantities must match"}},
+		{"shares with a bad selector", minimal + "shares: {deviceClass: gpu.example.com, selector: \"1 +\", request: {memory: 1Gi}}\n", []string{"shares.selector: Invalid value"}},
+		{"misspelt shares field", minimal + "shares: {deviceClass: gpu.example.com, requests: {memory: 1Gi}}\n", []string{`unknown field "shares.requests"`}},
 		{"bad duration", minimal + "timeouts: {podRunning: 2 minutes}\n", []string{"timeouts.podRunning: Invalid value", `"2 minutes"`, "Go duration"}},
 		{"duration without unit", minimal + "timeouts: {prepare: \"30\"}\n", []string{"timeouts.prepare: Invalid value", `"30"`}},
 		{"zero duration", minimal + "timeouts: {prepare: 0s}\n", []string{"timeouts.prepare: Invalid value", "must be positive"}},
@@ -192,6 +205,27 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestPartitionsAndShares(t *testing.T) {
+	m, err := Parse("driver.yaml", []byte(minimal+`capabilities: {DRAPartitionableDevices: true, DRAConsumableCapacity: true}
+partitions:
+  deviceClass: mig.example.com
+  selector: device.attributes["gpu.example.com"].profile == "1g.10gb"
+  proof: {env: {namePattern: "^GPU_DEVICE_[0-9]+$", pattern: "-mig-"}}
+shares: {deviceClass: gpu.example.com, request: {memory: 7Gi}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Partitions{DeviceClass: "mig.example.com", Selector: `device.attributes["gpu.example.com"].profile == "1g.10gb"`,
+		Proof: &Proof{Env: &EnvProof{NamePattern: "^GPU_DEVICE_[0-9]+$", Pattern: "-mig-"}}}
+	if !reflect.DeepEqual(m.Partitions, want) {
+		t.Errorf("partitions = %+v, want %+v", m.Partitions, want)
+	}
+	if q := m.Shares.Request["memory"]; m.Shares.DeviceClass != "gpu.example.com" || q.String() != "7Gi" || len(m.Shares.Request) != 1 {
+		t.Errorf("shares = %+v, want class gpu.example.com and a request of memory: 7Gi", m.Shares)
 	}
 }
 
