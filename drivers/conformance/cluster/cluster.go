@@ -2,7 +2,8 @@
 // e2e-framework features that check, on a running cluster, what a driver's
 // manifest says it supports. Device counts and attributes are discovered
 // from the driver's ResourceSlices, never declared. A feature whose
-// capability the manifest does not enable is skipped, saying so.
+// capability the manifest does not enable is skipped, saying so; one the
+// manifest enables but the suite has no check for fails.
 //
 // Everything the features create (namespaces, claims, pods,
 // DeviceTaintRules) carries LabelManagedBy and LabelRun and is removed when
@@ -91,10 +92,13 @@ func Features(m *manifest.Manifest, o Options) []features.Feature {
 		s.feature("device taints", manifest.DRADeviceTaints, "tainted devices are not allocated until untainted", s.deviceTaints),
 		s.feature("extended resource", manifest.DRAExtendedResource, "a pod asking for the extended resource gets a device", s.extendedResource),
 		s.feature("opaque config", manifest.OpaqueConfig, "valid configuration is prepared, invalid configuration fails preparation", s.opaqueConfig),
+		s.feature("partitionable devices", manifest.DRAPartitionableDevices, "partitions are allocated until their counters are exhausted, never beyond, and the next claim waits", s.partitions),
+		s.feature("consumable capacity", manifest.DRAConsumableCapacity, "two claims share one device with distinct shareIDs within its capacity", s.shares),
 	}
-	for _, c := range []manifest.Capability{manifest.DRAPartitionableDevices, manifest.DRAConsumableCapacity,
-		manifest.DRADeviceBindingConditions, manifest.DRAResourceClaimDeviceStatus} {
-		out = append(out, s.feature(string(c), c, "declared", nil))
+	// A capability the suite cannot check yet fails a manifest that
+	// enables it: a run passes only on what it verified.
+	for _, c := range []manifest.Capability{manifest.DRADeviceBindingConditions, manifest.DRAResourceClaimDeviceStatus} {
+		out = append(out, s.feature(string(c), c, "not verified by this suite", nil))
 	}
 	return out
 }
@@ -124,11 +128,11 @@ func (s *suite) feature(name string, capability manifest.Capability, rule string
 	}
 	return features.New(name).WithLabel(LabelCapability, label).
 		Assess(rule, func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
-			if capability != "" && !s.m.Enabled(capability) {
-				t.Skipf("the manifest does not enable %s", capability)
-			}
-			if c == nil {
-				t.Skipf("%s is enabled, but this suite has no check for it yet: it is not verified", capability)
+			switch skip, fail := gate(s.m, capability, c != nil); {
+			case skip != "":
+				t.Skip(skip)
+			case fail != "":
+				t.Fatal(fail)
 			}
 			client, err := kubernetes.NewForConfig(clientConfig(cfg.Client().RESTConfig()))
 			if err != nil {
@@ -159,6 +163,20 @@ func (s *suite) feature(name string, capability manifest.Capability, rule string
 			}
 			return ctx
 		}).Feature()
+}
+
+// gate says why a feature does not run its check: a reason to skip when
+// the manifest does not enable its capability, a reason to fail when it
+// does but the suite has no check for it, so that a run passes only on
+// what it verified.
+func gate(m *manifest.Manifest, capability manifest.Capability, checked bool) (skip, fail string) {
+	switch {
+	case capability != "" && !m.Enabled(capability):
+		return fmt.Sprintf("the manifest does not enable %s", capability), ""
+	case !checked:
+		return "", fmt.Sprintf("the manifest enables %s, but this suite has no check for it: it is not verified; disable it until the suite checks it", capability)
+	}
+	return "", ""
 }
 
 // skipCheck is a check that cannot apply to this driver or cluster, with
@@ -416,6 +434,12 @@ const logSettle = time.Second
 // (an env proof's), does not prove the device. The error says what the
 // pod and its log showed last.
 func (k *kit) proof(ctx context.Context, name string) (string, error) {
+	return k.proofWith(ctx, name, k.m.Proof)
+}
+
+// proofWith is proof with a proof of the manifest's other than its main
+// one (a partition's).
+func (k *kit) proofWith(ctx context.Context, name string, p manifest.Proof) (string, error) {
 	var (
 		proven   string
 		log      string
@@ -438,7 +462,7 @@ func (k *kit) proof(ctx context.Context, name string) (string, error) {
 		case err != nil:
 			return state, false, err
 		}
-		v, err := k.m.Proof.Match(string(logs))
+		v, err := p.Match(string(logs))
 		switch {
 		case pod.Status.Phase == v1.PodFailed:
 			return state, false, settle(fmt.Errorf("pod %s failed: %s; its log: %s", name, state, proofResult(v, err)))
@@ -450,7 +474,7 @@ func (k *kit) proof(ctx context.Context, name string) (string, error) {
 		if string(logs) != log {
 			log, logSince = string(logs), time.Now()
 		}
-		settled := k.m.Proof.Env != nil && log != "" && time.Since(logSince) >= logSettle
+		settled := p.Env != nil && log != "" && time.Since(logSince) >= logSettle
 		if ended || settled {
 			return state, false, settle(fmt.Errorf("pod %s does not prove its device: %w (pod: %s)", name, err, podState(pod)))
 		}
@@ -516,12 +540,12 @@ func (k *kit) claimResults(ctx context.Context, name string) ([]resourceapi.Devi
 // oneDevice creates a claim for one device of the class and a pod of the
 // same name using it, waits until the pod proves its device, and returns
 // the proof, the claim's allocation result and the pod's node.
-func (k *kit) oneDevice(ctx context.Context, name string) (string, resourceapi.DeviceRequestAllocationResult, string, error) {
+func (k *kit) oneDevice(ctx context.Context, name string, mutate func(*v1.Pod)) (string, resourceapi.DeviceRequestAllocationResult, string, error) {
 	var none resourceapi.DeviceRequestAllocationResult
 	if err := k.createClaim(ctx, name, k.request("dev")); err != nil {
 		return "", none, "", err
 	}
-	if err := k.pod(ctx, name, []string{name}, nil); err != nil {
+	if err := k.pod(ctx, name, []string{name}, mutate); err != nil {
 		return "", none, "", err
 	}
 	v, err := k.proof(ctx, name)
@@ -543,7 +567,7 @@ func (k *kit) oneDevice(ctx context.Context, name string) (string, resourceapi.D
 }
 
 func (s *suite) singleDevice(ctx context.Context, t *testing.T, k *kit) error {
-	v, got, _, err := k.oneDevice(ctx, "one")
+	v, got, _, err := k.oneDevice(ctx, "one", nil)
 	if err != nil {
 		return err
 	}
@@ -627,9 +651,17 @@ func (s *suite) prioritizedList(ctx context.Context, t *testing.T, k *kit) error
 }
 
 // adminAccess: a claim with admin access gets every device of a node, the
-// one a workload uses included, and the workload keeps running.
+// one a workload uses included, and the workload keeps running. The
+// workload runs on a node whose devices of the class are plain where the
+// driver has one: the allocator counts an admin claim's use of a
+// partition's counters and of a shared device's capacity, which the
+// workload holds already.
 func (s *suite) adminAccess(ctx context.Context, t *testing.T, k *kit) error {
-	_, used, node, err := k.oneDevice(ctx, "work")
+	plain, err := k.plainNodes(ctx)
+	if err != nil {
+		return err
+	}
+	_, used, node, err := k.oneDevice(ctx, "work", onNodes(plain))
 	if err != nil {
 		return err
 	}
@@ -674,7 +706,7 @@ func (s *suite) adminAccess(ctx context.Context, t *testing.T, k *kit) error {
 // unallocated, and be allocated, that device among its results, once the
 // rule is deleted: the rule, on that one device, is what changed.
 func (s *suite) deviceTaints(ctx context.Context, t *testing.T, k *kit) error {
-	_, own, node, err := k.oneDevice(ctx, "probe")
+	_, own, node, err := k.oneDevice(ctx, "probe", nil)
 	if err != nil {
 		return err
 	}

@@ -158,19 +158,9 @@ func narrow(devs []device, d device) (string, int) {
 	}
 	var clauses []clause
 	for _, name := range slices.Sorted(maps.Keys(d.dev.Attributes)) {
-		domain, id := qualify(d.driver, name)
-		lit, ok := celLiteral(d.dev.Attributes[name])
-		if !ok {
-			continue
+		if expr, same, ok := sameAttribute(d, name); ok {
+			clauses = append(clauses, clause{expr: expr, same: same})
 		}
-		// "in" first: a device without the attribute is then not
-		// selected, where reading it would be a CEL error that fails the
-		// whole allocation.
-		attrs := fmt.Sprintf("device.attributes[%s]", quoteCEL(domain))
-		clauses = append(clauses, clause{
-			expr: fmt.Sprintf("(%s in %s && %s[%s] == %s)", quoteCEL(id), attrs, attrs, quoteCEL(id), lit),
-			same: func(o device) bool { v, ok := attribute(o, domain, id); return ok && literalOf(v) == lit },
-		})
 	}
 	group := devs
 	var exprs []string
@@ -196,6 +186,23 @@ func narrow(devs []device, d device) (string, int) {
 		clauses = slices.Delete(clauses, best, best+1)
 	}
 	return strings.Join(exprs, " && "), len(group)
+}
+
+// sameAttribute returns a CEL expression selecting the devices whose
+// attribute name equals d's, and the same test in Go; false for an
+// attribute with no plain equality (versions, lists).
+func sameAttribute(d device, name resourceapi.QualifiedName) (string, func(device) bool, bool) {
+	domain, id := qualify(d.driver, name)
+	lit, ok := celLiteral(d.dev.Attributes[name])
+	if !ok {
+		return "", nil, false
+	}
+	// "in" first: a device without the attribute is then not selected,
+	// where reading it would be a CEL error that fails the whole
+	// allocation.
+	attrs := fmt.Sprintf("device.attributes[%s]", quoteCEL(domain))
+	expr := fmt.Sprintf("(%s in %s && %s[%s] == %s)", quoteCEL(id), attrs, attrs, quoteCEL(id), lit)
+	return expr, func(o device) bool { v, ok := attribute(o, domain, id); return ok && literalOf(v) == lit }, true
 }
 
 // qualify splits an attribute's name into its domain, the driver's for a
@@ -250,6 +257,22 @@ func quoteCEL(s string) string {
 // nodeDevices lists the driver's devices published for node, from the
 // newest generation of each pool, those the allocator considers.
 func nodeDevices(ctx context.Context, client kubernetes.Interface, driver, node string) ([]device, error) {
+	current, err := nodeSlices(ctx, client, driver, node)
+	if err != nil {
+		return nil, err
+	}
+	var out []device
+	for _, s := range current {
+		for _, d := range s.Spec.Devices {
+			out = append(out, device{driver: driver, pool: s.Spec.Pool.Name, dev: d})
+		}
+	}
+	return out, nil
+}
+
+// nodeSlices lists the driver's ResourceSlices published for node, of the
+// newest generation of each pool.
+func nodeSlices(ctx context.Context, client kubernetes.Interface, driver, node string) ([]resourceapi.ResourceSlice, error) {
 	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + driver + ",spec.nodeName=" + node})
 	if err != nil {
 		return nil, err
@@ -267,14 +290,5 @@ func nodeDevices(ctx context.Context, client kubernetes.Interface, driver, node 
 			newest[s.Spec.Pool.Name] = s.Spec.Pool.Generation
 		}
 	}
-	var out []device
-	for _, s := range own {
-		if s.Spec.Pool.Generation != newest[s.Spec.Pool.Name] {
-			continue
-		}
-		for _, d := range s.Spec.Devices {
-			out = append(out, device{driver: driver, pool: s.Spec.Pool.Name, dev: d})
-		}
-	}
-	return out, nil
+	return slices.DeleteFunc(own, func(s resourceapi.ResourceSlice) bool { return s.Spec.Pool.Generation != newest[s.Spec.Pool.Name] }), nil
 }

@@ -12,6 +12,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/dynamic-resource-allocation/cel"
@@ -68,6 +70,13 @@ type fakeCluster struct {
 	devices []resourceapi.Device
 	// ignoreTaints makes the scheduler allocate tainted devices.
 	ignoreTaints atomic.Bool
+	// counters are the node's counter sets; ignoreCounters makes the
+	// scheduler allocate devices whose counters are used up.
+	counters       []resourceapi.CounterSet
+	ignoreCounters atomic.Bool
+	// oneShareID makes the scheduler give every share of a device the
+	// same shareID.
+	oneShareID atomic.Bool
 
 	mu sync.Mutex
 	// allocated holds every device ever allocated, driver/pool/device.
@@ -113,8 +122,9 @@ func newFakeCluster(t *testing.T, refuse string) (*fakeCluster, *kit) {
 	return newFakeClusterOf(t, refuse, fakeDevices(2, false))
 }
 
-// newFakeClusterOf is newFakeCluster with the node's devices.
-func newFakeClusterOf(t *testing.T, refuse string, devices []resourceapi.Device) (*fakeCluster, *kit) {
+// newFakeClusterOf is newFakeCluster with the node's devices and the
+// counter sets they consume, published in a slice of their own.
+func newFakeClusterOf(t *testing.T, refuse string, devices []resourceapi.Device, counters ...resourceapi.CounterSet) (*fakeCluster, *kit) {
 	t.Helper()
 	m, err := manifest.Parse("test", []byte(testManifest))
 	if err != nil {
@@ -129,8 +139,17 @@ func newFakeClusterOf(t *testing.T, refuse string, devices []resourceapi.Device)
 		},
 	}
 	slice.Spec.Devices = devices
+	objects := []runtime.Object{slice, &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: fakeDriver}}}
+	if len(counters) > 0 {
+		slice.Spec.Pool.ResourceSliceCount = 2
+		countersSlice := slice.DeepCopy()
+		countersSlice.Name = fakeNode + "-counters"
+		countersSlice.Spec.Devices, countersSlice.Spec.SharedCounters = nil, counters
+		objects = append(objects, countersSlice)
+	}
 	f := &fakeCluster{
-		client:    fake.NewClientset(slice, &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: fakeDriver}}),
+		client:    fake.NewClientset(objects...),
+		counters:  counters,
 		m:         m,
 		invalid:   string(m.OpaqueConfig.Invalid),
 		devices:   devices,
@@ -239,15 +258,21 @@ func (f *fakeCluster) allocate(ctx context.Context, pod *v1.Pod) bool {
 	if err != nil {
 		return false
 	}
-	// Admin access takes a device in use and leaves it in use.
+	// Admin access takes a device in use and leaves it in use; a device
+	// allowing multiple allocations is held by none of them.
 	held := map[string]bool{}
+	var results []resourceapi.DeviceRequestAllocationResult
 	for _, c := range claims.Items {
 		if c.Status.Allocation != nil {
 			for _, r := range c.Status.Allocation.Devices.Results {
-				held[r.Pool+"/"+r.Device] = !ptr.Deref(r.AdminAccess, false)
+				held[r.Pool+"/"+r.Device] = !ptr.Deref(r.AdminAccess, false) && r.ShareID == nil
+				if !ptr.Deref(r.AdminAccess, false) {
+					results = append(results, r)
+				}
 			}
 		}
 	}
+	fits := func(name string, req resourceapi.DeviceRequest) bool { return f.fits(name, req, results) }
 	rules, err := f.client.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return false
@@ -282,13 +307,13 @@ func (f *fakeCluster) allocate(ctx context.Context, pod *v1.Pod) bool {
 		}
 		var results []resourceapi.DeviceRequestAllocationResult
 		for _, d := range selected {
-			usable := (admin || !held[fakeNode+"/"+d]) && !tainted(d)
+			usable := (admin || !held[fakeNode+"/"+d] && fits(d, req)) && !tainted(d)
 			if all && !usable {
 				return false
 			}
 			if usable && (all || len(results) == 0) {
-				results = append(results, resourceapi.DeviceRequestAllocationResult{Request: req.Name, Driver: fakeDriver, Pool: fakeNode, Device: d, AdminAccess: req.Exactly.AdminAccess})
-				held[fakeNode+"/"+d] = !admin
+				results = append(results, f.result(req, d))
+				held[fakeNode+"/"+d] = !admin && results[len(results)-1].ShareID == nil
 			}
 		}
 		// The allocator's limit: "adding 40 devices exceeds the claim
@@ -311,6 +336,80 @@ func (f *fakeCluster) allocate(ctx context.Context, pod *v1.Pod) bool {
 		f.mu.Unlock()
 	}
 	return true
+}
+
+// device returns the fake node's device of that name.
+func (f *fakeCluster) device(name string) resourceapi.Device {
+	for _, d := range f.devices {
+		if d.Name == name {
+			return d
+		}
+	}
+	panic("no device " + name)
+}
+
+// fits says whether the counters and, for a shared device, the capacity
+// that results leave hold device name for req.
+func (f *fakeCluster) fits(name string, req resourceapi.DeviceRequest, results []resourceapi.DeviceRequestAllocationResult) bool {
+	d := f.device(name)
+	if !f.ignoreCounters.Load() && len(d.ConsumesCounters) > 0 {
+		left := map[string]map[string]int64{}
+		for _, set := range f.counters {
+			left[set.Name] = map[string]int64{}
+			for n, c := range set.Counters {
+				left[set.Name][n] = c.Value.Value()
+			}
+		}
+		for _, r := range results {
+			for _, c := range f.device(r.Device).ConsumesCounters {
+				for n, v := range c.Counters {
+					left[c.CounterSet][n] -= v.Value.Value()
+				}
+			}
+		}
+		for _, c := range d.ConsumesCounters {
+			for n, v := range c.Counters {
+				if left[c.CounterSet][n] < v.Value.Value() {
+					return false
+				}
+			}
+		}
+	}
+	if !ptr.Deref(d.AllowMultipleAllocations, false) || req.Exactly == nil || req.Exactly.Capacity == nil {
+		return true
+	}
+	for n, want := range req.Exactly.Capacity.Requests {
+		used := want.Value()
+		for _, r := range results {
+			if r.Device == name {
+				used += ptr.To(r.ConsumedCapacity[n]).Value()
+			}
+		}
+		if used > ptr.To(d.Capacity[n].Value).Value() {
+			return false
+		}
+	}
+	return true
+}
+
+// result allocates device name for req: a share of a device allowing
+// multiple allocations, consuming what req asks.
+func (f *fakeCluster) result(req resourceapi.DeviceRequest, name string) resourceapi.DeviceRequestAllocationResult {
+	r := resourceapi.DeviceRequestAllocationResult{Request: req.Name, Driver: fakeDriver, Pool: fakeNode, Device: name}
+	if req.Exactly != nil {
+		r.AdminAccess = req.Exactly.AdminAccess
+	}
+	if d := f.device(name); ptr.Deref(d.AllowMultipleAllocations, false) {
+		id := types.UID(uuid.NewUUID())
+		if f.oneShareID.Load() {
+			id = "share-0"
+		}
+		r.ShareID = &id
+		if req.Exactly != nil && req.Exactly.Capacity != nil {
+			r.ConsumedCapacity = req.Exactly.Capacity.Requests
+		}
+	}
+	return r
 }
 
 // selected returns the names of the devices a request's CEL selectors
