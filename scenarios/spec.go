@@ -201,7 +201,8 @@ type Expectation struct {
 	// Untainted: no device of the pod is tainted.
 	Untainted bool `json:"untainted,omitempty"`
 	// Reason is why a Pending pod waits: NoMatchingDevice, AllAllocated,
-	// Tainted or Insufficient (an extended resource).
+	// Tainted, Insufficient (an extended resource), CounterExhausted or
+	// CapacityExhausted.
 	Reason string `json:"reason,omitempty"`
 	// For the whole group.
 	SameDevice bool `json:"sameDevice,omitempty"`
@@ -216,9 +217,13 @@ const (
 	ReasonAllAllocated     = "AllAllocated"
 	ReasonTainted          = "Tainted"
 	ReasonInsufficient     = "Insufficient"
+	// A free partition whose counters the allocated partitions hold; a
+	// shared device with too little capacity left for one more share.
+	ReasonCounterExhausted  = "CounterExhausted"
+	ReasonCapacityExhausted = "CapacityExhausted"
 )
 
-var reasons = []string{ReasonNoMatchingDevice, ReasonAllAllocated, ReasonTainted, ReasonInsufficient}
+var reasons = []string{ReasonNoMatchingDevice, ReasonAllAllocated, ReasonTainted, ReasonInsufficient, ReasonCounterExhausted, ReasonCapacityExhausted}
 
 // Parse decodes a scenario.yaml strictly and validates it; source names
 // the file in errors. files lists the scenario folder's files, which

@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/cel"
 )
 
@@ -41,6 +42,8 @@ type alternative struct {
 	count       int
 	adminAccess bool
 	tolerations []resourceapi.DeviceToleration
+	// capacity is what one share asks of a device several claims share.
+	capacity map[resourceapi.QualifiedName]resource.Quantity
 }
 
 // why explains a pod the scheduler could not place: for each unallocated
@@ -80,11 +83,19 @@ func (s *Snapshot) why(ctx context.Context, pod *v1.Pod) (string, string, error)
 
 func alternatives(req resourceapi.DeviceRequest) []alternative {
 	if req.Exactly != nil {
-		return []alternative{newAlternative(req.Name, req.Exactly.DeviceClassName, req.Exactly.Selectors, req.Exactly.AllocationMode, req.Exactly.Count, req.Exactly.AdminAccess, req.Exactly.Tolerations)}
+		alt := newAlternative(req.Name, req.Exactly.DeviceClassName, req.Exactly.Selectors, req.Exactly.AllocationMode, req.Exactly.Count, req.Exactly.AdminAccess, req.Exactly.Tolerations)
+		if req.Exactly.Capacity != nil {
+			alt.capacity = req.Exactly.Capacity.Requests
+		}
+		return []alternative{alt}
 	}
 	var alts []alternative
 	for _, sub := range req.FirstAvailable {
-		alts = append(alts, newAlternative(req.Name+"/"+sub.Name, sub.DeviceClassName, sub.Selectors, sub.AllocationMode, sub.Count, nil, sub.Tolerations))
+		alt := newAlternative(req.Name+"/"+sub.Name, sub.DeviceClassName, sub.Selectors, sub.AllocationMode, sub.Count, nil, sub.Tolerations)
+		if sub.Capacity != nil {
+			alt.capacity = sub.Capacity.Requests
+		}
+		alts = append(alts, alt)
 	}
 	return alts
 }
@@ -125,6 +136,9 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 		anyMatch         bool
 		allocated, taint []string
 		classes          []string
+		// Partitioned and shared devices: no counter left, no capacity
+		// left, or a request larger than the device.
+		counters, shares, never []string
 	)
 	for _, alt := range alts {
 		classes = append(classes, alt.class)
@@ -135,16 +149,33 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 		if len(candidates) == 0 {
 			continue
 		}
-		anyMatch = true
 		free := 0
 		for _, c := range candidates {
 			key := c.driver + "/" + c.String()
 			holder, held := holders[key]
+			shared := c.dev.AllowMultipleAllocations != nil && *c.dev.AllowMultipleAllocations
+			var tooBig, noRoom string
+			if shared && !alt.adminAccess {
+				tooBig, noRoom = s.capacityShortage(c, alt, namespace)
+			}
+			if tooBig != "" {
+				never = append(never, tooBig)
+				continue
+			}
+			anyMatch = true
+			var noCounter string
+			if !shared && !held && !alt.adminAccess {
+				noCounter = s.counterShortage(c, namespace)
+			}
 			switch {
-			case held && !alt.adminAccess:
+			case noRoom != "":
+				shares = append(shares, noRoom)
+			case held && !shared && !alt.adminAccess:
 				allocated = append(allocated, fmt.Sprintf("%s to %s", c, strings.TrimPrefix(holder, namespace+"/")))
 			case s.tainted(c.driver, c.pool, c.dev) && len(alt.tolerations) == 0:
 				taint = append(taint, c.String())
+			case noCounter != "":
+				counters = append(counters, noCounter)
 			default:
 				free++
 			}
@@ -154,8 +185,21 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 		}
 	}
 	switch {
+	case !anyMatch && len(never) > 0:
+		return NoMatchingDevice, fmt.Sprintf("%s: no matching device can ever hold it: %s", what, strings.Join(never, "; ")), nil
 	case !anyMatch:
 		return NoMatchingDevice, fmt.Sprintf("%s: no device in the cluster matches class %s and its selectors", what, strings.Join(dedupe(classes), " or ")), nil
+	case len(shares) > 0 || len(counters) > 0:
+		code := CapacityExhausted
+		if len(shares) == 0 {
+			code = CounterExhausted
+		}
+		parts := append(append([]string{}, shares...), counters...)
+		if len(allocated) > 0 {
+			sort.Strings(allocated)
+			parts = append(parts, fmt.Sprintf("allocated: %s", strings.Join(allocated, ", ")))
+		}
+		return code, fmt.Sprintf("%s: %s", what, strings.Join(parts, "; ")), nil
 	case len(allocated) > 0:
 		sort.Strings(allocated)
 		return AllAllocated, fmt.Sprintf("%s: all %d matching devices are allocated: %s", what, len(allocated), strings.Join(allocated, ", ")), nil
@@ -169,18 +213,9 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 // (driver/pool/device) to the claim that holds it (namespace/name).
 func (s *Snapshot) AllocatedDevices() map[string]string {
 	m := map[string]string{}
-	for i := range s.AllClaims {
-		c := &s.AllClaims[i]
-		if c.Status.Allocation == nil {
-			continue
-		}
-		for _, r := range c.Status.Allocation.Devices.Results {
-			if r.AdminAccess != nil && *r.AdminAccess {
-				continue
-			}
-			m[r.Driver+"/"+r.Pool+"/"+r.Device] = c.Namespace + "/" + c.Name
-		}
-	}
+	s.eachAllocated(func(claim string, r resourceapi.DeviceRequestAllocationResult, _ *resourceapi.Device) {
+		m[r.Driver+"/"+r.Pool+"/"+r.Device] = claim
+	})
 	return m
 }
 

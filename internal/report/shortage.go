@@ -1,0 +1,167 @@
+package report
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Reason codes of partitioned and shared devices: a free device that the
+// allocator still cannot give.
+const (
+	// CounterExhausted: a matching partition (or whole GPU) is free, but
+	// the devices allocated beside it hold a counter it needs.
+	CounterExhausted = "CounterExhausted"
+	// CapacityExhausted: a matching shared device has too little of a
+	// capacity left for one more share.
+	CapacityExhausted = "CapacityExhausted"
+)
+
+// counterShortage says which counter keeps a free device from being
+// allocated, from the published counter sets and what the allocated
+// devices of the same pool consume: "" when every counter has room.
+func (s *Snapshot) counterShortage(c deviceRef, namespace string) string {
+	for _, need := range c.dev.ConsumesCounters {
+		total := s.counterSet(c.driver, c.pool, need.CounterSet)
+		if total == nil {
+			continue
+		}
+		used := map[string]*resource.Quantity{}
+		holders := map[string][]string{}
+		s.eachAllocated(func(claim string, r resourceapi.DeviceRequestAllocationResult, dev *resourceapi.Device) {
+			if r.Driver != c.driver || r.Pool != c.pool || dev == nil {
+				return
+			}
+			for _, cons := range dev.ConsumesCounters {
+				if cons.CounterSet != need.CounterSet {
+					continue
+				}
+				for name, q := range cons.Counters {
+					if used[name] == nil {
+						used[name] = &resource.Quantity{}
+					}
+					used[name].Add(q.Value)
+					holders[name] = append(holders[name], strings.TrimPrefix(claim, namespace+"/"))
+				}
+			}
+		})
+		names := make([]string, 0, len(need.Counters))
+		for name := range need.Counters {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			have, ok := total[name]
+			if !ok || used[name] == nil {
+				continue
+			}
+			want := need.Counters[name].Value
+			sum := used[name].DeepCopy()
+			sum.Add(want)
+			if sum.Cmp(have.Value) > 0 {
+				return fmt.Sprintf("%s needs %s of counter %s of %s, which has %s: %s held by %s",
+					c, want.String(), name, need.CounterSet, have.Value.String(), used[name].String(),
+					strings.Join(dedupe(holders[name]), ", "))
+			}
+		}
+	}
+	return ""
+}
+
+// capacityShortage checks one more share of a device that several claims
+// may share: never is set when the request exceeds what the device has at
+// all, short when the shares already allocated leave too little.
+func (s *Snapshot) capacityShortage(c deviceRef, alt alternative, namespace string) (never, short string) {
+	consumed := map[resourceapi.QualifiedName]*resource.Quantity{}
+	var holders []string
+	s.eachAllocated(func(claim string, r resourceapi.DeviceRequestAllocationResult, _ *resourceapi.Device) {
+		if r.Driver != c.driver || r.Pool != c.pool || r.Device != c.dev.Name {
+			return
+		}
+		holders = append(holders, strings.TrimPrefix(claim, namespace+"/"))
+		for name, q := range r.ConsumedCapacity {
+			if consumed[name] == nil {
+				consumed[name] = &resource.Quantity{}
+			}
+			consumed[name].Add(q)
+		}
+	})
+	names := make([]string, 0, len(c.dev.Capacity))
+	for name := range c.dev.Capacity {
+		names = append(names, string(name))
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		name := resourceapi.QualifiedName(n)
+		capacity := c.dev.Capacity[name]
+		need := shareOf(capacity, alt.capacity, name)
+		limit := capacity.Value
+		if p := capacity.RequestPolicy; p != nil && p.ValidRange != nil && p.ValidRange.Max != nil && p.ValidRange.Max.Cmp(limit) < 0 {
+			limit = *p.ValidRange.Max
+		}
+		if need.Cmp(limit) > 0 {
+			return fmt.Sprintf("%s: %s of %s asked, one share may take at most %s (the device has %s)",
+				c, need.String(), name, limit.String(), capacity.Value.String()), ""
+		}
+		if consumed[name] == nil {
+			continue
+		}
+		sum := consumed[name].DeepCopy()
+		sum.Add(need)
+		if sum.Cmp(capacity.Value) > 0 {
+			short = fmt.Sprintf("%s has %s of %s, %s consumed by %s; %s more does not fit",
+				c, capacity.Value.String(), name, consumed[name].String(), strings.Join(dedupe(holders), ", "), need.String())
+			break
+		}
+	}
+	return "", short
+}
+
+// shareOf is what one share takes of a capacity: what the request asks,
+// else the policy's default, else all of it.
+func shareOf(capacity resourceapi.DeviceCapacity, requests map[resourceapi.QualifiedName]resource.Quantity, name resourceapi.QualifiedName) resource.Quantity {
+	if q, ok := requests[name]; ok {
+		return q
+	}
+	if capacity.RequestPolicy != nil && capacity.RequestPolicy.Default != nil {
+		return *capacity.RequestPolicy.Default
+	}
+	return capacity.Value
+}
+
+// counterSet finds a pool's published counter set.
+func (s *Snapshot) counterSet(driver, pool, name string) map[string]resourceapi.Counter {
+	for i := range s.Slices {
+		sl := &s.Slices[i]
+		if sl.Spec.Driver != driver || sl.Spec.Pool.Name != pool {
+			continue
+		}
+		for _, cs := range sl.Spec.SharedCounters {
+			if cs.Name == name {
+				return cs.Counters
+			}
+		}
+	}
+	return nil
+}
+
+// eachAllocated calls f for every device allocated without admin access,
+// with the holding claim (namespace/name) and the published device (nil
+// when no slice publishes it any more).
+func (s *Snapshot) eachAllocated(f func(claim string, r resourceapi.DeviceRequestAllocationResult, dev *resourceapi.Device)) {
+	for i := range s.AllClaims {
+		c := &s.AllClaims[i]
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if r.AdminAccess != nil && *r.AdminAccess {
+				continue
+			}
+			f(c.Namespace+"/"+c.Name, r, s.device(r.Driver, r.Pool, r.Device))
+		}
+	}
+}

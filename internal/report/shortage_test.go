@@ -1,0 +1,103 @@
+package report
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+)
+
+const drv = "gpu.dralab.dev"
+
+func claimOn(name, device string, consumed map[resourceapi.QualifiedName]resource.Quantity) resourceapi.ResourceClaim {
+	r := resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: drv, Pool: "n", Device: device, ConsumedCapacity: consumed}
+	if consumed != nil {
+		r.ShareID = ptr.To[types.UID]("s-" + types.UID(name))
+	}
+	return resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+		Status:     resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{r}}}},
+	}
+}
+
+func consumes(set string, counters map[string]string) []resourceapi.DeviceCounterConsumption {
+	c := map[string]resourceapi.Counter{}
+	for k, v := range counters {
+		c[k] = resourceapi.Counter{Value: resource.MustParse(v)}
+	}
+	return []resourceapi.DeviceCounterConsumption{{CounterSet: set, Counters: c}}
+}
+
+func snapshot(devices []resourceapi.Device, claims ...resourceapi.ResourceClaim) *Snapshot {
+	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "any"}}
+	return &Snapshot{
+		AllClaims: claims,
+		Classes:   map[string]*resourceapi.DeviceClass{"any": class},
+		Slices: []resourceapi.ResourceSlice{
+			{Spec: resourceapi.ResourceSliceSpec{Driver: drv, Pool: resourceapi.ResourcePool{Name: "n"}, SharedCounters: []resourceapi.CounterSet{{
+				Name: "gpu-0-counters", Counters: map[string]resourceapi.Counter{"slice-0": {Value: resource.MustParse("1")}, "slice-1": {Value: resource.MustParse("1")}},
+			}}}},
+			{Spec: resourceapi.ResourceSliceSpec{Driver: drv, Pool: resourceapi.ResourcePool{Name: "n"}, Devices: devices}},
+		},
+	}
+}
+
+func named(name string) alternative {
+	return alternative{name: "gpu", class: "any", count: 1, selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["` + drv + `"].name == "` + name + `"`}}}}
+}
+
+func withName(d resourceapi.Device) resourceapi.Device {
+	d.Attributes = map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"name": {StringValue: ptr.To(d.Name)}}
+	return d
+}
+
+// A free whole GPU whose counters a slice holds is CounterExhausted, naming
+// the counter and its holder; a taken slice is AllAllocated, as before.
+func TestWhyCounterExhausted(t *testing.T) {
+	s := snapshot([]resourceapi.Device{
+		withName(resourceapi.Device{Name: "mig-0", ConsumesCounters: consumes("gpu-0-counters", map[string]string{"slice-0": "1"})}),
+		withName(resourceapi.Device{Name: "gpu-0", ConsumesCounters: consumes("gpu-0-counters", map[string]string{"slice-0": "1", "slice-1": "1"})}),
+	}, claimOn("small", "mig-0", nil))
+	holders := s.AllocatedDevices()
+	code, msg, err := s.whyAlternatives(context.Background(), "ns", "whole", []alternative{named("gpu-0")}, holders)
+	if err != nil || code != CounterExhausted || !strings.Contains(msg, "n/gpu-0 needs 1 of counter slice-0 of gpu-0-counters, which has 1: 1 held by small") {
+		t.Errorf("whole GPU: %s %q %v", code, msg, err)
+	}
+	if code, msg, _ := s.whyAlternatives(context.Background(), "ns", "slice", []alternative{named("mig-0")}, holders); code != AllAllocated {
+		t.Errorf("taken slice: %s %q", code, msg)
+	}
+}
+
+// A shared device is not "allocated" to one claim: one more share that does
+// not fit is CapacityExhausted, one larger than a share may be is
+// NoMatchingDevice, one that fits has no reason.
+func TestWhyCapacity(t *testing.T) {
+	gi := func(s string) resource.Quantity { return resource.MustParse(s) }
+	l4 := withName(resourceapi.Device{Name: "l4", AllowMultipleAllocations: ptr.To(true), Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+		"memory": {Value: gi("23034Mi"), RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptr.To(gi("22Gi")),
+			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(gi("1Gi")), Max: ptr.To(gi("22Gi"))}}},
+		"multiprocessors": {Value: gi("58"), RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptr.To(gi("0"))}},
+	}})
+	mem := func(q string) map[resourceapi.QualifiedName]resource.Quantity {
+		return map[resourceapi.QualifiedName]resource.Quantity{"memory": gi(q)}
+	}
+	s := snapshot([]resourceapi.Device{l4}, claimOn("a", "l4", mem("7Gi")), claimOn("b", "l4", mem("7Gi")))
+	holders := s.AllocatedDevices()
+	ask := func(q string) alternative { a := named("l4"); a.capacity = mem(q); return a }
+	if code, msg, _ := s.whyAlternatives(context.Background(), "ns", "third", []alternative{ask("7Gi")}, holders); code != "" {
+		t.Errorf("a third 7Gi share fits, got %s %q", code, msg)
+	}
+	if code, msg, _ := s.whyAlternatives(context.Background(), "ns", "big", []alternative{ask("9Gi")}, holders); code != CapacityExhausted ||
+		!strings.Contains(msg, "n/l4 has 23034Mi of memory, 14Gi consumed by a, b; 9Gi more does not fit") {
+		t.Errorf("9Gi beside two 7Gi: %s %q", code, msg)
+	}
+	if code, msg, _ := s.whyAlternatives(context.Background(), "ns", "huge", []alternative{ask("30Gi")}, holders); code != NoMatchingDevice ||
+		!strings.Contains(msg, "30Gi of memory asked, one share may take at most 22Gi") {
+		t.Errorf("30Gi: %s %q", code, msg)
+	}
+}
