@@ -23,6 +23,9 @@ type Inventory struct {
 	// consume their counters; Shared those several claims may share.
 	Partitioned map[string]int
 	Shared      map[string]int
+	// Partitions counts, by MIG profile, the devices the published
+	// counters still allow.
+	Partitions map[string]int
 }
 
 // Resolve turns a count into a number.
@@ -36,6 +39,9 @@ func (inv Inventory) Resolve(c *Count) int {
 	}
 	for _, t := range c.CountedOf {
 		n += inv.Counted[t]
+	}
+	for _, p := range c.PartitionsOf {
+		n += inv.Partitions[p]
 	}
 	return n
 }

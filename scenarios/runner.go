@@ -158,7 +158,7 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 	if err != nil {
 		return Inventory{}, err
 	}
-	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}}
+	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Partitions: snap.FreePartitions()}
 	held := snap.AllocatedDevices()
 	for _, sl := range snap.Slices {
 		if sl.Spec.Driver != gpu.DriverName {

@@ -107,15 +107,18 @@ type TaintAllocated struct {
 
 // Count is a number, or a number derived from the cluster: the GPUs of some
 // tiers published through DRA (devicesOf) or counted through the
-// device-plugin API (countedOf), plus a constant.
+// device-plugin API (countedOf), the MIG devices of some profiles that the
+// published counters still allow (partitionsOf), plus a constant.
 //
 //	replicas: 2
 //	replicas: {devicesOf: [h100, a100, l4], plus: 1}
+//	replicas: {partitionsOf: [1g.10gb], plus: 1}
 type Count struct {
-	N         *int     `json:"-"`
-	DevicesOf []string `json:"devicesOf,omitempty"`
-	CountedOf []string `json:"countedOf,omitempty"`
-	Plus      int      `json:"plus,omitempty"`
+	N            *int     `json:"-"`
+	DevicesOf    []string `json:"devicesOf,omitempty"`
+	CountedOf    []string `json:"countedOf,omitempty"`
+	PartitionsOf []string `json:"partitionsOf,omitempty"`
+	Plus         int      `json:"plus,omitempty"`
 }
 
 // UnmarshalJSON accepts a number or an object, strictly.
@@ -132,7 +135,7 @@ func (c *Count) UnmarshalJSON(data []byte) error {
 		err = errors.Join(strict...)
 	}
 	if err != nil {
-		return fmt.Errorf("a count is a number or {devicesOf, countedOf, plus}: %w", err)
+		return fmt.Errorf("a count is a number or {devicesOf, countedOf, partitionsOf, plus}: %w", err)
 	}
 	*c = Count(p)
 	return nil
@@ -164,6 +167,12 @@ func (c *Count) String() string {
 			s += " + "
 		}
 		s += fmt.Sprintf("counted GPUs of %v", c.CountedOf)
+	}
+	if len(c.PartitionsOf) > 0 {
+		if s != "" {
+			s += " + "
+		}
+		s += fmt.Sprintf("free MIG partitions of %v", c.PartitionsOf)
 	}
 	if c.Plus != 0 {
 		s += fmt.Sprintf(" %+d", c.Plus)
@@ -270,8 +279,13 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 		if c.N != nil && *c.N < 0 {
 			errs = append(errs, field.Invalid(p, *c.N, "must not be negative"))
 		}
-		if c.N == nil && len(c.DevicesOf) == 0 && len(c.CountedOf) == 0 {
-			errs = append(errs, field.Required(p, "a number, or devicesOf/countedOf"))
+		if c.N == nil && len(c.DevicesOf) == 0 && len(c.CountedOf) == 0 && len(c.PartitionsOf) == 0 {
+			errs = append(errs, field.Required(p, "a number, or devicesOf/countedOf/partitionsOf"))
+		}
+		for i, profile := range c.PartitionsOf {
+			if profile == "" {
+				errs = append(errs, field.Required(p.Child("partitionsOf").Index(i), "a MIG profile, e.g. 1g.10gb"))
+			}
 		}
 		checkTiers(p.Child("devicesOf"), c.DevicesOf)
 		checkTiers(p.Child("countedOf"), c.CountedOf)

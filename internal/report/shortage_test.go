@@ -101,3 +101,25 @@ func TestWhyCapacity(t *testing.T) {
 		t.Errorf("30Gi: %s %q", code, msg)
 	}
 }
+
+// FreePartitions counts what the counters still allow, not the devices:
+// two one-slice devices and a two-slice one, with one one-slice device
+// allocated, leave one of each size that fits: one 1g, no 2g.
+func TestFreePartitions(t *testing.T) {
+	mig := func(name, profile string, slices ...string) resourceapi.Device {
+		c := map[string]string{}
+		for _, sl := range slices {
+			c[sl] = "1"
+		}
+		d := withName(resourceapi.Device{Name: name, ConsumesCounters: consumes("gpu-0-counters", c)})
+		d.Attributes["profile"] = resourceapi.DeviceAttribute{StringValue: ptr.To(profile)}
+		return d
+	}
+	devices := []resourceapi.Device{mig("a", "1g", "slice-0"), mig("b", "1g", "slice-1"), mig("ab", "2g", "slice-0", "slice-1")}
+	if got := snapshot(devices).FreePartitions(); got["1g"] != 2 || got["2g"] != 1 {
+		t.Errorf("idle: %v, want 1g: 2, 2g: 1", got)
+	}
+	if got := snapshot(devices, claimOn("x", "a", nil)).FreePartitions(); got["1g"] != 1 || got["2g"] != 0 {
+		t.Errorf("one 1g allocated: %v, want 1g: 1, 2g: 0", got)
+	}
+}
