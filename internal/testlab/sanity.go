@@ -35,7 +35,10 @@ func SanityConfig(ctx context.Context, dir labstate.Dir, client kubernetes.Inter
 	}, nil
 }
 
-// busiestNode is the node with most devices of the driver.
+// busiestNode is the node with most plain devices of the driver: the
+// sanity checks prepare devices directly, without the allocator, so a
+// partition (drawing on counters another device uses) or a shared device
+// is not one they may take as free.
 func busiestNode(ctx context.Context, client kubernetes.Interface, driverName string) (string, error) {
 	slices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + driverName})
 	if err != nil {
@@ -48,7 +51,11 @@ func busiestNode(ctx context.Context, client kubernetes.Interface, driverName st
 			continue
 		}
 		n := *s.Spec.NodeName
-		counts[n] += len(s.Spec.Devices)
+		for _, d := range s.Spec.Devices {
+			if len(d.ConsumesCounters) == 0 && (d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations) {
+				counts[n]++
+			}
+		}
 		if best == "" || counts[n] > counts[best] || (counts[n] == counts[best] && n < best) {
 			best = n
 		}

@@ -21,7 +21,6 @@ import (
 	"github.com/dralab/dralab/drivers/conformance/cluster"
 	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/internal/testlab"
-	"github.com/dralab/dralab/lab/config"
 )
 
 // TestFeaturesOnLab runs every feature for the fake GPU driver on an
@@ -37,7 +36,11 @@ func TestFeaturesOnLab(t *testing.T) {
 		t.Skip("starts an embedded lab: run without -short")
 	}
 	ctx := context.Background()
-	l, err := testlab.Start(ctx, config.Default(), "t-cluster")
+	cfg, err := testlab.ConformanceConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := testlab.Start(ctx, cfg, "t-cluster")
 	t.Cleanup(func() {
 		if err := testlab.Stop(context.WithoutCancel(ctx), l); err != nil {
 			t.Error(err)
