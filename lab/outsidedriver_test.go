@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -45,7 +46,37 @@ func TestOutsideDriverLab(t *testing.T) {
 			t.Errorf("node %+v: want healthy, serving %s", n, gpu.DriverName)
 		}
 	}
-	runConformance(ctx, t, l, client, "../drivers/fakegpu/driver.yaml")
+	runConformance(ctx, t, l, client, wholeGPUManifest(t, nil))
+}
+
+// wholeGPUManifest writes drivers/fakegpu/driver.yaml for a lab whose
+// outside driver publishes whole GPUs only (one command line for every
+// node: no MIG node, no shared node beside the others), with partitionable
+// devices and consumable capacity disabled, and each of replace's keys
+// replaced by its value, once.
+func wholeGPUManifest(t *testing.T, replace map[string]string) string {
+	t.Helper()
+	data, err := os.ReadFile("../drivers/fakegpu/driver.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := string(data)
+	all := map[string]string{
+		"DRAPartitionableDevices: true": "DRAPartitionableDevices: false",
+		"DRAConsumableCapacity: true":   "DRAConsumableCapacity: false",
+	}
+	maps.Copy(all, replace)
+	for from, to := range all {
+		if strings.Count(m, from) != 1 {
+			t.Fatalf("drivers/fakegpu/driver.yaml has no %s to replace", from)
+		}
+		m = strings.Replace(m, from, to, 1)
+	}
+	file := filepath.Join(t.TempDir(), "driver.yaml")
+	if err := os.WriteFile(file, []byte(m), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
 }
 
 // TestOutsideDriverAsDeployed runs an outside driver configured the way a
@@ -70,18 +101,8 @@ func TestOutsideDriverAsDeployed(t *testing.T) {
 			"DRALAB_POD_UID":         podUID,
 			"DRALAB_HEALTHZ_ADDRESS": "127.0.0.1:{port:healthz}",
 		})
-	manifestFile := filepath.Join(t.TempDir(), "driver.yaml")
-	m, err := os.ReadFile("../drivers/fakegpu/driver.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const byName, byPattern = `env: {name: GPU_DEVICE_0, pattern: "^gpu-[0-9]+$"}`, `env: {namePattern: "^GPU_DEVICE_[0-9]+$", pattern: "^gpu-[0-9]+$"}`
-	if strings.Count(string(m), byName) != 1 {
-		t.Fatalf("drivers/fakegpu/driver.yaml has no proof %s to replace", byName)
-	}
-	if err := os.WriteFile(manifestFile, []byte(strings.Replace(string(m), byName, byPattern, 1)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	manifestFile := wholeGPUManifest(t, map[string]string{byName: byPattern})
 
 	start := time.Now()
 	l, _, client := upLab(ctx, t, stateRoot(t), bin, cfg)
