@@ -653,9 +653,10 @@ func (s *suite) prioritizedList(ctx context.Context, t *testing.T, k *kit) error
 // adminAccess: a claim with admin access gets every device of a node, the
 // one a workload uses included, and the workload keeps running. The
 // workload runs on a node whose devices of the class are plain where the
-// driver has one: the allocator counts an admin claim's use of a
-// partition's counters and of a shared device's capacity, which the
-// workload holds already.
+// driver has one: on the conformance lab, an admin claim for every device
+// of the MIG or shared node beside a workload there stayed unschedulable
+// ("cannot allocate all claims"), the allocator apparently counting the
+// admin claim's counters or capacity, which the workload holds already.
 func (s *suite) adminAccess(ctx context.Context, t *testing.T, k *kit) error {
 	plain, err := k.plainNodes(ctx)
 	if err != nil {
