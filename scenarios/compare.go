@@ -26,6 +26,8 @@ type Inventory struct {
 	// Partitions counts, by MIG profile, the devices the published
 	// counters still allow.
 	Partitions map[string]int
+	// Shares lists, by tier, what is left of each shared device's memory.
+	Shares map[string][]report.FreeShare
 }
 
 // Resolve turns a count into a number.
@@ -42,6 +44,14 @@ func (inv Inventory) Resolve(c *Count) int {
 	}
 	for _, p := range c.PartitionsOf {
 		n += inv.Partitions[p]
+	}
+	if sh := c.SharesOf; sh != nil {
+		want := resource.MustParse(sh.Memory) // validated when parsed
+		for _, f := range inv.Shares[sh.Tier] {
+			if want.Sign() > 0 && want.Cmp(f.MaxShare) <= 0 && f.Left.Sign() > 0 {
+				n += int(f.Left.Value() / want.Value())
+			}
+		}
 	}
 	return n
 }

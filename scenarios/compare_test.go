@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/dralab/dralab/internal/report"
 )
@@ -120,5 +121,21 @@ func TestCheckProfileAndShare(t *testing.T) {
 		if !strings.Contains(f, want) {
 			t.Errorf("failures lack %q:\n%s", want, f)
 		}
+	}
+}
+
+// Shares are counted from what each shared GPU has left, never beyond the
+// most one share may take: an L4 of 23034Mi holds three 7Gi shares, two
+// 8Gi ones, no 30Gi one.
+func TestResolveShares(t *testing.T) {
+	l4 := report.FreeShare{Left: resource.MustParse("23034Mi"), MaxShare: resource.MustParse("22Gi")}
+	inv := Inventory{Shares: map[string][]report.FreeShare{"l4": {l4}}}
+	for memory, want := range map[string]int{"7Gi": 3, "8Gi": 2, "30Gi": 0} {
+		if got := inv.Resolve(&Count{SharesOf: &Shares{Tier: "l4", Memory: memory}}); got != want {
+			t.Errorf("shares of %s = %d, want %d", memory, got, want)
+		}
+	}
+	if got := inv.Resolve(&Count{SharesOf: &Shares{Tier: "h100", Memory: "7Gi"}, Plus: 1}); got != 1 {
+		t.Errorf("no shared h100 + 1 = %d, want 1", got)
 	}
 }

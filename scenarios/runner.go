@@ -158,21 +158,26 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 	if err != nil {
 		return Inventory{}, err
 	}
-	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Partitions: snap.FreePartitions()}
+	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]report.FreeShare{}}
+	shares := map[string]report.FreeShare{}
+	for _, f := range snap.FreeShares(gpu.CapacityMemory) {
+		shares[f.Driver+"/"+f.Pool+"/"+f.Device] = f
+	}
 	held := snap.AllocatedDevices()
 	for _, sl := range snap.Slices {
 		if sl.Spec.Driver != gpu.DriverName {
 			continue
 		}
 		for i := range sl.Spec.Devices {
-			if _, ok := held[sl.Spec.Driver+"/"+sl.Spec.Pool.Name+"/"+sl.Spec.Devices[i].Name]; ok {
-				continue
-			}
+			key := sl.Spec.Driver + "/" + sl.Spec.Pool.Name + "/" + sl.Spec.Devices[i].Name
 			tier, err := report.Tier(ctx, sl.Spec.Driver, &sl.Spec.Devices[i])
 			if err != nil {
 				return inv, err
 			}
-			if tier == "" {
+			if f, ok := shares[key]; ok && tier != "" {
+				inv.Shares[tier] = append(inv.Shares[tier], f)
+			}
+			if _, ok := held[key]; ok || tier == "" {
 				continue
 			}
 			inv.Devices[tier]++

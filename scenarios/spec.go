@@ -113,12 +113,23 @@ type TaintAllocated struct {
 //	replicas: 2
 //	replicas: {devicesOf: [h100, a100, l4], plus: 1}
 //	replicas: {partitionsOf: [1g.10gb], plus: 1}
+//	replicas: {sharesOf: {tier: l4, memory: 7Gi}, plus: 1}
 type Count struct {
 	N            *int     `json:"-"`
 	DevicesOf    []string `json:"devicesOf,omitempty"`
 	CountedOf    []string `json:"countedOf,omitempty"`
 	PartitionsOf []string `json:"partitionsOf,omitempty"`
-	Plus         int      `json:"plus,omitempty"`
+	// SharesOf counts the shares of this much memory that the shared GPUs
+	// of a tier have left room for.
+	SharesOf *Shares `json:"sharesOf,omitempty"`
+	Plus     int     `json:"plus,omitempty"`
+}
+
+// Shares is a number of shares of GPUs that several claims share:
+// {tier: l4, memory: 7Gi}.
+type Shares struct {
+	Tier   string `json:"tier"`
+	Memory string `json:"memory"`
 }
 
 // UnmarshalJSON accepts a number or an object, strictly.
@@ -135,7 +146,7 @@ func (c *Count) UnmarshalJSON(data []byte) error {
 		err = errors.Join(strict...)
 	}
 	if err != nil {
-		return fmt.Errorf("a count is a number or {devicesOf, countedOf, partitionsOf, plus}: %w", err)
+		return fmt.Errorf("a count is a number or {devicesOf, countedOf, partitionsOf, sharesOf, plus}: %w", err)
 	}
 	*c = Count(p)
 	return nil
@@ -173,6 +184,12 @@ func (c *Count) String() string {
 			s += " + "
 		}
 		s += fmt.Sprintf("free MIG partitions of %v", c.PartitionsOf)
+	}
+	if c.SharesOf != nil {
+		if s != "" {
+			s += " + "
+		}
+		s += fmt.Sprintf("%s shares of %s GPUs", c.SharesOf.Memory, c.SharesOf.Tier)
 	}
 	if c.Plus != 0 {
 		s += fmt.Sprintf(" %+d", c.Plus)
@@ -279,8 +296,17 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 		if c.N != nil && *c.N < 0 {
 			errs = append(errs, field.Invalid(p, *c.N, "must not be negative"))
 		}
-		if c.N == nil && len(c.DevicesOf) == 0 && len(c.CountedOf) == 0 && len(c.PartitionsOf) == 0 {
-			errs = append(errs, field.Required(p, "a number, or devicesOf/countedOf/partitionsOf"))
+		if c.N == nil && len(c.DevicesOf) == 0 && len(c.CountedOf) == 0 && len(c.PartitionsOf) == 0 && c.SharesOf == nil {
+			errs = append(errs, field.Required(p, "a number, or devicesOf/countedOf/partitionsOf/sharesOf"))
+		}
+		if sh := c.SharesOf; sh != nil {
+			if sh.Tier == "" {
+				errs = append(errs, field.Required(p.Child("sharesOf", "tier"), ""))
+			}
+			checkTier(p.Child("sharesOf", "tier"), sh.Tier)
+			if q, err := resource.ParseQuantity(sh.Memory); err != nil || q.Sign() <= 0 {
+				errs = append(errs, field.Invalid(p.Child("sharesOf", "memory"), sh.Memory, "a positive quantity, e.g. 7Gi"))
+			}
 		}
 		for i, profile := range c.PartitionsOf {
 			if profile == "" {

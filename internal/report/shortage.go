@@ -251,3 +251,37 @@ func (s *Snapshot) freeCounters() map[string]map[string]resource.Quantity {
 	})
 	return left
 }
+
+// FreeShare is what a device that several claims share has left of a
+// capacity, and the most one share may take of it.
+type FreeShare struct {
+	Driver, Pool, Device string
+	Left, MaxShare       resource.Quantity
+}
+
+// FreeShares lists, for every published device that several claims may
+// share and that has the capacity, what the allocated shares leave of it.
+func (s *Snapshot) FreeShares(capacity resourceapi.QualifiedName) []FreeShare {
+	var out []FreeShare
+	for i := range s.Slices {
+		sl := &s.Slices[i]
+		for j := range sl.Spec.Devices {
+			dev := &sl.Spec.Devices[j]
+			c, ok := dev.Capacity[capacity]
+			if !ok || dev.AllowMultipleAllocations == nil || !*dev.AllowMultipleAllocations {
+				continue
+			}
+			f := FreeShare{Driver: sl.Spec.Driver, Pool: sl.Spec.Pool.Name, Device: dev.Name, Left: c.Value.DeepCopy(), MaxShare: c.Value.DeepCopy()}
+			if p := c.RequestPolicy; p != nil && p.ValidRange != nil && p.ValidRange.Max != nil && p.ValidRange.Max.Cmp(f.MaxShare) < 0 {
+				f.MaxShare = p.ValidRange.Max.DeepCopy()
+			}
+			s.eachAllocated(func(_ string, r resourceapi.DeviceRequestAllocationResult, _ *resourceapi.Device) {
+				if q, ok := r.ConsumedCapacity[capacity]; ok && r.Driver == f.Driver && r.Pool == f.Pool && r.Device == f.Device {
+					f.Left.Sub(q)
+				}
+			})
+			out = append(out, f)
+		}
+	}
+	return out
+}
