@@ -654,9 +654,10 @@ func (s *suite) prioritizedList(ctx context.Context, t *testing.T, k *kit) error
 // one a workload uses included, and the workload keeps running. The
 // workload runs on a node whose devices of the class are plain where the
 // driver has one: on the conformance lab, an admin claim for every device
-// of the MIG or shared node beside a workload there stayed unschedulable
-// ("cannot allocate all claims"), the allocator apparently counting the
-// admin claim's counters or capacity, which the workload holds already.
+// of the MIG node, and one of the shared node, beside a workload there
+// stayed unschedulable ("cannot allocate all claims"), the allocator
+// apparently counting the admin claim's counters or capacity, which the
+// workload holds already.
 func (s *suite) adminAccess(ctx context.Context, t *testing.T, k *kit) error {
 	plain, err := k.plainNodes(ctx)
 	if err != nil {
