@@ -39,7 +39,7 @@ func exampleConfig(t *testing.T, file, name string) *config.Config {
 
 // upLab brings a lab up, deleted when the test ends, and returns it with a
 // client of it.
-func upLab(ctx context.Context, t *testing.T, root, bin string, cfg *config.Config) (*lab.Lab, *rest.Config, kubernetes.Interface) {
+func upLab(ctx context.Context, t testing.TB, root, bin string, cfg *config.Config) (*lab.Lab, *rest.Config, kubernetes.Interface) {
 	t.Helper()
 	l := newLab(t, root, bin, cfg)
 	if _, err := l.Up(ctx); err != nil {

@@ -62,7 +62,7 @@ func smallConfig(name string, nodes ...string) *config.Config {
 }
 
 // stateRoot is short: unix socket paths under it must stay below 108 bytes.
-func stateRoot(t *testing.T) string {
+func stateRoot(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "dl-")
 	if err != nil {
@@ -72,7 +72,7 @@ func stateRoot(t *testing.T) string {
 	return dir
 }
 
-func newLab(t *testing.T, root, bin string, cfg *config.Config) *lab.Lab {
+func newLab(t testing.TB, root, bin string, cfg *config.Config) *lab.Lab {
 	t.Helper()
 	l, err := lab.New(lab.WithConfig(cfg), lab.WithStateRoot(root), lab.WithBinary(bin), lab.WithOwner(os.Getpid()))
 	if err != nil {

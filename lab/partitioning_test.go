@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -16,13 +15,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/testlab"
-	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -466,7 +463,7 @@ func BenchmarkSchedulingMIG(b *testing.B) {
 	const gpus, batch = 8, 8
 	bin := binary(b)
 	ctx := context.Background()
-	client := benchLab(ctx, b, bin, splitConfig(b, "b-split", gpus))
+	_, _, client := upLab(ctx, b, stateRoot(b), bin, splitConfig(b, "b-split", gpus))
 	publishedPool(ctx, b, client, migNode)
 	ns := createNamespace(ctx, b, client, "bench")
 	sel := fmt.Sprintf(`has(device.attributes[%q].profile) && device.attributes[%q].profile == "1g.10gb"`, gpu.DriverName, gpu.DriverName)
@@ -551,31 +548,4 @@ func scheduleEach(ctx context.Context, b *testing.B, client kubernetes.Interface
 		}
 	}
 	return sum
-}
-
-// benchLab brings a lab up for a benchmark and down when it ends.
-func benchLab(ctx context.Context, b *testing.B, bin string, cfg *config.Config) kubernetes.Interface {
-	b.Helper()
-	root, err := os.MkdirTemp("", "dl-bench-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { os.RemoveAll(root) })
-	l, err := lab.New(lab.WithConfig(cfg), lab.WithStateRoot(root), lab.WithBinary(bin), lab.WithOwner(os.Getpid()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		if err := l.Down(context.Background()); err != nil {
-			b.Errorf("lab down: %v", err)
-		}
-	})
-	if _, err := l.Up(ctx); err != nil {
-		b.Fatal(err)
-	}
-	restConfig, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	return kubernetes.NewForConfigOrDie(restConfig)
 }
