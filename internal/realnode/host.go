@@ -200,13 +200,14 @@ func (rec *HostRecord) Write(p Paths) error {
 // NodesWithHostRecords lists the real nodes of a lab that recorded
 // changing the host, from the lab's state directory alone.
 func NodesWithHostRecords(dir labstate.Dir) ([]Paths, error) {
-	files, err := filepath.Glob(filepath.Join(string(dir), "nodes", "*", "host.json"))
-	if err != nil {
-		return nil, err
-	}
 	var out []Paths
-	for _, f := range files {
-		out = append(out, Paths{Node: labstate.NodeDir(filepath.Dir(f))})
+	for _, nd := range dir.Nodes() {
+		p := Paths{Node: nd}
+		if _, err := os.Stat(p.HostRecordFile()); err == nil {
+			out = append(out, p)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
 	}
 	return out, nil
 }
