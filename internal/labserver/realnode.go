@@ -11,13 +11,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/dralab/dralab/internal/controlplane"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/realnode"
+	"github.com/dralab/dralab/lab/backend"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -73,11 +72,7 @@ func startRealNode(ctx context.Context, procs *supervisor, o Options, n config.N
 // made them by then, and anything that appears later is not the lab's.
 func recordHost(ctx context.Context, dir labstate.Dir, node string, rec *realnode.HostRecord) {
 	logger := klog.FromContext(ctx)
-	cfg, err := clientcmd.BuildConfigFromFlags("", dir.Kubeconfig())
-	var client kubernetes.Interface
-	if err == nil {
-		client, err = kubernetes.NewForConfig(cfg)
-	}
+	client, err := backend.NewClient(dir.Kubeconfig())
 	if err == nil {
 		err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 			n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
