@@ -169,11 +169,7 @@ func (inv *Inventory) Devices(context.Context) ([]kit.Device, error) {
 			counterSet := CounterSetName(i)
 			whole.API.Capacity[gpu.CapacityMultiprocessors] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(p.Multiprocessors), resource.DecimalSI)}
 			whole.API.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: counterSet, Counters: p.MIG.totals(p).counters()}}
-			for _, mp := range p.MIG.bySize() {
-				for _, start := range mp.Placements {
-					devices = append(devices, migDevice(name, uuid, p.ProductName, counterSet, product, mp, start))
-				}
-			}
+			devices = append(devices, MIGDevices(name, uuid, p.ProductName, counterSet, product, p.MIG)...)
 		case inv.Sharing == SharingMemory:
 			share(&whole.API, p)
 		}
@@ -206,6 +202,20 @@ func CounterSetName(i int) string { return fmt.Sprintf("gpu-%d-counters", i) }
 // of GPU parent: gpu-0-mig-1g10gb-3.
 func MIGDeviceName(parent string, mp MIGProfile, start int) string {
 	return fmt.Sprintf("%s-mig-%s-%d", parent, mp.DeviceNamePart(), start)
+}
+
+// MIGDevices are the MIG devices of a partitioned GPU: every placement of
+// every profile of geometry m, smallest profile first, each consuming its
+// share of the GPU's counter set and carrying the parent's product
+// attributes besides its own.
+func MIGDevices(parent, parentUUID, productName, counterSet string, product map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, m *MIG) []kit.Device {
+	var out []kit.Device
+	for _, mp := range m.bySize() {
+		for _, start := range mp.Placements {
+			out = append(out, migDevice(parent, parentUUID, productName, counterSet, product, mp, start))
+		}
+	}
+	return out
 }
 
 func migDevice(parent, parentUUID, productName, counterSet string, product map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, mp MIGProfile, start int) kit.Device {

@@ -53,8 +53,10 @@ type MIGProfile struct {
 }
 
 // DeviceNamePart is the profile's name as a device name may hold it:
-// 1g.10gb → 1g10gb.
-func (p MIGProfile) DeviceNamePart() string { return strings.ReplaceAll(p.Name, ".", "") }
+// 1g.10gb → 1g10gb, and NVML's 1g.5gb+me (media extensions) → 1g5gbme.
+func (p MIGProfile) DeviceNamePart() string {
+	return strings.NewReplacer(".", "", "+", "").Replace(p.Name)
+}
 
 // Counter names of a MIG GPU's counter set: one per capacity dimension and
 // one per memory slice (MemorySliceCounter).
@@ -111,12 +113,21 @@ func (m *MIG) bySize() []MIGProfile {
 }
 
 // totals are the GPU's counters: everything its instances draw from.
-func (m *MIG) totals(p *Profile) amounts {
-	a := newAmounts(p.Memory, p.Multiprocessors, m.Engines)
+func (m *MIG) totals(p *Profile) amounts { return m.gpuAmounts(p.Memory, p.Multiprocessors) }
+
+func (m *MIG) gpuAmounts(memory resource.Quantity, multiprocessors int) amounts {
+	a := newAmounts(memory, multiprocessors, m.Engines)
 	for i := range m.MemorySlices {
 		a[MemorySliceCounter(i)] = resource.MustParse("1")
 	}
 	return a
+}
+
+// Counters are the counter set of a GPU of this geometry with the given
+// memory and multiprocessors: what its whole device consumes, and what its
+// MIG devices draw from.
+func (m *MIG) Counters(memory resource.Quantity, multiprocessors int) map[string]resourceapi.Counter {
+	return m.gpuAmounts(memory, multiprocessors).counters()
 }
 
 // placementAmounts are what an instance of profile mp at start takes.

@@ -37,6 +37,10 @@ type PreparedClaim struct {
 	// CDISpec is the claim's CDI spec file name in the CDI directory.
 	CDISpec string           `json:"cdiSpec"`
 	Devices []PreparedDevice `json:"devices"`
+	// Preparing is true while a DevicePreparer readies the claim's devices:
+	// written before the first device is touched, so that a driver that
+	// stops in the middle knows to undo what may have been done.
+	Preparing bool `json:"preparing,omitempty"`
 }
 
 // PreparedDevice is one device of a prepared claim.
@@ -59,6 +63,11 @@ type PreparedDevice struct {
 	// ConsumedCapacity is what the share may use of the device, by
 	// capacity name, as the allocation result says.
 	ConsumedCapacity map[string]resource.Quantity `json:"consumedCapacity,omitempty"`
+	// State, Env and ClaimEnv are what a DevicePreparer made of the
+	// device (DevicePrepared): what undoing it needs, and its variables.
+	State    json.RawMessage   `json:"state,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	ClaimEnv map[string]string `json:"claimEnv,omitempty"`
 }
 
 func newCheckpoint(driver, node string) *Checkpoint {
@@ -109,7 +118,10 @@ func ReadCheckpoint(path string) (*Checkpoint, error) {
 		cp.Claims = map[types.UID]*PreparedClaim{}
 	}
 	for uid, c := range cp.Claims {
-		if c == nil || c.CDISpec == "" {
+		if c == nil {
+			return nil, corrupt("claim %s is null", uid)
+		}
+		if c.CDISpec == "" && !c.Preparing {
 			return nil, corrupt("claim %s has no CDI spec", uid)
 		}
 	}

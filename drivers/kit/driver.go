@@ -10,6 +10,7 @@ package kit
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -88,6 +89,33 @@ type NodeWideInventory interface {
 	Inventory
 	// NodeEdits returns the node-wide edits; empty ones are no CDI device.
 	NodeEdits() ContainerEdits
+}
+
+// DevicePreparer is an Inventory whose devices need work on the node before
+// a container can use them, undone when the claim is unprepared: a MIG
+// device's GPU and compute instances exist only while a claim holds it.
+// The driver checkpoints a claim as Preparing before it prepares any of its
+// devices, so that what a driver stopped in the middle may have left is
+// undone when it starts again, never leaked nor made twice.
+type DevicePreparer interface {
+	Inventory
+	// PrepareDevice readies a device for a claim; a device that needs
+	// nothing returns the zero DevicePrepared.
+	PrepareDevice(ctx context.Context, device string) (DevicePrepared, error)
+	// UnprepareDevice undoes PrepareDevice. state is what PrepareDevice
+	// returned, or nil where it failed or may not have returned (the driver
+	// stopped in the middle): then it undoes whatever the call may have
+	// left. Undoing what is already gone is no error.
+	UnprepareDevice(ctx context.Context, device string, state json.RawMessage) error
+}
+
+// DevicePrepared is what a DevicePreparer made of a device for a claim.
+type DevicePrepared struct {
+	// State is what UnprepareDevice needs; the checkpoint keeps it.
+	State json.RawMessage
+	// Env and ClaimEnv add to the device's Env and ClaimEnv.
+	Env      map[string]string
+	ClaimEnv map[string]string
 }
 
 // Options configure a driver on one node.
@@ -226,6 +254,9 @@ func newDriver(ctx context.Context, opts Options) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := d.abandonUnfinished(ctx); err != nil {
+		return nil, err
+	}
 	d.nodeSpec = cdi.GenerateSpecName(parser.ParseQualifier(opts.CDIKind)) + ".json"
 	if nw, ok := opts.Inventory.(NodeWideInventory); ok {
 		if d.nodeEdits = nw.NodeEdits(); !d.nodeEdits.empty() {
@@ -302,7 +333,13 @@ func (d *Driver) reload() error {
 
 func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "uid", claim.UID)
-	if prepared, ok := d.cp.Claims[claim.UID]; ok {
+	if prepared, ok := d.cp.Claims[claim.UID]; ok && prepared.Preparing {
+		// An earlier attempt failed to undo what it began: undo it now,
+		// then prepare afresh.
+		if err := d.abandon(ctx, claim.UID, prepared); err != nil {
+			return nil, err
+		}
+	} else if ok {
 		// Idempotent: the kubelet asks again after its own restart.
 		if err := d.ensureSpec(claim.UID, prepared); err != nil {
 			return nil, err
@@ -316,9 +353,7 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	if claim.Status.Allocation == nil {
 		return nil, fmt.Errorf("claim %s is not allocated", klog.KObj(claim))
 	}
-	spec := &cdispec.Spec{Version: cdispec.CurrentVersion, Kind: d.opts.CDIKind}
 	prepared := &PreparedClaim{Namespace: claim.Namespace, Name: claim.Name}
-	n := 0
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != d.opts.DriverName {
 			continue
@@ -326,7 +361,7 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		if r.Pool != d.opts.NodeName {
 			return nil, fmt.Errorf("claim %s: device %s is in pool %q, not in this node's pool %q", klog.KObj(claim), r.Device, r.Pool, d.opts.NodeName)
 		}
-		dev, ok := d.devices[r.Device]
+		_, ok := d.devices[r.Device]
 		if !ok {
 			return nil, fmt.Errorf("claim %s: device %q is not in this node's inventory", klog.KObj(claim), r.Device)
 		}
@@ -351,29 +386,37 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 				pd.ConsumedCapacity[string(name)] = q
 			}
 		}
-		name := cdiDeviceName(claim.UID, pd)
-		spec.Devices = append(spec.Devices, cdispec.Device{Name: name, ContainerEdits: d.edits(n, dev, pd)})
-		pd.CDIDeviceIDs = []string{d.opts.CDIKind + "=" + name}
+		pd.CDIDeviceIDs = []string{d.opts.CDIKind + "=" + cdiDeviceName(claim.UID, pd)}
 		prepared.Devices = append(prepared.Devices, pd)
-		n++
 	}
 	if err := d.counterConflict(claim.UID, prepared.Devices); err != nil {
 		return nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
 	}
-	spec.ContainerEdits = claimEdits(d.devicesOf(prepared))
-	specName, err := cdi.GenerateNameForTransientSpec(spec, string(claim.UID))
+	if err := d.prepareDevices(ctx, claim.UID, prepared); err != nil {
+		return nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
+	}
+	spec, err := d.specOf(claim.UID, prepared)
+	if err == nil {
+		var specName string
+		specName, err = cdi.GenerateNameForTransientSpec(spec, string(claim.UID))
+		prepared.CDISpec = specName + ".json"
+	}
+	if err == nil {
+		if err = d.cdi.WriteSpec(spec, prepared.CDISpec); err != nil {
+			err = fmt.Errorf("writing CDI spec: %w", err)
+		}
+	}
+	if err == nil {
+		prepared.Preparing = false
+		d.cp.Claims[claim.UID] = prepared
+		if err = d.cp.save(d.opts.CheckpointPath); err != nil {
+			_ = d.removeSpec(prepared.CDISpec)
+			err = fmt.Errorf("checkpointing: %w", err)
+		}
+	}
 	if err != nil {
-		return nil, err
-	}
-	prepared.CDISpec = specName + ".json"
-	if err := d.cdi.WriteSpec(spec, prepared.CDISpec); err != nil {
-		return nil, fmt.Errorf("writing CDI spec for claim %s: %w", klog.KObj(claim), err)
-	}
-	d.cp.Claims[claim.UID] = prepared
-	if err := d.cp.save(d.opts.CheckpointPath); err != nil {
-		delete(d.cp.Claims, claim.UID)
-		_ = d.removeSpec(prepared.CDISpec)
-		return nil, fmt.Errorf("checkpointing claim %s: %w", klog.KObj(claim), err)
+		prepared.Preparing = true
+		return nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), errors.Join(err, d.abandon(ctx, claim.UID, prepared)))
 	}
 	// After the checkpoint: a claim that fails here is prepared but for
 	// the node's spec, which the kubelet's retry writes.
@@ -476,9 +519,10 @@ func envName(s string) string {
 // with its configuration's and its share's variables.
 func (d *Driver) edits(n int, dev Device, pd PreparedDevice) cdispec.ContainerEdits {
 	var edits cdispec.ContainerEdits
-	if share := shareEnv(pd); len(pd.ConfigEnv) > 0 || len(share) > 0 {
-		env := make(map[string]string, len(dev.Env)+len(pd.ConfigEnv)+len(share))
+	if share := shareEnv(pd); len(pd.Env) > 0 || len(pd.ConfigEnv) > 0 || len(share) > 0 {
+		env := make(map[string]string, len(dev.Env)+len(pd.Env)+len(pd.ConfigEnv)+len(share))
 		maps.Copy(env, dev.Env)
+		maps.Copy(env, pd.Env)
 		maps.Copy(env, pd.ConfigEnv)
 		maps.Copy(env, share)
 		dev.Env = env
@@ -537,27 +581,111 @@ func (d *Driver) ensureSpec(uid types.UID, c *PreparedClaim) error {
 	if _, err := os.Stat(filepath.Join(d.opts.CDIDir, c.CDISpec)); err == nil {
 		return nil
 	}
+	spec, err := d.specOf(uid, c)
+	if err != nil {
+		return err
+	}
+	return d.cdi.WriteSpec(spec, c.CDISpec)
+}
+
+// specOf is a prepared claim's CDI spec: a device per prepared device, and
+// the claim-wide edits.
+func (d *Driver) specOf(uid types.UID, c *PreparedClaim) (*cdispec.Spec, error) {
 	spec := &cdispec.Spec{Version: cdispec.CurrentVersion, Kind: d.opts.CDIKind}
 	for i, pd := range c.Devices {
 		dev, ok := d.devices[pd.Device]
 		if !ok {
-			return fmt.Errorf("prepared claim %s uses device %q, which is no longer in the inventory", uid, pd.Device)
+			return nil, fmt.Errorf("prepared claim %s uses device %q, which is no longer in the inventory", uid, pd.Device)
 		}
 		spec.Devices = append(spec.Devices, cdispec.Device{Name: cdiDeviceName(uid, pd), ContainerEdits: d.edits(i, dev, pd)})
 	}
 	spec.ContainerEdits = claimEdits(d.devicesOf(c))
-	return d.cdi.WriteSpec(spec, c.CDISpec)
+	return spec, nil
 }
 
-// devicesOf returns a prepared claim's devices that are in the inventory.
+// devicesOf returns a prepared claim's devices that are in the inventory,
+// with the claim variables their preparation added.
 func (d *Driver) devicesOf(c *PreparedClaim) []Device {
 	var out []Device
 	for _, pd := range c.Devices {
-		if dev, ok := d.devices[pd.Device]; ok {
-			out = append(out, dev)
+		dev, ok := d.devices[pd.Device]
+		if !ok {
+			continue
 		}
+		if len(pd.ClaimEnv) > 0 {
+			env := maps.Clone(dev.ClaimEnv)
+			if env == nil {
+				env = map[string]string{}
+			}
+			maps.Copy(env, pd.ClaimEnv)
+			dev.ClaimEnv = env
+		}
+		out = append(out, dev)
 	}
 	return out
+}
+
+// prepareDevices has a DevicePreparer ready a claim's devices, after
+// checkpointing the claim as Preparing. On failure it undoes what it did.
+func (d *Driver) prepareDevices(ctx context.Context, uid types.UID, c *PreparedClaim) error {
+	p, ok := d.opts.Inventory.(DevicePreparer)
+	if !ok {
+		return nil
+	}
+	c.Preparing = true
+	d.cp.Claims[uid] = c
+	if err := d.cp.save(d.opts.CheckpointPath); err != nil {
+		delete(d.cp.Claims, uid)
+		return fmt.Errorf("checkpointing the claim before preparing its devices: %w", err)
+	}
+	for i := range c.Devices {
+		pd := &c.Devices[i]
+		res, err := p.PrepareDevice(ctx, pd.Device)
+		if err != nil {
+			return errors.Join(fmt.Errorf("preparing device %s: %w", pd.Device, err), d.abandon(ctx, uid, c))
+		}
+		pd.State, pd.Env, pd.ClaimEnv = res.State, res.Env, res.ClaimEnv
+	}
+	return nil
+}
+
+// abandon undoes a claim's device preparations, newest first (what has no
+// state is undone from the device alone), and forgets the claim. If an undo
+// fails the claim stays checkpointed as Preparing, for the next attempt.
+func (d *Driver) abandon(ctx context.Context, uid types.UID, c *PreparedClaim) error {
+	p, preparer := d.opts.Inventory.(DevicePreparer)
+	if preparer {
+		for i := len(c.Devices) - 1; i >= 0; i-- {
+			pd := c.Devices[i]
+			if err := p.UnprepareDevice(ctx, pd.Device, pd.State); err != nil {
+				return fmt.Errorf("undoing the preparation of device %s: %w", pd.Device, err)
+			}
+		}
+	}
+	delete(d.cp.Claims, uid)
+	if err := d.cp.save(d.opts.CheckpointPath); err != nil {
+		if preparer {
+			// On disk it is still Preparing: so it stays here.
+			d.cp.Claims[uid] = c
+		}
+		return fmt.Errorf("checkpointing the abandoned claim: %w", err)
+	}
+	return nil
+}
+
+// abandonUnfinished undoes the preparations a driver stopped in the middle
+// of: the kubelet asks again, and the claim is prepared afresh.
+func (d *Driver) abandonUnfinished(ctx context.Context) error {
+	for uid, c := range d.cp.Claims {
+		if !c.Preparing {
+			continue
+		}
+		klog.FromContext(ctx).Info("Undoing a claim's preparation that the driver stopped in the middle of", "claim", klog.KRef(c.Namespace, c.Name), "uid", uid)
+		if err := d.abandon(ctx, uid, c); err != nil {
+			return fmt.Errorf("claim %s/%s (%s) was being prepared when the driver stopped: %w", c.Namespace, c.Name, uid, err)
+		}
+	}
+	return nil
 }
 
 // claimEdits are the claim-wide edits: a spec's own edits apply once when
@@ -614,6 +742,14 @@ func (d *Driver) unprepare(ctx context.Context, c kubeletplugin.NamespacedObject
 	if !ok {
 		// The retry of an unprepare whose node spec removal failed.
 		return d.syncNodeSpec(false)
+	}
+	if p, ok := d.opts.Inventory.(DevicePreparer); ok {
+		for i := len(prepared.Devices) - 1; i >= 0; i-- {
+			pd := prepared.Devices[i]
+			if err := p.UnprepareDevice(ctx, pd.Device, pd.State); err != nil {
+				return fmt.Errorf("claim %s: unpreparing device %s: %w", c.NamespacedName, pd.Device, err)
+			}
+		}
 	}
 	if err := d.removeSpec(prepared.CDISpec); err != nil {
 		return fmt.Errorf("removing CDI spec of claim %s: %w", c.NamespacedName, err)
