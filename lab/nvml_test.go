@@ -2,6 +2,7 @@ package lab_test
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 
@@ -12,7 +13,9 @@ import (
 // with its NVML inventory, go-nvml's mock servers standing in for the
 // library, on hollow nodes. The slices are the mocks' GPUs; the claims and
 // prioritized-fallback scenarios pass with them; and the driver passes
-// both conformance layers for its manifest, drivers/nvml/driver.yaml.
+// both conformance layers for its manifest, drivers/nvml/driver.yaml, whose
+// partition check has the driver create MIG instances in the DGX A100
+// mock, which is in MIG mode.
 func TestNVMLMockLab(t *testing.T) {
 	bin := binary(t)
 	ctx := context.Background()
@@ -23,9 +26,20 @@ func TestNVMLMockLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	products := map[string][]string{}
+	migs, counterSets := map[string]int{}, map[string]int{}
 	for _, s := range slices.Items {
+		if n := len(s.Spec.SharedCounters); n > 0 {
+			counterSets[s.Spec.Pool.Name] += n
+		}
 		for _, d := range s.Spec.Devices {
 			a := d.Attributes
+			if typ := a["type"].StringValue; typ != nil && *typ == "mig" {
+				if p := a["parentUUID"].StringValue; p == nil || !strings.HasPrefix(*p, "GPU-") || len(d.ConsumesCounters) != 1 {
+					t.Errorf("MIG device %s/%s lacks a parent UUID or counters: %v", s.Spec.Pool.Name, d.Name, a)
+				}
+				migs[s.Spec.Pool.Name]++
+				continue
+			}
 			if a["uuid"].StringValue == nil || !strings.HasPrefix(*a["uuid"].StringValue, "GPU-") || a["resource.kubernetes.io/pcieRoot"].StringValue == nil {
 				t.Errorf("%s/%s lacks a UUID or PCIe root: %v", s.Spec.Pool.Name, d.Name, a)
 			}
@@ -40,6 +54,14 @@ func TestNVMLMockLab(t *testing.T) {
 		if got := strings.Join(products[node], ",") + ","; got != want {
 			t.Errorf("node %s publishes %s, want %s", node, got, want)
 		}
+	}
+
+	// The DGX A100 in MIG mode: per GPU a counter set and 25 MIG devices
+	// (7 × 1g.5gb, 7 × 1g.5gb+me, 4 × 1g.10gb, 3 × 2g.10gb, 2 × 3g.20gb,
+	// 4g.20gb, 7g.40gb); the other nodes none.
+	want := map[string]int{"dgx-a100": 8 * 25}
+	if !maps.Equal(migs, want) || !maps.Equal(counterSets, map[string]int{"dgx-a100": 8}) {
+		t.Errorf("MIG devices by node %v (want %v), counter sets %v (want 8 on dgx-a100)", migs, want, counterSets)
 	}
 
 	runScenarios(ctx, t, restConfig, "claims", "prioritized-fallback")

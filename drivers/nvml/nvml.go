@@ -14,6 +14,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -48,6 +49,13 @@ type GPU struct {
 	CUDADriverVersion int
 	// PCIBusID is the bus ID as NVML writes it, e.g. "00000000:3B:00.0".
 	PCIBusID string
+	// MIG is the GPU's MIG geometry as NVML reports its GPU instance
+	// profiles, nil unless MIG mode is enabled: then the GPU is published
+	// partitioned, like the fake driver's partitioning: mig.
+	MIG *fakegpu.MIG
+	// Multiprocessors are what the GPU's instances share out: those of its
+	// largest GPU instance profile (0 without MIG).
+	Multiprocessors int
 	// PCIeRoot is the GPU's PCIe root complex, e.g. "pci0000:3a", when the
 	// backend knows it without sysfs: only mock backends do, whose bus IDs
 	// are invented and must not be looked up in the host's sysfs, where
@@ -77,6 +85,19 @@ type Inventory struct {
 	// if empty: a driver installed by a driver container keeps them
 	// elsewhere. Containers see them in /dev whatever it is.
 	DevRoot string
+
+	// mu guards what the first listing learnt: the devices, the counter
+	// sets and the MIG devices' placements.
+	mu         sync.Mutex
+	listed     *listing
+	placements map[string]MIGPlacement
+}
+
+// listing is the node's devices and counter sets, listed once: the devices
+// the driver publishes are those it prepares.
+type listing struct {
+	devices []kit.Device
+	sets    []resourceapi.CounterSet
 }
 
 var _ kit.NodeWideInventory = &Inventory{}
@@ -130,8 +151,22 @@ func (inv *Inventory) deviceNode(name string) kit.DeviceNode {
 func DeviceName(minor int) string { return fmt.Sprintf("gpu-%d", minor) }
 
 // Devices implements kit.Inventory: one device per GPU, named after its
-// minor number and sorted by it.
+// minor number and sorted by it; a GPU in MIG mode comes after its MIG
+// devices, as the fake driver's partitioned GPUs do.
 func (inv *Inventory) Devices(ctx context.Context) ([]kit.Device, error) {
+	l, err := inv.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return l.devices, nil
+}
+
+func (inv *Inventory) list(ctx context.Context) (*listing, error) {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	if inv.listed != nil {
+		return inv.listed, nil
+	}
 	if inv.Lister == nil {
 		return nil, errors.New("NVML inventory: no GPU lister")
 	}
@@ -142,7 +177,8 @@ func (inv *Inventory) Devices(ctx context.Context) ([]kit.Device, error) {
 	gpus = slices.Clone(gpus)
 	slices.SortFunc(gpus, func(a, b GPU) int { return cmp.Compare(a.Minor, b.Minor) })
 	logger := klog.FromContext(ctx)
-	devices := make([]kit.Device, 0, len(gpus))
+	l := &listing{devices: make([]kit.Device, 0, len(gpus))}
+	inv.placements = map[string]MIGPlacement{}
 	for i, g := range gpus {
 		if g.Minor < 0 {
 			return nil, fmt.Errorf("GPU at index %d has no minor number (%d), which names its device", g.Index, g.Minor)
@@ -150,10 +186,19 @@ func (inv *Inventory) Devices(ctx context.Context) ([]kit.Device, error) {
 		if i > 0 && gpus[i-1].Minor == g.Minor {
 			return nil, fmt.Errorf("GPUs at index %d and %d have the same minor number %d", gpus[i-1].Index, g.Index, g.Minor)
 		}
-		devices = append(devices, inv.device(logger, g))
+		whole := inv.device(logger, g)
+		if g.MIG != nil && g.UUID != "" && g.MemoryBytes > 0 && g.MemoryBytes <= math.MaxInt64 {
+			migs, set := inv.migDevices(g, &whole)
+			l.devices = append(l.devices, migs...)
+			l.sets = append(l.sets, set)
+		} else if g.MIG != nil {
+			logger.Info("Publishing a GPU in MIG mode whole: NVML reported no UUID or memory, which its MIG devices need", "device", whole.API.Name)
+		}
+		l.devices = append(l.devices, whole)
 	}
-	logger.V(1).Info("Enumerated GPUs", "count", len(devices))
-	return devices, nil
+	logger.V(1).Info("Enumerated GPUs", "count", len(gpus), "devices", len(l.devices), "counterSets", len(l.sets))
+	inv.listed = l
+	return l, nil
 }
 
 func (inv *Inventory) device(logger klog.Logger, g GPU) kit.Device {

@@ -111,6 +111,7 @@ func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.Resourc
 	if cfg.Driver != nil {
 		driver = cfg.Driver.Name
 	}
+	complete := completeNodes(driver, rs)
 	for _, s := range rs {
 		if s.Spec.Driver != driver {
 			continue
@@ -139,6 +140,8 @@ func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.Resourc
 			// node is ready once it publishes one.
 			if published[n.Name] == 0 {
 				missing[n.Name] = notReady{why: fmt.Sprintf("publishes no device of %s yet", driver), driver: true}
+			} else if !complete[node.Name] {
+				missing[n.Name] = notReady{why: fmt.Sprintf("has published only some of the ResourceSlices of its %s pool", driver), driver: true}
 			}
 		case n.GPUs == nil:
 		case n.GPUs.NVML != "":
@@ -146,8 +149,10 @@ func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.Resourc
 			q := node.Status.Allocatable[v1.ResourceName(gpu.ExtendedResource)]
 			if (n.GPUs.Mode == config.GPUModeDRA && published[n.Name] == 0) || (n.GPUs.Mode == config.GPUModeDevicePlugin && q.Value() == 0) {
 				missing[n.Name] = notReady{why: fmt.Sprintf("has no GPUs from NVML (%s) yet", n.GPUs.NVML), driver: true}
+			} else if n.GPUs.Mode == config.GPUModeDRA && !complete[node.Name] {
+				missing[n.Name] = notReady{why: fmt.Sprintf("has published only some of its ResourceSlices of GPUs from NVML (%s)", n.GPUs.NVML), driver: true}
 			}
-		case n.GPUs.Mode == config.GPUModeDRA && whole[n.Name] != n.GPUs.Count:
+		case n.GPUs.Mode == config.GPUModeDRA && (whole[n.Name] != n.GPUs.Count || !complete[node.Name]):
 			missing[n.Name] = notReady{why: fmt.Sprintf("has %d of its %d GPUs in ResourceSlices", whole[n.Name], n.GPUs.Count), driver: true}
 		case n.GPUs.Mode == config.GPUModeDevicePlugin:
 			q := node.Status.Allocatable[v1.ResourceName(gpu.ExtendedResource)]
@@ -157,4 +162,35 @@ func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.Resourc
 		}
 	}
 	return missing
+}
+
+// completeNodes says, by node name, whether the driver's pools of the node
+// are published whole: for each, the slices of its newest generation are
+// as many as they say the pool has. A pool of several slices (a partitioned
+// node's counter sets and MIG devices) is published one slice at a time.
+func completeNodes(driver string, rs []resourceapi.ResourceSlice) map[string]bool {
+	type pool struct {
+		node        string
+		gen         int64
+		have, count int64
+	}
+	pools := map[string]*pool{}
+	for _, s := range rs {
+		if s.Spec.Driver != driver || s.Spec.NodeName == nil {
+			continue
+		}
+		p := pools[s.Spec.Pool.Name]
+		switch {
+		case p == nil || s.Spec.Pool.Generation > p.gen:
+			pools[s.Spec.Pool.Name] = &pool{node: *s.Spec.NodeName, gen: s.Spec.Pool.Generation, have: 1, count: s.Spec.Pool.ResourceSliceCount}
+		case s.Spec.Pool.Generation == p.gen:
+			p.have++
+		}
+	}
+	out := map[string]bool{}
+	for _, p := range pools {
+		done, seen := out[p.node]
+		out[p.node] = (done || !seen) && p.have == p.count
+	}
+	return out
 }

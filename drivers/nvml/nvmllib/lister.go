@@ -174,6 +174,15 @@ func (l *lister) gpu(logger klog.Logger, index int) (dnvml.GPU, error) {
 		g.PCIBusID = cString(pci.BusIdLegacy[:])
 	}
 	g.PCIeRoot = l.pcieRoots[g.PCIBusID]
+	mig, err := migEnabled(d)
+	if err != nil {
+		return g, err
+	}
+	if mig {
+		if g.MIG, g.Multiprocessors, err = migGeometry(logger, d); err != nil {
+			return g, err
+		}
+	}
 	return g, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -35,11 +36,12 @@ var wantTopology = []struct{ busID, root string }{
 
 // wantSystem is what each server's driver reports, normalised.
 var wantSystem = map[string]struct{ driver, cuda string }{
-	"dgxa100": {"550.54.15", "12.4.0"},
-	"dgxb200": {"560.28.3", "12.6.0"},
-	"dgxh100": {"550.54.15", "12.4.0"},
-	"dgxh200": {"550.54.15", "12.4.0"},
-	"mixed":   {"550.127.5", "12.4.0"},
+	"dgxa100":     {"550.54.15", "12.4.0"},
+	"dgxa100-mig": {"550.54.15", "12.4.0"},
+	"dgxb200":     {"560.28.3", "12.6.0"},
+	"dgxh100":     {"550.54.15", "12.4.0"},
+	"dgxh200":     {"550.54.15", "12.4.0"},
+	"mixed":       {"550.127.5", "12.4.0"},
 }
 
 var wantArchitecture = map[nvml.DeviceArchitecture]string{
@@ -72,6 +74,8 @@ func TestMockServers(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				// A GPU in MIG mode comes with its MIG devices (TestMIGEnumeration).
+				devs = slices.DeleteFunc(devs, func(d kit.Device) bool { return *d.API.Attributes["type"].StringValue != "gpu" })
 				if len(devs) != len(ref.Devices) {
 					t.Fatalf("got %d devices, the mock has %d", len(devs), len(ref.Devices))
 				}

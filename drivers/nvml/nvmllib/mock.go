@@ -3,10 +3,14 @@
 package nvmllib
 
 import (
+	"cmp"
+	"crypto/sha256"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxb200"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
@@ -22,6 +26,14 @@ func newMockServer(name string) (*server.Server, error) {
 	switch name {
 	case "dgxa100":
 		return dgxa100.New(), nil
+	case "dgxa100-mig":
+		s := dgxa100.New()
+		for _, d := range s.Devices {
+			if ret, _ := d.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {
+				return nil, fmt.Errorf("enabling MIG mode on a mock GPU: %w", &callError{call: "SetMigMode", ret: ret})
+			}
+		}
+		return s, nil
 	case "dgxb200":
 		return dgxb200.New(), nil
 	case "dgxh100":
@@ -71,6 +83,7 @@ func patchMock(s *server.Server, node string) (map[string]string, error) {
 		d.UUID = fakegpu.DeviceUUID(node, d.Minor)
 		d.PciBusID = busID
 		d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return info, nvml.SUCCESS }
+		patchMIGDevices(d)
 		roots[busID] = fmt.Sprintf("pci%04x:%02x", domain, rootBus)
 	}
 	return roots, nil
@@ -92,4 +105,52 @@ var l4PCIe24GB = gpus.Config{
 	CudaMajor:    8,
 	CudaMinor:    9,
 	PciDeviceId:  0x27B810DE,
+}
+
+// maxMIGDevices is what NVML reports as GetMaxMigDeviceCount on A100 and
+// H100: seven instances of one compute slice.
+const maxMIGDevices = 7
+
+// patchMIGDevices gives a mock GPU the MIG device handles that go-nvml's
+// mock lacks (GetMaxMigDeviceCount, GetMigDeviceHandleByIndex): one per
+// compute instance of its GPU instances, in instance order, each with its
+// GPU and compute instance IDs and a UUID derived from them and the GPU's.
+func patchMIGDevices(d *server.Device) {
+	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return maxMIGDevices, nvml.SUCCESS }
+	d.GetMigDeviceHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+		migs := mockMIGDevices(d)
+		if i < 0 || i >= maxMIGDevices {
+			return nil, nvml.ERROR_INVALID_ARGUMENT
+		}
+		if i >= len(migs) {
+			return nil, nvml.ERROR_NOT_FOUND
+		}
+		return migs[i], nvml.SUCCESS
+	}
+}
+
+func mockMIGDevices(d *server.Device) []nvml.Device {
+	d.RLock()
+	gis := slices.Collect(maps.Keys(d.GpuInstances))
+	parent := d.UUID
+	d.RUnlock()
+	slices.SortFunc(gis, func(a, b *server.GpuInstance) int { return cmp.Compare(a.Info.Id, b.Info.Id) })
+	var out []nvml.Device
+	for _, gi := range gis {
+		gi.RLock()
+		cis := slices.Collect(maps.Keys(gi.ComputeInstances))
+		gi.RUnlock()
+		slices.SortFunc(cis, func(a, b *server.ComputeInstance) int { return cmp.Compare(a.Info.Id, b.Info.Id) })
+		for _, ci := range cis {
+			giID, ciID := int(gi.Info.Id), int(ci.Info.Id)
+			sum := sha256.Sum256(fmt.Appendf(nil, "%s/%d/%d", parent, giID, ciID))
+			uuid := fmt.Sprintf("MIG-%x-%x-%x-%x-%x", sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16])
+			out = append(out, &mock.Device{
+				GetGpuInstanceIdFunc:     func() (int, nvml.Return) { return giID, nvml.SUCCESS },
+				GetComputeInstanceIdFunc: func() (int, nvml.Return) { return ciID, nvml.SUCCESS },
+				GetUUIDFunc:              func() (string, nvml.Return) { return uuid, nvml.SUCCESS },
+			})
+		}
+	}
+	return out
 }
