@@ -23,7 +23,7 @@ import (
 )
 
 // exampleConfig is an example configuration under a test's lab name.
-func exampleConfig(t *testing.T, file, name string) *config.Config {
+func exampleConfig(t testing.TB, file, name string) *config.Config {
 	t.Helper()
 	data, err := examples.FS.ReadFile(file)
 	if err != nil {

@@ -77,6 +77,8 @@ const (
 	AttrType = "type"
 	// AttrProfile is a MIG device's GPU instance profile, e.g. 1g.10gb.
 	AttrProfile = "profile"
+	// AttrUUID is a whole GPU's UUID.
+	AttrUUID = "uuid"
 	// AttrParentUUID is a MIG device's GPU's UUID.
 	AttrParentUUID = "parentUUID"
 	// CapacityMemory and CapacityMultiprocessors are a device's memory

@@ -150,6 +150,10 @@ type Options struct {
 	RollingUpdateUID types.UID
 	// Metrics, if set, count the driver's prepares and unprepares.
 	Metrics *Metrics
+	// ReportHealth serves the kubelet's device health stream: every device
+	// is healthy until the driver's monitor says otherwise through
+	// SetDeviceHealth. Without it the driver declines the stream.
+	ReportHealth bool
 }
 
 // Driver is a running DRA kubelet plugin.
@@ -158,11 +162,16 @@ type Driver struct {
 	helper  *kubeletplugin.Helper
 	cdi     *cdi.Cache
 	devices map[string]Device
+	// order is the devices' names in the inventory's order.
+	order []string
+	// health is what the driver's monitor last said of the devices.
+	health deviceHealth
 	// counterSets are a CounterInventory's, by name; sets is their order.
 	counterSets map[string]resourceapi.CounterSet
 	sets        []resourceapi.CounterSet
 	// slices are the node's pool as published.
-	slices []resourceslice.Slice
+	slicesMu sync.Mutex
+	slices   []resourceslice.Slice
 	// nodeEdits are the node-wide edits, nodeDevice their CDI device ID
 	// ("" without any), nodeSpec the name of their spec file.
 	nodeEdits  ContainerEdits
@@ -194,7 +203,7 @@ func Start(ctx context.Context, opts Options) (*Driver, error) {
 		kubeletplugin.DriverName(opts.DriverName),
 		kubeletplugin.RegistrarDirectoryPath(opts.RegistrarDir),
 		kubeletplugin.PluginDataDirectoryPath(opts.PluginDir),
-		kubeletplugin.HealthService(false),
+		kubeletplugin.HealthService(opts.ReportHealth),
 		kubeletplugin.RollingUpdate(opts.RollingUpdateUID),
 		kubeletplugin.GRPCInterceptor(d.watchRegistration),
 	)
@@ -224,12 +233,15 @@ func newDriver(ctx context.Context, opts Options) (*Driver, error) {
 		return nil, fmt.Errorf("enumerating devices: %w", err)
 	}
 	d := &Driver{opts: opts, devices: map[string]Device{}, counterSets: map[string]resourceapi.CounterSet{}}
+	d.health = deviceHealth{faults: map[string]DeviceFault{}, since: map[string]time.Time{}, changed: make(chan struct{})}
 	apiDevs := make([]resourceapi.Device, 0, len(devs))
 	for _, dev := range devs {
 		if _, dup := d.devices[dev.API.Name]; dup {
 			return nil, fmt.Errorf("inventory lists device %q twice", dev.API.Name)
 		}
 		d.devices[dev.API.Name] = dev
+		d.order = append(d.order, dev.API.Name)
+		d.health.since[dev.API.Name] = time.Now()
 		apiDevs = append(apiDevs, dev.API)
 	}
 	if ci, ok := opts.Inventory.(CounterInventory); ok {
@@ -283,6 +295,8 @@ func (d *Driver) Stop() {
 // resources is the node's single pool, named after the node, in as many
 // slices as the API's limits need.
 func (d *Driver) resources() resourceslice.DriverResources {
+	d.slicesMu.Lock()
+	defer d.slicesMu.Unlock()
 	return resourceslice.DriverResources{
 		Pools: map[string]resourceslice.Pool{d.opts.NodeName: {Slices: d.slices}},
 	}
@@ -769,13 +783,6 @@ func (d *Driver) unprepare(ctx context.Context, c kubeletplugin.NamespacedObject
 // HandleError implements kubeletplugin.DRAPlugin.
 func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	runtime.HandleErrorWithContext(ctx, err, msg)
-}
-
-// WatchHealthStatus implements kubeletplugin.DRAPlugin; the health service
-// is off, so the kubelet never calls it.
-func (d *Driver) WatchHealthStatus(ctx context.Context, _ chan<- kubeletplugin.DeviceHealthReport) error {
-	<-ctx.Done()
-	return nil
 }
 
 // pluginDevices are a claim's devices as the kubelet gets them: each with

@@ -537,6 +537,7 @@ func driverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
 		"--kubelet-device-plugins-dir="+devicePluginsDir(n, nd),
 		"--cdi-dir="+nd.CDI(),
 		"--checkpoint-dir="+nd.DriverCheckpoint(),
+		"--faults-file="+nd.GPUFaults(),
 		"--v="+strconv.Itoa(verbosity),
 	)
 }

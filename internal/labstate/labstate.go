@@ -206,6 +206,10 @@ func (n NodeDir) DevicePlugins() string { return filepath.Join(n.KubeletRoot(), 
 // DriverCheckpoint is the directory of the GPU driver's checkpoint.
 func (n NodeDir) DriverCheckpoint() string { return n.path("driver") }
 
+// GPUFaults is the node's GPU faults file (gpu.Faults): what gpu:fail
+// writes and the node's GPU driver watches.
+func (n NodeDir) GPUFaults() string { return n.path("gpu-faults.json") }
+
 // CRISocket is the node's container runtime endpoint.
 func (n NodeDir) CRISocket() string { return n.path("cri.sock") }
 

@@ -5,6 +5,7 @@ package backend
 import (
 	"context"
 
+	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab/config"
 )
@@ -26,6 +27,13 @@ type Backend interface {
 	Kubeconfig(name string) string
 	// CollectLogs copies the lab's logs into dir.
 	CollectLogs(ctx context.Context, name, dir string) error
+}
+
+// GPUFaulter is a backend whose labs' GPU drivers take injected faults.
+type GPUFaulter interface {
+	// UpdateGPUFaults reads the GPU faults of a node of lab name, has
+	// update change them, and writes them where the node's driver watches.
+	UpdateGPUFaults(ctx context.Context, name, node string, update func(map[string]gpu.GPUFault)) error
 }
 
 // Capabilities describe a backend.

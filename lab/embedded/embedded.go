@@ -283,6 +283,24 @@ func (b *Backend) nodeLogHint(dir labstate.Dir) func(node, component string) str
 	return func(node, component string) string { return dir.Log(component + "-" + node) }
 }
 
+var _ backend.GPUFaulter = &Backend{}
+
+// UpdateGPUFaults implements backend.GPUFaulter: the faults file in the
+// node's state directory, which the node's driver polls.
+func (b *Backend) UpdateGPUFaults(_ context.Context, name, node string, update func(map[string]gpu.GPUFault)) error {
+	dir := b.dir(name)
+	if _, err := os.Stat(string(dir.Node(node))); err != nil {
+		return fmt.Errorf("lab %s has no state for node %s: %w", name, node, err)
+	}
+	path := dir.Node(node).GPUFaults()
+	faults, err := gpu.ReadFaults(path)
+	if err != nil {
+		return err
+	}
+	update(faults)
+	return gpu.WriteFaults(path, faults)
+}
+
 // Down implements backend.Backend.
 func (b *Backend) Down(ctx context.Context, name string) error {
 	dir := b.dir(name)

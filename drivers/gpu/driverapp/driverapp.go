@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"sigs.k8s.io/yaml"
@@ -69,9 +70,15 @@ type Options struct {
 	// are served; empty: not served.
 	HealthzAddress string
 	MetricsAddress string
+	// FaultsFile is the node's GPU faults file (gpu.Faults), which the
+	// driver watches: a GPU named there is unhealthy and tainted.
+	FaultsFile string
 	// List prints the inventory's devices as YAML and exits.
 	List bool
 }
+
+// faultsPoll is how often the driver reads its GPU faults file.
+const faultsPoll = 250 * time.Millisecond
 
 // EnvPrefix prefixes every flag's environment-variable twin.
 const EnvPrefix = "DRALAB_"
@@ -122,6 +129,7 @@ Every flag can also be set through the environment variable named in brackets.`,
 	f.StringVar(&o.PodUID, "pod-uid", "", "the driver pod's UID (the downward API's metadata.uid): the kubelet then talks to the new pod of a rolling update beside the old one (kubelet 1.33 or later); empty: one pod per node at a time")
 	f.StringVar(&o.HealthzAddress, "healthz-address", "", "host:port of /healthz, 200 once the kubelet has registered the driver and its ResourceSlices are published (device-plugin mode: once registered), 503 with the reason before; empty: off")
 	f.StringVar(&o.MetricsAddress, "metrics-address", "", "host:port of /metrics, the driver's Prometheus metrics (prepared claims; prepares, unprepares, their errors and durations); empty: off")
+	f.StringVar(&o.FaultsFile, "faults-file", "", "a node-local file of injected GPU faults (what `mage gpu:fail` writes), watched: a GPU named there reports its XID as unhealthy to the kubelet and is tainted in the ResourceSlice; empty: none")
 	f.BoolVar(&o.List, "list", false, "print the devices the driver would publish, as YAML, and exit (an NVML inventory needs no cluster for it)")
 	klogFlags := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -219,12 +227,26 @@ func Run(ctx context.Context, o Options) error {
 			Configure:        gpu.Configure,
 			RollingUpdateUID: types.UID(o.PodUID),
 			Metrics:          metrics,
+			ReportHealth:     true,
 		})
 		if err != nil {
 			return err
 		}
 		defer d.Stop()
 		health.Watch(d)
+		if o.FaultsFile != "" {
+			devs, err := inv.Devices(ctx)
+			if err != nil {
+				return err
+			}
+			go gpu.WatchFaults(ctx, o.FaultsFile, faultsPoll, func(ctx context.Context, gpus map[string]gpu.GPUFault) error {
+				faults, err := gpu.DeviceFaults(devs, gpus)
+				if err != nil {
+					return err
+				}
+				return d.SetDeviceHealth(ctx, faults)
+			})
+		}
 	case ModeDevicePlugin:
 		p, err := kit.StartDevicePlugin(ctx, kit.DevicePluginOptions{
 			ResourceName: gpu.ExtendedResource,
