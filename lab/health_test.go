@@ -110,6 +110,15 @@ func failOnce(ctx context.Context, tb testing.TB, l *lab.Lab, client kubernetes.
 	}
 	first, device := runningOn(ctx, tb, client, ns, "")
 	ref := lab.GPURef{Node: first.Spec.NodeName, Device: device}
+	// The driver wrote what it prepared into the claim's status.
+	claim, err := client.ResourceV1().ResourceClaims(ns).Get(ctx, *first.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if ds := claim.Status.Devices; len(ds) != 1 || ds[0].Device != device || len(ds[0].Conditions) != 1 || ds[0].Conditions[0].Type != "Ready" ||
+		ds[0].Data == nil || !strings.Contains(string(ds[0].Data.Raw), `"productName":"NVIDIA H100 80GB HBM3"`) {
+		tb.Errorf("claim %s status.devices %+v, want %s Ready with its product", claim.Name, ds, device)
+	}
 
 	// Every status of the pod is watched: it may be short-lived, as the
 	// pod is evicted.

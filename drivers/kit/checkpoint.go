@@ -68,6 +68,9 @@ type PreparedDevice struct {
 	State    json.RawMessage   `json:"state,omitempty"`
 	Env      map[string]string `json:"env,omitempty"`
 	ClaimEnv map[string]string `json:"claimEnv,omitempty"`
+	// StatusData is what the preparation adds to the device's data in
+	// the claim's status.
+	StatusData map[string]string `json:"statusData,omitempty"`
 }
 
 func newCheckpoint(driver, node string) *Checkpoint {

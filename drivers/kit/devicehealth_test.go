@@ -130,3 +130,43 @@ func TestNoHealthReporting(t *testing.T) {
 		t.Errorf("health stream of a driver without ReportHealth: %v, want Unimplemented", err)
 	}
 }
+
+// A prepared claim's status lists its devices as the driver prepared them,
+// Ready with their data; unprepare takes the entries back.
+func TestClaimDeviceStatus(t *testing.T) {
+	inv := testDevices(2)
+	for i := range inv {
+		inv[i].StatusData = map[string]string{"uuid": "uuid-" + inv[i].API.Name}
+	}
+	h := newHarness(t, 0, func(o *Options) { o.Inventory = inv })
+	c := h.claim("c", "gpu-1")
+	if res := h.prepare(c)[string(c.UID)]; res.Error != "" {
+		t.Fatal(res.Error)
+	}
+	got, err := h.client.ResourceV1().ResourceClaims(c.Namespace).Get(context.Background(), c.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(got.Status.Devices); n != 1 {
+		t.Fatalf("status.devices %+v, want one entry", got.Status.Devices)
+	}
+	ds := got.Status.Devices[0]
+	if ds.Driver != testDriver || ds.Pool != testNode || ds.Device != "gpu-1" || len(ds.Conditions) != 1 ||
+		ds.Conditions[0].Type != ConditionReady || ds.Conditions[0].Status != metav1.ConditionTrue ||
+		ds.Data == nil || string(ds.Data.Raw) != `{"uuid":"uuid-gpu-1"}` {
+		t.Errorf("status.devices[0] = %+v (data %s)", ds, ds.Data)
+	}
+	if res := h.unprepare(c)[string(c.UID)]; res.Error != "" {
+		t.Fatal(res.Error)
+	}
+	got, err = h.client.ResourceV1().ResourceClaims(c.Namespace).Get(context.Background(), c.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Status.Devices) != 0 {
+		t.Errorf("status.devices after unprepare: %+v", got.Status.Devices)
+	}
+	if got.Status.Allocation == nil {
+		t.Error("unprepare removed the claim's allocation")
+	}
+}

@@ -53,6 +53,10 @@ type Device struct {
 	ClaimEnv map[string]string
 	// DeviceNodes are host device files the container gets.
 	DeviceNodes []DeviceNode
+	// StatusData is what the driver writes as the device's data in the
+	// status of a claim it prepared (status.devices[].data), e.g. the GPU's
+	// UUID and product.
+	StatusData map[string]string
 }
 
 // DeviceNode is a host device file a container gets.
@@ -116,6 +120,8 @@ type DevicePrepared struct {
 	// Env and ClaimEnv add to the device's Env and ClaimEnv.
 	Env      map[string]string
 	ClaimEnv map[string]string
+	// StatusData adds to the device's StatusData.
+	StatusData map[string]string
 }
 
 // Options configure a driver on one node.
@@ -437,6 +443,7 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	if err := d.syncNodeSpec(false); err != nil {
 		return nil, fmt.Errorf("node-wide CDI spec: %w", err)
 	}
+	d.writeClaimStatus(ctx, claim.Namespace, claim.Name, prepared)
 	logger.V(1).Info("Prepared claim", "devices", len(prepared.Devices))
 	return d.pluginDevices(prepared.Devices), nil
 }
@@ -658,7 +665,7 @@ func (d *Driver) prepareDevices(ctx context.Context, uid types.UID, c *PreparedC
 		if err != nil {
 			return errors.Join(fmt.Errorf("preparing device %s: %w", pd.Device, err), d.abandon(ctx, uid, c))
 		}
-		pd.State, pd.Env, pd.ClaimEnv = res.State, res.Env, res.ClaimEnv
+		pd.State, pd.Env, pd.ClaimEnv, pd.StatusData = res.State, res.Env, res.ClaimEnv, res.StatusData
 	}
 	return nil
 }
@@ -776,6 +783,7 @@ func (d *Driver) unprepare(ctx context.Context, c kubeletplugin.NamespacedObject
 	if err := d.syncNodeSpec(false); err != nil {
 		return fmt.Errorf("claim %s unprepared, but the node-wide CDI spec: %w", c.NamespacedName, err)
 	}
+	d.clearClaimStatus(ctx, c.Namespace, c.Name)
 	klog.FromContext(ctx).V(1).Info("Unprepared claim", "claim", c.NamespacedName, "uid", c.UID)
 	return nil
 }

@@ -110,7 +110,8 @@ func (inv *Inventory) PrepareDevice(ctx context.Context, device string) (kit.Dev
 			"GPU_INSTANCE_ID":     fmt.Sprint(inst.GPUInstanceID),
 			"COMPUTE_INSTANCE_ID": fmt.Sprint(inst.ComputeInstanceID),
 		},
-		ClaimEnv: map[string]string{VisibleDevicesEnv: inst.UUID},
+		ClaimEnv:   map[string]string{VisibleDevicesEnv: inst.UUID},
+		StatusData: map[string]string{"uuid": inst.UUID},
 	}, nil
 }
 

@@ -258,6 +258,15 @@ func (inv *Inventory) device(logger klog.Logger, g GPU) kit.Device {
 	if g.ProductName != "" {
 		dev.Env["PRODUCT"] = g.ProductName
 	}
+	if g.ProductName != "" || g.UUID != "" {
+		dev.StatusData = map[string]string{}
+		if g.ProductName != "" {
+			dev.StatusData["productName"] = g.ProductName
+		}
+		if g.UUID != "" {
+			dev.StatusData["uuid"] = g.UUID
+		}
+	}
 	if g.UUID != "" {
 		dev.Env["UUID"] = g.UUID
 		dev.ClaimEnv = map[string]string{VisibleDevicesEnv: g.UUID}

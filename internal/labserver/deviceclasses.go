@@ -98,6 +98,12 @@ func grantDrivers(ctx context.Context, dir labstate.Dir) error {
 			// driver's chart grants its ServiceAccount. RBAC cannot narrow
 			// it further (claims are named by users, in any namespace).
 			{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/status"}, Verbs: []string{"update", "patch"}},
+			// And, with DRAResourceClaimGranularStatusAuthorization (beta,
+			// on in 1.37), per driver: the API server checks the synthetic
+			// resourceclaims/driver subresource. Lab drivers authenticate
+			// with node certificates, not node-bound ServiceAccount tokens,
+			// so only the arbitrary-node verbs apply.
+			{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/driver"}, Verbs: []string{"arbitrary-node:update", "arbitrary-node:patch"}},
 		},
 	}
 	if _, err := client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {

@@ -41,7 +41,14 @@ func Open(source string, opts ...Option) (dnvml.Lister, error) {
 	if err != nil {
 		return nil, fmt.Errorf("GPU source %q: %w", source, err)
 	}
-	return open(s, roots)
+	events := make(chan nvml.EventData, 16)
+	patchMockEvents(s, events)
+	l, err := open(s, roots)
+	if err != nil {
+		return nil, err
+	}
+	l.mockEvents = events
+	return l, nil
 }
 
 // lister lists GPUs through an nvml.Interface: the library or a mock.
@@ -53,6 +60,8 @@ type lister struct {
 	// pcieRoots are the root complexes by bus ID as NVML writes it;
 	// only mock servers, whose topology is invented, have them.
 	pcieRoots map[string]string
+	// mockEvents takes injected Xid events of a mock source.
+	mockEvents chan nvml.EventData
 }
 
 // open initializes lib. It is Open's part that tests drive with a mock.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
@@ -153,4 +154,8 @@ func mockMIGDevices(d *server.Device) []nvml.Device {
 		}
 	}
 	return out
+}
+
+func timeAfterMs(ms uint32) <-chan time.Time {
+	return time.After(time.Duration(ms) * time.Millisecond)
 }
