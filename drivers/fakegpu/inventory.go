@@ -27,6 +27,8 @@ type Inventory struct {
 	Partitioning string
 	// Sharing is "" (each GPU in one claim at a time) or SharingMemory.
 	Sharing string
+	// Attach is "" (GPUs in the node) or AttachFabric.
+	Attach string
 }
 
 // Partitioning and sharing modes.
@@ -36,6 +38,20 @@ const (
 	PartitioningMIG = "mig"
 	// SharingMemory lets claims share a GPU, each taking some of its memory.
 	SharingMemory = "memory"
+	// AttachFabric models GPUs in a PCIe/CXL switch, attached to the node
+	// when a claim gets them: each whole GPU carries the binding condition
+	// ConditionAttached and the failure condition ConditionAttachFailed, and
+	// the scheduler binds the pod only once something (the lab's attach
+	// controller) has set one of them in the claim's device status.
+	AttachFabric = "fabric"
+)
+
+// Binding conditions of a fabric-attached GPU: condition types in the
+// claim's status.devices[].conditions. The API takes qualified names, as
+// label keys are: a DNS prefix of ours and a name.
+const (
+	ConditionAttached     = "dralab.dev/attached"
+	ConditionAttachFailed = "dralab.dev/attach-failed"
 )
 
 // Validate says whether the inventory can be published, naming what is
@@ -61,6 +77,15 @@ func (inv *Inventory) Validate() error {
 		}
 	default:
 		return fmt.Errorf("sharing %q: want %s or nothing", inv.Sharing, SharingMemory)
+	}
+	switch inv.Attach {
+	case "":
+	case AttachFabric:
+		if inv.Partitioning != "" || inv.Sharing != "" {
+			return fmt.Errorf("attach %q: a fabric-attached GPU is attached whole, to one claim: not with partitioning or sharing", inv.Attach)
+		}
+	default:
+		return fmt.Errorf("attach %q: want %s or nothing", inv.Attach, AttachFabric)
 	}
 	return nil
 }
@@ -172,6 +197,9 @@ func (inv *Inventory) Devices(context.Context) ([]kit.Device, error) {
 			devices = append(devices, MIGDevices(name, uuid, p.ProductName, counterSet, product, p.MIG)...)
 		case inv.Sharing == SharingMemory:
 			share(&whole.API, p)
+		case inv.Attach == AttachFabric:
+			whole.API.BindingConditions = []string{ConditionAttached}
+			whole.API.BindingFailureConditions = []string{ConditionAttachFailed}
 		}
 		devices = append(devices, whole)
 	}

@@ -232,6 +232,10 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		}
 	}
 
+	if err := startAttachController(ctx, dir, cfg); err != nil {
+		return fmt.Errorf("starting the attach controller: %w", err)
+	}
+
 	status.Phase = labstate.PhaseRunning
 	status.Processes = procs.statuses()
 	report()
@@ -524,6 +528,9 @@ func driverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
 	}
 	if sh := n.GPUs.Sharing; sh != "" {
 		inventory = append(inventory, "--sharing="+sh)
+	}
+	if a := n.GPUs.Attach; a != "" {
+		inventory = append(inventory, "--attach="+a)
 	}
 	if n.GPUs.NVML != "" {
 		inventory = []string{"--inventory=nvml", "--nvml=" + config.NVMLSource(n.GPUs.NVML)}

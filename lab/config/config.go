@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -151,6 +152,38 @@ type GPUs struct {
 	// Sharing "memory" lets several claims share each fake GPU, each asking
 	// for some of its memory (capacity.requests.memory).
 	Sharing string `json:"sharing,omitempty"`
+	// Attach "fabric" models GPUs in a PCIe/CXL switch, attached to the
+	// node on demand: each whole GPU publishes the binding condition
+	// dralab.dev/attached (failure: dralab.dev/attach-failed), the
+	// scheduler holds a pod in PreBind until the lab's attach controller
+	// sets it, and a GPU failed with gpu:fail fails the attachment instead.
+	// Whole fake GPUs served through DRA only, on the embedded backend.
+	Attach string `json:"attach,omitempty"`
+	// AttachDelay is how long attaching a GPU takes, a duration such as
+	// "2s" or "500ms" (default 2s, at most 5m: the scheduler gives up on
+	// binding conditions after 10 minutes). Only with attach.
+	AttachDelay string `json:"attachDelay,omitempty"`
+}
+
+// DefaultAttachDelay is how long attaching a fabric GPU takes unless
+// attachDelay says otherwise.
+const DefaultAttachDelay = 2 * time.Second
+
+// MaxAttachDelay bounds attachDelay well below the scheduler's binding
+// timeout (600 s), so that an attachment is never given up on for being slow.
+const MaxAttachDelay = 5 * time.Minute
+
+// AttachDuration is the node's attach delay: attachDelay, or the default.
+// The configuration is validated, so the value parses.
+func (g *GPUs) AttachDuration() time.Duration {
+	if g == nil || g.AttachDelay == "" {
+		return DefaultAttachDelay
+	}
+	d, err := time.ParseDuration(g.AttachDelay)
+	if err != nil {
+		return DefaultAttachDelay
+	}
+	return d
 }
 
 // GPU modes.
@@ -310,6 +343,9 @@ func (c *Config) validate() field.ErrorList {
 		if n.GPUs != nil && c.Backend == BackendKind && (n.GPUs.Partitioning != "" || n.GPUs.Sharing != "") {
 			errs = append(errs, field.Forbidden(p.Child("gpus"), "partitioning and sharing run on the embedded backend only, so far: the kind backend's chart does not pass them to the driver"))
 		}
+		if n.GPUs != nil && c.Backend == BackendKind && n.GPUs.Attach != "" {
+			errs = append(errs, field.Forbidden(p.Child("gpus", "attach"), "fabric attach runs on the embedded backend only, so far: its attach controller is part of the embedded lab process"))
+		}
 		if n.GPUs != nil {
 			if c.Driver != nil {
 				errs = append(errs, field.Forbidden(p.Child("gpus"), "the lab runs driver.command on every node instead of dralab's GPU driver: its devices are the outside driver's"))
@@ -351,7 +387,39 @@ func (g *GPUs) validate(gp *field.Path) field.ErrorList {
 	if g.Mode != GPUModeDRA && g.Mode != GPUModeDevicePlugin {
 		errs = append(errs, field.NotSupported(gp.Child("mode"), g.Mode, []string{GPUModeDRA, GPUModeDevicePlugin}))
 	}
-	return append(errs, g.validateModes(gp)...)
+	errs = append(errs, g.validateModes(gp)...)
+	return append(errs, g.validateAttach(gp)...)
+}
+
+// validateAttach checks attach and attachDelay: one value, whole fake
+// GPUs served through DRA only, and a delay the scheduler waits for.
+func (g *GPUs) validateAttach(gp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch {
+	case g.Attach == "":
+		if g.AttachDelay != "" {
+			errs = append(errs, field.Forbidden(gp.Child("attachDelay"), "attachDelay is the attach delay of attach: "+fakegpu.AttachFabric+"; set attach too or drop it"))
+		}
+		return errs
+	case g.Attach != fakegpu.AttachFabric:
+		errs = append(errs, field.NotSupported(gp.Child("attach"), g.Attach, []string{fakegpu.AttachFabric}))
+	case g.NVML != "":
+		errs = append(errs, field.Forbidden(gp.Child("attach"), "only fake GPUs (profile and count) are fabric-attached by the lab"))
+	case g.Mode == GPUModeDevicePlugin:
+		errs = append(errs, field.Forbidden(gp.Child("attach"), "mode device-plugin counts whole GPUs and has no binding conditions; attach needs mode dra"))
+	case g.Partitioning != "" || g.Sharing != "":
+		errs = append(errs, field.Forbidden(gp.Child("attach"), "a fabric-attached GPU is attached whole, to one claim: not with partitioning or sharing, so far"))
+	}
+	if g.AttachDelay != "" {
+		d, err := time.ParseDuration(g.AttachDelay)
+		switch {
+		case err != nil:
+			errs = append(errs, field.Invalid(gp.Child("attachDelay"), g.AttachDelay, "must be a duration such as 2s or 500ms"))
+		case d < 0 || d > MaxAttachDelay:
+			errs = append(errs, field.Invalid(gp.Child("attachDelay"), g.AttachDelay, fmt.Sprintf("must be between 0s and %v: the scheduler gives up on binding conditions after 10m", MaxAttachDelay)))
+		}
+	}
+	return errs
 }
 
 // validateModes checks partitioning and sharing: each has one value, a

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dralab/dralab/lab/examples"
 )
@@ -84,6 +85,14 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"partitioned counting", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, partitioning: mig, mode: device-plugin}}]\n", []string{"nodes[0].gpus.partitioning: Forbidden", "need mode dra"}},
 		{"shared NVML", head + "nodes: [{name: a, gpus: {nvml: host, sharing: memory}}]\n", []string{"nodes[0].gpus.sharing: Forbidden", "only fake GPUs"}},
 		{"partitioned on kind", head + "backend: kind\nnodes: [{name: a, gpus: {profile: h100-80gb, count: 1, partitioning: mig}}]\n", []string{"nodes[0].gpus: Forbidden", "embedded backend only"}},
+		{"unknown attach", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, attach: cxl}}]\n", []string{"nodes[0].gpus.attach", `"cxl"`, `"fabric"`}},
+		{"attached NVML", head + "nodes: [{name: a, gpus: {nvml: host, attach: fabric}}]\n", []string{"nodes[0].gpus.attach: Forbidden", "only fake GPUs"}},
+		{"attached counting", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, attach: fabric, mode: device-plugin}}]\n", []string{"nodes[0].gpus.attach: Forbidden", "needs mode dra"}},
+		{"attached and partitioned", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, attach: fabric, partitioning: mig}}]\n", []string{"nodes[0].gpus.attach: Forbidden", "attached whole"}},
+		{"attached on kind", head + "backend: kind\nnodes: [{name: a, gpus: {profile: h100-80gb, count: 1, attach: fabric}}]\n", []string{"nodes[0].gpus.attach: Forbidden", "embedded backend only"}},
+		{"attach delay without attach", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, attachDelay: 2s}}]\n", []string{"nodes[0].gpus.attachDelay: Forbidden", "attach: fabric"}},
+		{"attach delay not a duration", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, attach: fabric, attachDelay: soon}}]\n", []string{"nodes[0].gpus.attachDelay", `"soon"`, "duration"}},
+		{"attach delay too long", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, attach: fabric, attachDelay: 11m}}]\n", []string{"nodes[0].gpus.attachDelay", `"11m"`, "between 0s and 5m0s"}},
 		{"misspelt partitioning", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, partitionning: mig}}]\n", []string{`unknown field "nodes[0].gpus.partitionning"`}},
 	}
 	for _, c := range cases {
@@ -169,5 +178,20 @@ func TestPartitionedAndSharedNodes(t *testing.T) {
 	}
 	if g := cfg.Nodes[1].GPUs; g.Sharing != "memory" || g.Partitioning != "" {
 		t.Errorf("shared node = %+v", g)
+	}
+}
+
+func TestFabricAttachedNodes(t *testing.T) {
+	cfg, err := Parse("fabric.yaml", []byte("apiVersion: lab.dralab.dev/v1alpha1\nkind: Lab\nnodes: [{name: a, gpus: {profile: h100-80gb, count: 2, attach: fabric}}, {name: b, gpus: {profile: h100-80gb, count: 1, attach: fabric, attachDelay: 500ms}}, {name: c, gpus: {profile: l4-24gb, count: 1}}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []time.Duration{DefaultAttachDelay, 500 * time.Millisecond} {
+		if g := cfg.Nodes[i].GPUs; g.Attach != "fabric" || g.Mode != GPUModeDRA || g.AttachDuration() != want {
+			t.Errorf("node %s = %+v, attach delay %v, want fabric after %v", cfg.Nodes[i].Name, g, g.AttachDuration(), want)
+		}
+	}
+	if g := cfg.Nodes[2].GPUs; g.Attach != "" {
+		t.Errorf("node c = %+v, want no attach", g)
 	}
 }

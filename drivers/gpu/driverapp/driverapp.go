@@ -54,10 +54,12 @@ type Options struct {
 	ProfileLabel string
 	GPUs         int
 	GPUsLabel    string
-	// Partitioning and Sharing are the fake inventory's modes:
-	// fakegpu.PartitioningMIG, fakegpu.SharingMemory, or empty.
+	// Partitioning, Sharing and Attach are the fake inventory's modes:
+	// fakegpu.PartitioningMIG, fakegpu.SharingMemory,
+	// fakegpu.AttachFabric, or empty.
 	Partitioning     string
 	Sharing          string
+	Attach           string
 	RegistrarDir     string
 	PluginsDir       string
 	DevicePluginsDir string
@@ -120,6 +122,7 @@ Every flag can also be set through the environment variable named in brackets.`,
 	f.IntVar(&o.GPUs, "gpus", 0, "number of fake GPUs")
 	f.StringVar(&o.GPUsLabel, "gpus-label", "", "read the number of fake GPUs from this label of the node, when it has it")
 	f.StringVar(&o.Partitioning, "partitioning", "", "partition the fake GPUs: "+fakegpu.PartitioningMIG+" publishes each GPU's MIG placements beside it, all drawing from the GPU's counters (profiles with MIG: "+strings.Join(fakegpu.MIGProfileNames(), ", ")+"); empty: whole GPUs only")
+	f.StringVar(&o.Attach, "attach", "", "attach the fake GPUs on demand: "+fakegpu.AttachFabric+" gives each GPU the binding condition "+fakegpu.ConditionAttached+" (failure: "+fakegpu.ConditionAttachFailed+"), so the scheduler binds a pod only once an attach controller has set it in the claim's status; empty: GPUs are in the node")
 	f.StringVar(&o.Sharing, "sharing", "", "share the fake GPUs: "+fakegpu.SharingMemory+" lets several claims share a GPU, each asking for some of its memory; empty: one claim per GPU")
 	f.StringVar(&o.RegistrarDir, "kubelet-registrar-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registration directory")
 	f.StringVar(&o.PluginsDir, "kubelet-plugins-dir", "/var/lib/kubelet/plugins", "parent of the driver's DRA socket directory")
@@ -414,10 +417,10 @@ func fakeInventory(o Options) (kit.Inventory, error) {
 	if o.GPUs < 1 {
 		return nil, fmt.Errorf("--gpus %d: a fake inventory needs at least one GPU", o.GPUs)
 	}
-	if (o.Partitioning != "" || o.Sharing != "") && o.Mode == ModeDevicePlugin {
-		return nil, fmt.Errorf("--mode %s counts whole GPUs: --partitioning and --sharing need --mode %s", ModeDevicePlugin, ModeDRA)
+	if (o.Partitioning != "" || o.Sharing != "" || o.Attach != "") && o.Mode == ModeDevicePlugin {
+		return nil, fmt.Errorf("--mode %s counts whole GPUs: --partitioning, --sharing and --attach need --mode %s", ModeDevicePlugin, ModeDRA)
 	}
-	inv := &fakegpu.Inventory{Node: o.NodeName, Profile: p, Count: o.GPUs, Partitioning: o.Partitioning, Sharing: o.Sharing}
+	inv := &fakegpu.Inventory{Node: o.NodeName, Profile: p, Count: o.GPUs, Partitioning: o.Partitioning, Sharing: o.Sharing, Attach: o.Attach}
 	if err := inv.Validate(); err != nil {
 		// The inventory says "partitioning …": the flag's name.
 		return nil, fmt.Errorf("--%w", err)
