@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	"github.com/dralab/dralab/internal/report"
+	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/scenarios"
 )
 
@@ -46,6 +47,9 @@ func runScenario(ctx context.Context, t *testing.T, restConfig *rest.Config, s *
 	}
 	runner.OnStep = func(step string, rows []report.Row) {
 		t.Logf("%s:\n%s", step, report.Table(rows))
+	}
+	if theLab != nil {
+		runner.GPUFaults = lab.GPUFaults{Lab: theLab}
 	}
 	runner.BeforeCleanup = func(ctx context.Context, res *scenarios.Result) {
 		if !res.Passed() || t.Failed() {

@@ -379,6 +379,10 @@ var unexercisedDriverVerbs = map[permission]string{
 	// (sendInitialEvents, client-go's WatchListClient), which the lab's API
 	// server serves; it falls back to a list where a server cannot.
 	{"resource.k8s.io", "resourceslices", "list"}: "the slice informer's fallback where the API server cannot stream lists",
+	// Not a request: the API server's authorization check of a
+	// status.devices write, which the audit log records as the
+	// resourceclaims/status patch.
+	{"resource.k8s.io", "resourceclaims/driver", "associated-node:patch"}: "an authorization check of the claim status patch, not a call",
 }
 
 // grantedTo returns what the cluster's role bindings grant a service account.

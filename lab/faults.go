@@ -124,3 +124,18 @@ func orNone(names []string) string {
 	}
 	return strings.Join(names, ", ")
 }
+
+// GPUFaults fails and heals the lab's GPUs by node and device name: what a
+// scenario runner needs (scenarios.GPUFaulter).
+type GPUFaults struct{ Lab *Lab }
+
+// FailGPU fails a GPU with an XID.
+func (f GPUFaults) FailGPU(ctx context.Context, node, device string, xid int) error {
+	_, err := f.Lab.FailGPU(ctx, GPURef{Node: node, Device: device}, xid)
+	return err
+}
+
+// HealGPU heals a GPU.
+func (f GPUFaults) HealGPU(ctx context.Context, node, device string) error {
+	return f.Lab.HealGPU(ctx, GPURef{Node: node, Device: device})
+}

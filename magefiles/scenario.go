@@ -57,6 +57,7 @@ func (Scenario) Run(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	runner.GPUFaults = lab.GPUFaults{Lab: l}
 	u := ui.New(os.Stdout)
 	u.Println(fmt.Sprintf("Scenario %s: %s", s.Name, s.Title))
 	runner.OnStep = func(step string, rows []report.Row) {

@@ -3,6 +3,7 @@ package scenarios
 import (
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -205,10 +206,23 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 			mismatch("claim backing the extended resource", "status.extendedResourceClaimStatus", "none", d.DeviceRef())
 		}
 		if e.Untainted && d.Tainted {
-			mismatch("device taint", "untainted", "tainted", d.DeviceRef())
+			mismatch("device taint", "untainted", strings.Join(d.Taints, ", "), d.DeviceRef())
+		}
+		if e.Health != "" && d.Health != e.Health {
+			mismatch("device health in the pod's status", e.Health, orNone(d.Health), strings.TrimSpace(d.DeviceRef()+" "+d.HealthMessage))
+		}
+		for _, c := range e.DeviceStatus {
+			if !slices.Contains(d.Conditions, c) {
+				mismatch("condition in the claim's device status", c+" True", orNone(strings.Join(d.Conditions, ", ")), d.DeviceRef())
+			}
+		}
+		for k, v := range e.StatusData {
+			if d.Data[k] != v {
+				mismatch("data in the claim's device status: "+k, v, orNone(d.Data[k]), d.DeviceRef())
+			}
 		}
 	}
-	if (e.Request != "" || e.Subrequest != "" || e.Tier != "" || e.Profile != "" || e.Consumed != "" || e.ExtendedResourceClaim || e.AdminAccess != nil) && len(devs) == 0 && e.Phase != "Pending" {
+	if (e.Request != "" || e.Subrequest != "" || e.Tier != "" || e.Profile != "" || e.Consumed != "" || e.ExtendedResourceClaim || e.AdminAccess != nil || e.Health != "" || len(e.DeviceStatus) > 0 || len(e.StatusData) > 0) && len(devs) == 0 && e.Phase != "Pending" {
 		mismatch("allocated devices", "at least one", 0, o.Rows[0].Reason)
 	}
 	if e.Devices != nil && len(devs) != inv.Resolve(e.Devices) {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,6 +55,15 @@ type Runner struct {
 	// BeforeCleanup, if set, is called before the scenario's objects are
 	// deleted, e.g. to collect diagnostics of a failed run.
 	BeforeCleanup func(ctx context.Context, result *Result)
+	// GPUFaults fails and heals GPUs through their nodes' drivers: only a
+	// dralab lab can. Without it, scenarios that fail GPUs are unmet.
+	GPUFaults GPUFaulter
+}
+
+// GPUFaulter fails and heals a node's GPU, as gpu:fail and gpu:heal do.
+type GPUFaulter interface {
+	FailGPU(ctx context.Context, node, device string, xid int) error
+	HealGPU(ctx context.Context, node, device string) error
 }
 
 // NewRunner returns a runner for the cluster of a REST config.
@@ -113,6 +124,9 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (_ *Result, err error) {
 	}
 	if err := inv.meets(s.Requires); err != nil {
 		return nil, fmt.Errorf("scenario %s: %w", s.Name, err)
+	}
+	if s.FailsGPUs() && r.GPUFaults == nil {
+		return nil, fmt.Errorf("scenario %s: %w: it fails GPUs through their drivers (failGPU), which only a dralab lab can: run it on one (go run mage.go scenario:run %s)", s.Name, ErrUnmet, s.Name)
 	}
 	ns := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name:   fmt.Sprintf("dralab-%s-%s", s.Name, rand.String(5)),
@@ -253,6 +267,8 @@ type run struct {
 	clusterObjects []*unstructured.Unstructured
 	// gone are pods the last action deleted or had evicted.
 	gone []string
+	// failed are the GPUs the scenario failed, as node/device.
+	failed [][2]string
 }
 
 func (r *run) act(ctx context.Context, st Step) error {
@@ -270,8 +286,124 @@ func (r *run) act(ctx context.Context, st Step) error {
 		return r.deletePods(ctx, st.DeletePods)
 	case st.TaintAllocated != nil:
 		return r.taintAllocated(ctx, st.TaintAllocated)
+	case st.FailGPU != nil:
+		return r.failGPU(ctx, st.FailGPU)
+	case st.HealGPU != nil:
+		return r.healGPUs(ctx)
 	}
 	return nil
+}
+
+// failGPU fails the GPUs some pods hold and waits until each pod's status
+// reports its device Unhealthy and each device carries the XID's taint:
+// the pods' status is watched from before the failure, as an evicted pod
+// may be gone soon after.
+func (r *run) failGPU(ctx context.Context, f *FailGPU) error {
+	xid := f.XID
+	if xid == 0 {
+		xid = gpu.DefaultXID
+	}
+	fault, isFault := gpu.LookupXID(xid).Fault()
+	rows, err := report.Allocations(ctx, r.Client, r.ns)
+	if err != nil {
+		return err
+	}
+	var held []report.Row
+	for _, row := range rows {
+		if ok, _ := path.Match(f.Pods, row.Pod); ok && row.Device != "" && row.Driver == gpu.DriverName {
+			held = append(held, row)
+		}
+	}
+	if len(held) == 0 {
+		return fmt.Errorf("failGPU: no pod matching %s holds a GPU of %s", f.Pods, gpu.DriverName)
+	}
+	list, err := r.Client.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	w, err := r.Client.CoreV1().Pods(r.ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	for _, row := range held {
+		if err := r.GPUFaults.FailGPU(ctx, row.Node, row.Device, xid); err != nil {
+			return fmt.Errorf("failGPU %s/%s: %w", row.Node, row.Device, err)
+		}
+		r.failed = append(r.failed, [2]string{row.Node, row.Device})
+	}
+	if !isFault {
+		return nil
+	}
+	// Each pod's status must say Unhealthy while it still exists.
+	unhealthy := map[string]bool{}
+	for _, row := range held {
+		unhealthy[row.Pod] = false
+	}
+	deadline := time.After(r.StepTimeout)
+	for slices.Contains(slices.Collect(maps.Values(unhealthy)), false) {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return errors.New("failGPU: the watch of the pods ended")
+			}
+			p, isPod := ev.Object.(*v1.Pod)
+			if !isPod {
+				continue
+			}
+			if _, ok := unhealthy[p.Name]; !ok {
+				continue
+			}
+			for _, c := range p.Status.ContainerStatuses {
+				for _, rs := range c.AllocatedResourcesStatus {
+					for _, h := range rs.Resources {
+						if h.Health == v1.ResourceHealthStatusUnhealthy {
+							unhealthy[p.Name] = true
+						}
+					}
+				}
+			}
+		case <-deadline:
+			return fmt.Errorf("failGPU: within %v the status of these pods did not report their GPU Unhealthy: %v", r.StepTimeout, unhealthy)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	// And each device carries the fault's taint.
+	want := fault.Taint.Key + "=" + fault.Taint.Value + ":" + string(fault.Taint.Effect)
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, r.StepTimeout, true, func(ctx context.Context) (bool, error) {
+		snap, err := report.Read(ctx, r.Client, r.ns)
+		if err != nil {
+			return false, nil
+		}
+		for _, row := range held {
+			if !slices.Contains(snap.DeviceTaints(row.Driver, row.Pool, row.Device), want) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("failGPU: the failed devices do not carry the taint %s: %w", want, err)
+	}
+	if fault.Taint.Effect == resourceapi.DeviceTaintEffectNoExecute {
+		for _, row := range held {
+			r.gone = append(r.gone, row.Pod)
+		}
+	}
+	return nil
+}
+
+// healGPUs heals every GPU the scenario failed.
+func (r *run) healGPUs(ctx context.Context) error {
+	var errs []error
+	for _, g := range r.failed {
+		if err := r.GPUFaults.HealGPU(ctx, g[0], g[1]); err != nil {
+			errs = append(errs, fmt.Errorf("healGPU %s/%s: %w", g[0], g[1], err))
+		}
+	}
+	r.failed = nil
+	return errors.Join(errs...)
 }
 
 // objects decodes a manifest file of the scenario.
@@ -495,6 +627,10 @@ func (r *run) settled(ctx context.Context, snap *report.Snapshot) bool {
 func (r *run) cleanup(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	var errs []error
+	// A GPU the scenario failed is healed, whatever happened.
+	if err := r.healGPUs(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	for _, obj := range r.clusterObjects {
 		gvk := obj.GroupVersionKind()
 		mapping, err := r.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)

@@ -76,6 +76,10 @@ type Step struct {
 	// TaintAllocated taints the devices allocated to some pods with a
 	// DeviceTaintRule.
 	TaintAllocated *TaintAllocated `json:"taintAllocated,omitempty"`
+	// FailGPU fails the GPUs some pods hold, through their node's driver,
+	// as gpu:fail does; HealGPU heals every GPU the scenario failed.
+	FailGPU *FailGPU  `json:"failGPU,omitempty"`
+	HealGPU *struct{} `json:"healGPU,omitempty"`
 	// Expect are checked in order against the namespace's pods.
 	Expect []Expectation `json:"expect,omitempty"`
 }
@@ -103,6 +107,15 @@ type TaintAllocated struct {
 	Key    string `json:"key"`
 	Value  string `json:"value,omitempty"`
 	Effect string `json:"effect"`
+}
+
+// FailGPU fails the GPU of each device allocated to a pod matching Pods
+// with an XID (79, the GPU has fallen off the bus, if unset). The action
+// itself checks what a failure must do at once: every such pod's status
+// reports its device Unhealthy, and the device carries the XID's taint.
+type FailGPU struct {
+	Pods string `json:"pods"`
+	XID  int    `json:"xid,omitempty"`
 }
 
 // Count is a number, or a number derived from the cluster: the GPUs of some
@@ -226,6 +239,14 @@ type Expectation struct {
 	ExtendedResourceClaim bool `json:"extendedResourceClaim,omitempty"`
 	// Untainted: no device of the pod is tainted.
 	Untainted bool `json:"untainted,omitempty"`
+	// Health is every device's health in the pod's status, as the kubelet
+	// reports it from the driver: Healthy, Unhealthy or Unknown.
+	Health string `json:"health,omitempty"`
+	// DeviceStatus are conditions every device has True in its claim's
+	// status.devices (Ready: the driver prepared it); StatusData are
+	// values every device's data there holds.
+	DeviceStatus []string          `json:"deviceStatus,omitempty"`
+	StatusData   map[string]string `json:"statusData,omitempty"`
 	// Reason is why a Pending pod waits: NoMatchingDevice, AllAllocated,
 	// Tainted, Insufficient (an extended resource), CounterExhausted or
 	// CapacityExhausted.
@@ -248,6 +269,9 @@ const (
 	ReasonCounterExhausted  = "CounterExhausted"
 	ReasonCapacityExhausted = "CapacityExhausted"
 )
+
+// healths are the health values the kubelet reports for a device.
+var healths = []string{"Healthy", "Unhealthy", "Unknown"}
 
 var reasons = []string{ReasonNoMatchingDevice, ReasonAllAllocated, ReasonTainted, ReasonInsufficient, ReasonCounterExhausted, ReasonCapacityExhausted}
 
@@ -380,8 +404,21 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 				errs = append(errs, field.NotSupported(p.Child("taintAllocated", "effect"), ta.Effect, []string{"NoSchedule", "NoExecute", "None"}))
 			}
 		}
-		if actions != 1 {
-			errs = append(errs, field.Invalid(p, st.Name, "a step has exactly one action: apply, createPods, deletePods or taintAllocated"))
+		if f := st.FailGPU; f != nil {
+			actions++
+			checkPattern(p.Child("failGPU", "pods"), f.Pods)
+			if f.XID < 0 {
+				errs = append(errs, field.Invalid(p.Child("failGPU", "xid"), f.XID, "an XID is positive (79: the GPU has fallen off the bus)"))
+			}
+		}
+		if st.HealGPU != nil {
+			actions++
+		}
+		switch {
+		case actions > 1:
+			errs = append(errs, field.Invalid(p, st.Name, "a step has at most one action: apply, createPods, deletePods, taintAllocated, failGPU or healGPU"))
+		case actions == 0 && len(st.Expect) == 0:
+			errs = append(errs, field.Required(p, "a step needs an action or expectations, which it then waits for"))
 		}
 		for j, e := range st.Expect {
 			ep := p.Child("expect").Index(j)
@@ -399,6 +436,9 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 				checkTier(ep.Child("tierCounts").Key(t), t)
 				checkCount(ep.Child("tierCounts").Key(t), &c)
 			}
+			if h := e.Health; h != "" && !slices.Contains(healths, h) {
+				errs = append(errs, field.NotSupported(ep.Child("health"), h, healths))
+			}
 			if e.Phase != "" && e.Phase != "Running" && e.Phase != "Pending" {
 				errs = append(errs, field.NotSupported(ep.Child("phase"), e.Phase, []string{"Running", "Pending"}))
 			}
@@ -413,4 +453,10 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 		}
 	}
 	return errs
+}
+
+// FailsGPUs says whether a step fails GPUs (failGPU), which needs a
+// runner with GPUFaults.
+func (s *Scenario) FailsGPUs() bool {
+	return slices.ContainsFunc(s.Steps, func(st Step) bool { return st.FailGPU != nil })
 }

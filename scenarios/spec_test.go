@@ -11,7 +11,7 @@ func TestEveryScenarioLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"admin-access", "claims", "counting", "device-taint", "extended-resource", "gpu-sharing", "mig-fallback", "mig-partitions", "multi-gpu", "prioritized-fallback", "shared-claim"}
+	want := []string{"admin-access", "claim-status", "claims", "counting", "device-taint", "extended-resource", "gpu-failure", "gpu-sharing", "mig-fallback", "mig-partitions", "multi-gpu", "prioritized-fallback", "shared-claim"}
 	var got []string
 	for _, s := range all {
 		got = append(got, s.Name)
@@ -43,7 +43,7 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		"unknown count field":    {head + "steps: [{name: a, createPods: {manifest: pod.yaml, replicas: {devicesof: [h100]}}}]\n", []string{"devicesof"}},
 		"unknown tier":           {head + "steps: [{name: a, apply: [pod.yaml], expect: [{pods: p, tier: h200}]}]\n", []string{"steps[0].expect[0].tier", `"h200"`}},
 		"missing file":           {head + "steps: [{name: a, apply: [nope.yaml]}]\n", []string{"steps[0].apply[0]", "nope.yaml"}},
-		"two actions":            {head + "steps: [{name: a, apply: [pod.yaml], deletePods: {pods: p, count: 1}}]\n", []string{"steps[0]", "exactly one action"}},
+		"two actions":            {head + "steps: [{name: a, apply: [pod.yaml], deletePods: {pods: p, count: 1}}]\n", []string{"steps[0]", "at most one action"}},
 		"reason without pending": {head + "steps: [{name: a, apply: [pod.yaml], expect: [{pods: p, reason: AllAllocated}]}]\n", []string{"steps[0].expect[0].reason"}},
 		"bad reason":             {head + "steps: [{name: a, apply: [pod.yaml], expect: [{pods: p, phase: Pending, reason: Busy}]}]\n", []string{`"Busy"`}},
 		"bad pattern":            {head + "steps: [{name: a, apply: [pod.yaml], expect: [{pods: '[x'}]}]\n", []string{"steps[0].expect[0].pods"}},

@@ -187,7 +187,8 @@ func (inv *Inventory) Devices(context.Context) ([]kit.Device, error) {
 					gpu.CapacityMemory: {Value: p.Memory},
 				},
 			},
-			Env: map[string]string{"": name, "PRODUCT": p.ProductName, "UUID": uuid},
+			Env:        map[string]string{"": name, "PRODUCT": p.ProductName, "UUID": uuid},
+			StatusData: map[string]string{"uuid": uuid, "productName": p.ProductName},
 		}
 		switch {
 		case inv.Partitioning == PartitioningMIG:
@@ -262,7 +263,8 @@ func migDevice(parent, parentUUID, productName, counterSet string, product map[r
 			},
 			ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: counterSet, Counters: placementAmounts(mp, start).counters()}},
 		},
-		Env: map[string]string{"": name, "PROFILE": mp.Name, "PARENT_UUID": parentUUID, "PRODUCT": productName},
+		Env:        map[string]string{"": name, "PROFILE": mp.Name, "PARENT_UUID": parentUUID, "PRODUCT": productName},
+		StatusData: map[string]string{"profile": mp.Name, "parentUUID": parentUUID, "productName": productName},
 	}
 }
 

@@ -5,6 +5,7 @@ package report
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/drivers/gpu"
@@ -53,6 +55,18 @@ type Row struct {
 	Attributes map[string]string
 	// Tainted: a taint with an effect applies to the device.
 	Tainted bool
+	// Taints are the device's taints with an effect, from its slice and
+	// from DeviceTaintRules, as key=value:effect.
+	Taints []string
+	// Health is the device's health as the kubelet reports it in the pod's
+	// status (Healthy, Unhealthy, Unknown), HealthMessage the driver's
+	// word on it; "" before any report.
+	Health        string
+	HealthMessage string
+	// Status is the claim's status.devices entry of the device: its True
+	// conditions (Ready, an attach condition) and its data.
+	Conditions []string
+	Data       map[string]string
 	// NodeTier is the tier of the node's GPUs, from its profile label:
 	// what a counted GPU is, since counting names no device.
 	NodeTier string
@@ -178,11 +192,14 @@ func (s *Snapshot) Rows(ctx context.Context) ([]Row, error) {
 				if q, ok := r.ConsumedCapacity[gpu.CapacityMemory]; ok {
 					row.Consumed = q.String()
 				}
+				row.Health, row.HealthMessage = podHealth(pod, ref.podName, row.Request, r.Device)
+				row.Conditions, row.Data = deviceStatus(claim, r)
 				if dev := s.device(r.Driver, r.Pool, r.Device); dev != nil {
 					row.Product = stringAttr(dev, "productName")
 					row.Profile = stringAttr(dev, gpu.AttrProfile)
 					row.Attributes = stringAttrs(dev)
-					row.Tainted = s.tainted(r.Driver, r.Pool, dev)
+					row.Taints = s.taints(r.Driver, r.Pool, dev)
+					row.Tainted = len(row.Taints) > 0
 					tier, err := Tier(ctx, r.Driver, dev)
 					if err != nil {
 						return nil, err
@@ -224,6 +241,9 @@ func NodeTier(node *v1.Node) string { return profileTiers[node.Labels[gpu.NodePr
 type claimRef struct {
 	name     string
 	extended bool
+	// podName is the claim's name in the pod's spec ("" for the extended
+	// resources' claim), which the kubelet's health status names.
+	podName string
 }
 
 // podClaims lists the claims a pod uses: its own, and the one backing its
@@ -232,7 +252,7 @@ func podClaims(pod *v1.Pod) []claimRef {
 	var refs []claimRef
 	for _, pc := range pod.Spec.ResourceClaims {
 		if n := claimName(pod, pc); n != "" {
-			refs = append(refs, claimRef{name: n})
+			refs = append(refs, claimRef{name: n, podName: pc.Name})
 		}
 	}
 	if st := pod.Status.ExtendedResourceClaimStatus; st != nil && st.ResourceClaimName != "" {
@@ -293,24 +313,91 @@ func stringAttr(dev *resourceapi.Device, name resourceapi.QualifiedName) string 
 	return ""
 }
 
-// tainted reports whether a taint with an effect applies to the device,
-// from the slice or from a DeviceTaintRule.
-func (s *Snapshot) tainted(driver, pool string, dev *resourceapi.Device) bool {
-	for _, t := range dev.Taints {
-		if t.Effect != resourceapi.DeviceTaintEffectNone {
-			return true
+// DeviceTaints are the taints with an effect that apply to a device, as
+// key=value:effect.
+func (s *Snapshot) DeviceTaints(driver, pool, device string) []string {
+	dev := s.device(driver, pool, device)
+	if dev == nil {
+		return nil
+	}
+	return s.taints(driver, pool, dev)
+}
+
+// taints are the taints with an effect that apply to the device, from the
+// slice or from a DeviceTaintRule.
+func (s *Snapshot) taints(driver, pool string, dev *resourceapi.Device) []string {
+	var out []string
+	add := func(t resourceapi.DeviceTaint) {
+		if t.Effect == resourceapi.DeviceTaintEffectNone {
+			return
 		}
+		kv := t.Key
+		if t.Value != "" {
+			kv += "=" + t.Value
+		}
+		out = append(out, kv+":"+string(t.Effect))
+	}
+	for _, t := range dev.Taints {
+		add(t)
 	}
 	for _, r := range s.TaintRules {
 		sel := r.Spec.DeviceSelector
-		if sel == nil || r.Spec.Taint.Effect == resourceapi.DeviceTaintEffectNone {
+		if sel == nil {
 			continue
 		}
 		if (sel.Driver == nil || *sel.Driver == driver) && (sel.Pool == nil || *sel.Pool == pool) && (sel.Device == nil || *sel.Device == dev.Name) {
-			return true
+			add(r.Spec.Taint)
 		}
 	}
-	return false
+	return out
+}
+
+// podHealth is a device's health as the kubelet reports it in the pod's
+// container statuses: the entries of the claim (claim:<name>) or of its
+// request (claim:<name>/<request>), and of those the device's, when there
+// are several (the kubelet names a resource by its CDI device, which holds
+// the device's name).
+func podHealth(pod *v1.Pod, podClaim, request, device string) (string, string) {
+	if podClaim == "" {
+		return "", ""
+	}
+	var found []v1.ResourceHealth
+	for _, cs := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
+		for _, rs := range cs.AllocatedResourcesStatus {
+			if name := string(rs.Name); name == "claim:"+podClaim || name == "claim:"+podClaim+"/"+request {
+				found = append(found, rs.Resources...)
+			}
+		}
+	}
+	if len(found) > 1 {
+		found = slices.DeleteFunc(found, func(h v1.ResourceHealth) bool { return !strings.Contains(string(h.ResourceID), device) })
+	}
+	if len(found) == 0 {
+		return "", ""
+	}
+	return string(found[0].Health), ptr.Deref(found[0].Message, "")
+}
+
+// deviceStatus is the claim's status.devices entry of an allocated device:
+// its True conditions and its data, if a JSON object of strings.
+func deviceStatus(claim *resourceapi.ResourceClaim, r resourceapi.DeviceRequestAllocationResult) ([]string, map[string]string) {
+	for _, ds := range claim.Status.Devices {
+		if ds.Driver != r.Driver || ds.Pool != r.Pool || ds.Device != r.Device || ptr.Deref(ds.ShareID, "") != string(ptr.Deref(r.ShareID, "")) {
+			continue
+		}
+		var conds []string
+		for _, c := range ds.Conditions {
+			if c.Status == metav1.ConditionTrue {
+				conds = append(conds, c.Type)
+			}
+		}
+		var data map[string]string
+		if ds.Data != nil {
+			_ = json.Unmarshal(ds.Data.Raw, &data)
+		}
+		return conds, data
+	}
+	return nil, nil
 }
 
 // Unschedulable reports whether the scheduler tried the pod and found no
@@ -364,8 +451,15 @@ func WriteTable(w io.Writer, rows []Row) error {
 		if r.AdminAccess {
 			status += " (admin access)"
 		}
+		if r.Health == string(v1.ResourceHealthStatusUnhealthy) || r.Health == string(v1.ResourceHealthStatusUnknown) {
+			status += " (device " + r.Health
+			if r.HealthMessage != "" {
+				status += ": " + r.HealthMessage
+			}
+			status += ")"
+		}
 		if r.Tainted {
-			status += " (device tainted)"
+			status += " (device tainted " + strings.Join(r.Taints, ", ") + ")"
 		}
 		tier := r.Tier
 		if tier == "" && r.NodeTier != "" {

@@ -172,7 +172,7 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 				shares = append(shares, noRoom)
 			case held && !shared && !alt.adminAccess:
 				allocated = append(allocated, fmt.Sprintf("%s to %s", c, strings.TrimPrefix(holder, namespace+"/")))
-			case s.tainted(c.driver, c.pool, c.dev) && len(alt.tolerations) == 0:
+			case len(s.taints(c.driver, c.pool, c.dev)) > 0 && len(alt.tolerations) == 0:
 				taint = append(taint, c.String())
 			case noCounter != "":
 				counters = append(counters, noCounter)

@@ -237,18 +237,8 @@ func Run(ctx context.Context, o Options) error {
 		}
 		defer d.Stop()
 		health.Watch(d)
-		if o.FaultsFile != "" {
-			devs, err := inv.Devices(ctx)
-			if err != nil {
-				return err
-			}
-			go gpu.WatchFaults(ctx, o.FaultsFile, faultsPoll, func(ctx context.Context, gpus map[string]gpu.GPUFault) error {
-				faults, err := gpu.DeviceFaults(devs, gpus)
-				if err != nil {
-					return err
-				}
-				return d.SetDeviceHealth(ctx, faults)
-			})
+		if err := watchHealth(ctx, o, inv, d); err != nil {
+			return err
 		}
 	case ModeDevicePlugin:
 		p, err := kit.StartDevicePlugin(ctx, kit.DevicePluginOptions{

@@ -24,7 +24,7 @@ func TestPartitioningAndSharingFlags(t *testing.T) {
 	}{
 		{func(o *Options) { o.Profile = "l4-24gb" }, `--partitioning "mig": GPU profile l4-24gb has no MIG geometry`},
 		{func(o *Options) { o.Sharing = "memory" }, `--sharing "memory": a GPU is partitioned or shared, not both`},
-		{func(o *Options) { o.Mode = ModeDevicePlugin }, "--partitioning and --sharing need --mode dra"},
+		{func(o *Options) { o.Mode = ModeDevicePlugin }, "--partitioning, --sharing and --attach need --mode dra"},
 		{func(o *Options) { o.Partitioning, o.Sharing = "", "mps" }, `--sharing "mps": want memory`},
 	} {
 		bad := o
