@@ -5,8 +5,12 @@ import (
 	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/dralab/dralab/lab"
 )
 
 // TestNVMLMockLab brings up lab/examples/nvml-mock.yaml: the GPU driver
@@ -67,4 +71,25 @@ func TestNVMLMockLab(t *testing.T) {
 	runScenarios(ctx, t, restConfig, "claims", "prioritized-fallback")
 
 	runConformance(ctx, t, l, client, "../drivers/nvml/driver.yaml")
+
+	// gpu:fail on an NVML node: the Xid goes through the mock's event set
+	// (patched at the nvmllib boundary) to the driver's event watch, which
+	// taints the GPU and its MIG devices; gpu:heal resets the mock GPU.
+	ref := lab.GPURef{Node: "dgx-a100", Device: "gpu-3"}
+	if _, err := l.FailGPU(ctx, ref, 48); err != nil {
+		t.Fatal(err)
+	}
+	waitTaint := func(want string) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			return deviceTaint(ctx, client, ref) == want && deviceTaint(ctx, client, lab.GPURef{Node: ref.Node, Device: "gpu-3-mig-7g40gb-0"}) == want, nil
+		}); err != nil {
+			t.Fatalf("%s and its MIG devices: taint %q, want %q", ref, deviceTaint(ctx, client, ref), want)
+		}
+	}
+	waitTaint("gpu.dralab.dev/xid=48:NoSchedule")
+	if err := l.HealGPU(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	waitTaint("")
 }

@@ -51,6 +51,6 @@ func newRootCommand() *cobra.Command {
 	// gRPC's own logger repeats what the components already log.
 	grpclog.SetLoggerV2(grpclog.NewLoggerV2(io.Discard, io.Discard, io.Discard))
 
-	root.AddCommand(newLabCommand(), newNodeCommand())
+	root.AddCommand(newLabCommand(), newNodeCommand(), newGPUCommand())
 	return root
 }
