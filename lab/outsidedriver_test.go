@@ -51,8 +51,9 @@ func TestOutsideDriverLab(t *testing.T) {
 
 // wholeGPUManifest writes drivers/fakegpu/driver.yaml for a lab whose
 // outside driver publishes whole GPUs only (one command line for every
-// node: no MIG node, no shared node beside the others), with partitionable
-// devices and consumable capacity disabled, and each of replace's keys
+// node: no MIG node, no shared node, no fabric node beside the others),
+// with partitionable devices, consumable capacity and binding conditions
+// disabled, and each of replace's keys
 // replaced by its value, once.
 func wholeGPUManifest(t *testing.T, replace map[string]string) string {
 	t.Helper()
@@ -62,8 +63,9 @@ func wholeGPUManifest(t *testing.T, replace map[string]string) string {
 	}
 	m := string(data)
 	all := map[string]string{
-		"DRAPartitionableDevices: true": "DRAPartitionableDevices: false",
-		"DRAConsumableCapacity: true":   "DRAConsumableCapacity: false",
+		"DRAPartitionableDevices: true":    "DRAPartitionableDevices: false",
+		"DRAConsumableCapacity: true":      "DRAConsumableCapacity: false",
+		"DRADeviceBindingConditions: true": "DRADeviceBindingConditions: false",
 	}
 	maps.Copy(all, replace)
 	for from, to := range all {

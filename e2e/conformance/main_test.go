@@ -7,7 +7,7 @@
 //	go test ./e2e/conformance -args --manifest=driver.yaml [--lab-config=lab.yaml | --kubeconfig=...]
 //
 // Without --kubeconfig the suite starts an embedded lab from --lab-config
-// (default: the default lab with a MIG node and a shared node) in a temporary state directory and deletes it
+// (default: the default lab with a MIG node, a shared node and a fabric-attached node) in a temporary state directory and deletes it
 // afterwards. A --kubeconfig that is not a dralab lab's is used only when
 // DRALAB_TARGET names its context; else the suite refuses to start.
 // `go run mage.go conformance:run` wraps it, with a summary and JUnit XML.
@@ -35,7 +35,7 @@ import (
 
 var (
 	manifestFile = flag.String("manifest", "../../drivers/fakegpu/driver.yaml", "the driver's conformance manifest")
-	labConfig    = flag.String("lab-config", "", "lab configuration of the embedded lab the suite starts without --kubeconfig (default: the default lab with a MIG node and a shared node)")
+	labConfig    = flag.String("lab-config", "", "lab configuration of the embedded lab the suite starts without --kubeconfig (default: the default lab with a MIG node, a shared node and a fabric-attached node)")
 	image        = flag.String("image", "", "image of the proof containers (default: busybox:1.37; the embedded lab's own busybox there)")
 )
 

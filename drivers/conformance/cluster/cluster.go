@@ -94,10 +94,11 @@ func Features(m *manifest.Manifest, o Options) []features.Feature {
 		s.feature("opaque config", manifest.OpaqueConfig, "valid configuration is prepared, invalid configuration fails preparation", s.opaqueConfig),
 		s.feature("partitionable devices", manifest.DRAPartitionableDevices, "partitions are allocated until their counters are exhausted, never beyond, and the next claim waits", s.partitions),
 		s.feature("consumable capacity", manifest.DRAConsumableCapacity, "two claims share one device with distinct shareIDs within its capacity", s.shares),
+		s.feature("binding conditions", manifest.DRADeviceBindingConditions, "a pod is not bound before its device's binding conditions are True in the claim's status, and is bound and runs after", s.bindingConditions),
 	}
 	// A capability the suite cannot check yet fails a manifest that
 	// enables it: a run passes only on what it verified.
-	for _, c := range []manifest.Capability{manifest.DRADeviceBindingConditions, manifest.DRAResourceClaimDeviceStatus} {
+	for _, c := range []manifest.Capability{manifest.DRAResourceClaimDeviceStatus} {
 		out = append(out, s.feature(string(c), c, "not verified by this suite", nil))
 	}
 	return out

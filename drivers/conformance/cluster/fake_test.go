@@ -77,6 +77,13 @@ type fakeCluster struct {
 	// oneShareID makes the scheduler give every share of a device the
 	// same shareID.
 	oneShareID atomic.Bool
+	// ignoreBindingConditions makes the scheduler bind a pod before its
+	// devices' binding conditions are met.
+	ignoreBindingConditions atomic.Bool
+	// conditionsAtAllocation, when set, are the conditions a claim's
+	// status holds True for each result as it is allocated: met before
+	// anyone could see the pod wait.
+	conditionsAtAllocation func(resourceapi.DeviceRequestAllocationResult) []string
 
 	mu sync.Mutex
 	// allocated holds every device ever allocated, driver/pool/device.
@@ -229,6 +236,11 @@ func (f *fakeCluster) schedule(ctx context.Context, refuse string) {
 			_, _ = f.client.CoreV1().Pods(pod.Namespace).Update(ctx, pod, metav1.UpdateOptions{})
 			continue
 		}
+		// PreBind: the pod waits until its devices' binding conditions are
+		// True in its claims' status.
+		if !f.ignoreBindingConditions.Load() && !f.bindingConditionsMet(ctx, pod) {
+			continue
+		}
 		pod.Spec.NodeName = fakeNode
 		f.mu.Lock()
 		pod.Status.Phase = f.phase
@@ -326,6 +338,9 @@ func (f *fakeCluster) allocate(ctx context.Context, pod *v1.Pod) bool {
 		updates = append(updates, claim)
 	}
 	for _, c := range updates {
+		if f.conditionsAtAllocation != nil {
+			c.Status.Devices = deviceStatuses(c.Status.Allocation.Devices.Results, f.conditionsAtAllocation)
+		}
 		if _, err := f.client.ResourceV1().ResourceClaims(c.Namespace).Update(ctx, c, metav1.UpdateOptions{}); err != nil {
 			return false
 		}
@@ -399,7 +414,9 @@ func (f *fakeCluster) result(req resourceapi.DeviceRequest, name string) resourc
 	if req.Exactly != nil {
 		r.AdminAccess = req.Exactly.AdminAccess
 	}
-	if d := f.device(name); ptr.Deref(d.AllowMultipleAllocations, false) {
+	d := f.device(name)
+	r.BindingConditions, r.BindingFailureConditions = d.BindingConditions, d.BindingFailureConditions
+	if ptr.Deref(d.AllowMultipleAllocations, false) {
 		id := types.UID(uuid.NewUUID())
 		if f.oneShareID.Load() {
 			id = "share-0"
@@ -475,4 +492,78 @@ func (f *fakeCluster) createdRules() []createdRule {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]createdRule(nil), f.rules...)
+}
+
+// bindingConditionsMet tells whether every binding condition of the pod's
+// claims' results is True in the claims' status.
+func (f *fakeCluster) bindingConditionsMet(ctx context.Context, pod *v1.Pod) bool {
+	for _, pc := range pod.Spec.ResourceClaims {
+		claim, err := f.client.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, *pc.ResourceClaimName, metav1.GetOptions{})
+		if err != nil || claim.Status.Allocation == nil {
+			return false
+		}
+		for _, r := range claim.Status.Allocation.Devices.Results {
+			if len(unmetConditions(claim, r)) > 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// setConditionsAfter plays a driver's controller: delay after a claim is
+// allocated a device with binding conditions, it sets each of the types
+// the device lists in list (its binding or failure conditions) True in
+// the claim's status.
+func (f *fakeCluster) setConditionsAfter(t *testing.T, delay time.Duration, list func(resourceapi.DeviceRequestAllocationResult) []string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	go func() {
+		defer close(done)
+		seen := map[string]time.Time{}
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			claims, err := f.client.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				continue
+			}
+			for _, c := range claims.Items {
+				if c.Status.Allocation == nil || len(c.Status.Devices) > 0 {
+					continue
+				}
+				if _, ok := seen[c.Name]; !ok {
+					seen[c.Name] = time.Now()
+				}
+				if time.Since(seen[c.Name]) < delay {
+					continue
+				}
+				c.Status.Devices = deviceStatuses(c.Status.Allocation.Devices.Results, list)
+				_, _ = f.client.ResourceV1().ResourceClaims(c.Namespace).UpdateStatus(ctx, &c, metav1.UpdateOptions{})
+			}
+		}
+	}()
+}
+
+// deviceStatuses are the status entries of results, each with the
+// conditions list names True.
+func deviceStatuses(results []resourceapi.DeviceRequestAllocationResult, list func(resourceapi.DeviceRequestAllocationResult) []string) []resourceapi.AllocatedDeviceStatus {
+	var out []resourceapi.AllocatedDeviceStatus
+	for _, r := range results {
+		st := resourceapi.AllocatedDeviceStatus{Driver: r.Driver, Pool: r.Pool, Device: r.Device}
+		for _, typ := range list(r) {
+			st.Conditions = append(st.Conditions, metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: "Set", LastTransitionTime: metav1.Now()})
+		}
+		out = append(out, st)
+	}
+	return out
 }

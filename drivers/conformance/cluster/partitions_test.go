@@ -159,14 +159,14 @@ func TestSharesNeedRoomForTwo(t *testing.T) {
 // A capability enabled but not checked fails the run; one not enabled is
 // skipped; one checked runs.
 func TestGateFailsWhatItCannotVerify(t *testing.T) {
-	m := &manifest.Manifest{Capabilities: map[manifest.Capability]bool{manifest.DRADeviceBindingConditions: true, manifest.DRAPartitionableDevices: true}}
+	m := &manifest.Manifest{Capabilities: map[manifest.Capability]bool{manifest.DRAResourceClaimDeviceStatus: true, manifest.DRAPartitionableDevices: true}}
 	cases := []struct {
 		capability manifest.Capability
 		checked    bool
 		skip, fail string
 	}{
-		{manifest.DRADeviceBindingConditions, false, "", "the manifest enables DRADeviceBindingConditions, but this suite has no check for it: it is not verified"},
-		{manifest.DRAResourceClaimDeviceStatus, false, "the manifest does not enable DRAResourceClaimDeviceStatus", ""},
+		{manifest.DRAResourceClaimDeviceStatus, false, "", "the manifest enables DRAResourceClaimDeviceStatus, but this suite has no check for it: it is not verified"},
+		{manifest.DRADeviceBindingConditions, true, "the manifest does not enable DRADeviceBindingConditions", ""},
 		{manifest.DRAPartitionableDevices, true, "", ""},
 		{manifest.DRAConsumableCapacity, true, "the manifest does not enable DRAConsumableCapacity", ""},
 		{"", true, "", ""},

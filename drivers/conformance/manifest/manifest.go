@@ -90,9 +90,10 @@ const (
 	// each claim consuming part of a device's capacity, and the driver
 	// prepares several claims on one device.
 	DRAConsumableCapacity Capability = "DRAConsumableCapacity"
-	// DRADeviceBindingConditions: the driver's devices carry binding
-	// conditions, and a pod is bound only once the driver reports them met
-	// in the claim's device status.
+	// DRADeviceBindingConditions: the driver's devices (the manifest's
+	// bindingConditions) carry binding conditions, and a pod using one is
+	// bound only once they are met in the claim's device status, set by
+	// the driver's controller (in the embedded lab: its attach controller).
 	DRADeviceBindingConditions Capability = "DRADeviceBindingConditions"
 	// DRAResourceClaimDeviceStatus: the driver writes the status of the
 	// devices it prepared (conditions, data, network data) into the claim.
@@ -153,6 +154,9 @@ type Manifest struct {
 	// Shares says which devices are shared and what each claim asks of
 	// one, required with DRAConsumableCapacity.
 	Shares *Shares `json:"shares,omitempty"`
+	// BindingConditions says which devices carry binding conditions,
+	// required with DRADeviceBindingConditions.
+	BindingConditions *BindingConditions `json:"bindingConditions,omitempty"`
 	// Proof is how a container shows that it got its device.
 	Proof Proof `json:"proof"`
 	// Timeouts bound how long the suite waits.
@@ -193,6 +197,15 @@ type Shares struct {
 	Selector    string `json:"selector,omitempty"`
 	// Request is each claim's capacity.requests, e.g. {memory: 7Gi}.
 	Request map[resourceapi.QualifiedName]resource.Quantity `json:"request"`
+}
+
+// BindingConditions are the devices of the binding-conditions check: those
+// DeviceClass selects (narrowed by Selector) that publish binding
+// conditions. Something besides the scheduler (the driver's controller)
+// must set the conditions once a claim is allocated such a device.
+type BindingConditions struct {
+	DeviceClass string `json:"deviceClass"`
+	Selector    string `json:"selector,omitempty"`
 }
 
 // Proof is how a container shows that it got its device: exactly one of
@@ -411,7 +424,19 @@ func (m *Manifest) validate() field.ErrorList {
 	errs = append(errs, m.Proof.validate(field.NewPath("proof"))...)
 	errs = append(errs, m.validatePartitions(field.NewPath("partitions"))...)
 	errs = append(errs, m.validateShares(field.NewPath("shares"))...)
+	errs = append(errs, m.validateBindingConditions(field.NewPath("bindingConditions"))...)
 	return errs
+}
+
+func (m *Manifest) validateBindingConditions(p *field.Path) field.ErrorList {
+	if m.BindingConditions == nil {
+		if m.Enabled(DRADeviceBindingConditions) {
+			return field.ErrorList{field.Required(p, fmt.Sprintf("%s is enabled: give the deviceClass (and selector) of the devices with binding conditions", DRADeviceBindingConditions))}
+		}
+		return nil
+	}
+	errs := validateClassName(p.Child("deviceClass"), m.BindingConditions.DeviceClass)
+	return append(errs, validateSelector(p.Child("selector"), m.BindingConditions.Selector)...)
 }
 
 func (m *Manifest) validatePartitions(p *field.Path) field.ErrorList {

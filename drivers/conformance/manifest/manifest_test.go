@@ -185,6 +185,10 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"shares with a bad quantity", minimal + "shares: {deviceClass: gpu.example.com, request: {memory: lots}}\n", []string{"quantities must match"}},
 		{"shares with a bad selector", minimal + "shares: {deviceClass: gpu.example.com, selector: \"1 +\", request: {memory: 1Gi}}\n", []string{"shares.selector: Invalid value"}},
 		{"misspelt shares field", minimal + "shares: {deviceClass: gpu.example.com, requests: {memory: 1Gi}}\n", []string{`unknown field "shares.requests"`}},
+		{"binding conditions enabled without a section", minimal + "capabilities: {DRADeviceBindingConditions: true}\n", []string{"bindingConditions: Required", "DRADeviceBindingConditions is enabled"}},
+		{"binding conditions without a class", minimal + "bindingConditions: {selector: \"true\"}\n", []string{"bindingConditions.deviceClass: Required"}},
+		{"binding conditions with a bad selector", minimal + "bindingConditions: {deviceClass: gpu.example.com, selector: \"1 +\"}\n", []string{"bindingConditions.selector: Invalid value"}},
+		{"misspelt binding conditions field", minimal + "bindingConditions: {class: gpu.example.com}\n", []string{`unknown field "bindingConditions.class"`}},
 		{"bad duration", minimal + "timeouts: {podRunning: 2 minutes}\n", []string{"timeouts.podRunning: Invalid value", `"2 minutes"`, "Go duration"}},
 		{"duration without unit", minimal + "timeouts: {prepare: \"30\"}\n", []string{"timeouts.prepare: Invalid value", `"30"`}},
 		{"zero duration", minimal + "timeouts: {prepare: 0s}\n", []string{"timeouts.prepare: Invalid value", "must be positive"}},
@@ -226,6 +230,21 @@ shares: {deviceClass: gpu.example.com, request: {memory: 7Gi}}
 	}
 	if q := m.Shares.Request["memory"]; m.Shares.DeviceClass != "gpu.example.com" || q.String() != "7Gi" || len(m.Shares.Request) != 1 {
 		t.Errorf("shares = %+v, want class gpu.example.com and a request of memory: 7Gi", m.Shares)
+	}
+}
+
+func TestBindingConditions(t *testing.T) {
+	m, err := Parse("driver.yaml", []byte(minimal+`capabilities: {DRADeviceBindingConditions: true}
+bindingConditions:
+  deviceClass: h100.example.com
+  selector: device.attributes["gpu.example.com"].index == 0
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &BindingConditions{DeviceClass: "h100.example.com", Selector: `device.attributes["gpu.example.com"].index == 0`}
+	if !reflect.DeepEqual(m.BindingConditions, want) {
+		t.Errorf("bindingConditions = %+v, want %+v", m.BindingConditions, want)
 	}
 }
 
