@@ -131,17 +131,39 @@ func parseFaults(path string, data []byte) (map[string]GPUFault, error) {
 
 // WriteFaults writes a faults file atomically; no fault removes it.
 func WriteFaults(path string, gpus map[string]GPUFault) error {
-	if len(gpus) == 0 {
+	data, err := UpdateFaults(path, nil, func(f map[string]GPUFault) { maps.Copy(f, gpus) })
+	if err != nil {
+		return err
+	}
+	if data == nil {
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 		return nil
 	}
-	data, err := json.MarshalIndent(Faults{APIVersion: FaultsAPIVersion, Kind: FaultsKind, GPUs: gpus}, "", "  ")
-	if err != nil {
-		return err
+	return atomicfile.Write(path, data, 0o644)
+}
+
+// UpdateFaults applies update to the faults of a file's contents (nil: no
+// file) and returns the new contents (nil: no fault, no file): what a lab
+// backend writes where the node's driver watches.
+func UpdateFaults(source string, data []byte, update func(map[string]GPUFault)) ([]byte, error) {
+	gpus := map[string]GPUFault{}
+	if len(data) > 0 {
+		var err error
+		if gpus, err = parseFaults(source, data); err != nil {
+			return nil, err
+		}
 	}
-	return atomicfile.Write(path, append(data, '\n'), 0o644)
+	update(gpus)
+	if len(gpus) == 0 {
+		return nil, nil
+	}
+	out, err := json.MarshalIndent(Faults{APIVersion: FaultsAPIVersion, Kind: FaultsKind, GPUs: gpus}, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(out, '\n'), nil
 }
 
 // DeviceFaults turns GPU faults into the faults of a node's devices: a

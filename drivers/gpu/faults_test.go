@@ -146,3 +146,17 @@ func TestWatchFaults(t *testing.T) {
 		t.Errorf("states %v: want the bad file skipped and then no faults", got)
 	}
 }
+
+func TestUpdateFaults(t *testing.T) {
+	data, err := UpdateFaults("n:/f", nil, func(f map[string]GPUFault) { f["gpu-1"] = GPUFault{XID: 79} })
+	if err != nil || !strings.Contains(string(data), `"gpu-1": {`) || !strings.Contains(string(data), `"kind": "GPUFaults"`) {
+		t.Fatalf("first fault: %s, %v", data, err)
+	}
+	data, err = UpdateFaults("n:/f", data, func(f map[string]GPUFault) { delete(f, "gpu-1") })
+	if err != nil || data != nil {
+		t.Errorf("healing the last fault: %q, %v; want no file", data, err)
+	}
+	if _, err := UpdateFaults("n:/f", []byte("{bad"), func(map[string]GPUFault) {}); err == nil || !strings.Contains(err.Error(), "n:/f") {
+		t.Errorf("a bad file: %v, want an error naming it", err)
+	}
+}

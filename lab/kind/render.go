@@ -118,6 +118,10 @@ func ChartValues(mode, image, tag string) map[string]any {
 		"nodeSelector": map[string]any{LabelGPUMode: mode},
 		"fake":         map[string]any{"profileLabel": gpu.NodeProfileLabel, "gpusLabel": LabelGPUs},
 	}
+	if mode == config.GPUModeDRA {
+		// gpu:fail writes the node's faults file (UpdateGPUFaults).
+		v["faultInjection"] = true
+	}
 	if mode != config.GPUModeDRA {
 		v["deviceClasses"] = map[string]any{"create": false}
 		v["validatingAdmissionPolicy"] = map[string]any{"enabled": false}

@@ -1,11 +1,13 @@
 package kind
 
 import (
+	"path"
 	"strings"
 	"testing"
 
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 
+	"github.com/dralab/dralab/charts"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/lab/config"
 )
@@ -52,5 +54,32 @@ func TestRenderDefaultLab(t *testing.T) {
 	dp := ChartValues("device-plugin", "img", "1")
 	if dp["deviceClasses"].(map[string]any)["create"] != false || dp["nodeSelector"].(map[string]any)[LabelGPUMode] != "device-plugin" {
 		t.Errorf("device-plugin chart values = %v", dp)
+	}
+}
+
+// The driver the kind backend installs watches the faults file that
+// UpdateGPUFaults writes on the node, in a directory the pod mounts.
+func TestChartWatchesTheFaultsFile(t *testing.T) {
+	c, err := charts.Load(charts.DriverChart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := charts.Render(c, ChartValues(config.GPUModeDRA, "dralab-driver", "test"), DriverNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := out["dralab-driver/templates/daemonset.yaml"]
+	if !strings.Contains(ds, "name: DRALAB_FAULTS_FILE\n          value: \""+FaultsFile+"\"") {
+		t.Errorf("the DaemonSet does not watch %s:\n%s", FaultsFile, ds)
+	}
+	if !strings.Contains(ds, "mountPath: \""+path.Dir(FaultsFile)+"\"") {
+		t.Errorf("the DaemonSet does not mount %s", path.Dir(FaultsFile))
+	}
+	counting, err := charts.Render(c, ChartValues(config.GPUModeDevicePlugin, "dralab-driver", "test"), DriverNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(counting["dralab-driver/templates/daemonset.yaml"], "DRALAB_FAULTS_FILE") {
+		t.Error("the counting mode's driver watches a faults file")
 	}
 }
