@@ -172,7 +172,7 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 	if err != nil {
 		return Inventory{}, err
 	}
-	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]report.FreeShare{}}
+	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]report.FreeShare{}}
 	shares := map[string]report.FreeShare{}
 	for _, f := range snap.FreeShares(gpu.CapacityMemory) {
 		shares[f.Driver+"/"+f.Pool+"/"+f.Device] = f
@@ -200,6 +200,9 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 			}
 			if ptr.Deref(sl.Spec.Devices[i].AllowMultipleAllocations, false) {
 				inv.Shared[tier]++
+			}
+			if len(sl.Spec.Devices[i].BindingConditions) > 0 {
+				inv.Attached[tier]++
 			}
 		}
 	}
@@ -251,9 +254,14 @@ func (inv Inventory) meets(req Requirements) error {
 			missing = append(missing, fmt.Sprintf("%s GPUs shared by memory (sharing: memory)", t))
 		}
 	}
+	for _, t := range req.AttachedTiers {
+		if inv.Attached[t] == 0 {
+			missing = append(missing, fmt.Sprintf("%s GPUs attached through a fabric, with binding conditions (attach: fabric)", t))
+		}
+	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%w: it needs %s; the cluster has DRA GPUs %v (partitioned %v, shared %v) and counted GPUs %v",
-			ErrUnmet, strings.Join(missing, ", "), inv.Devices, inv.Partitioned, inv.Shared, inv.Counted)
+		return fmt.Errorf("%w: it needs %s; the cluster has DRA GPUs %v (partitioned %v, shared %v, fabric-attached %v) and counted GPUs %v",
+			ErrUnmet, strings.Join(missing, ", "), inv.Devices, inv.Partitioned, inv.Shared, inv.Attached, inv.Counted)
 	}
 	return nil
 }

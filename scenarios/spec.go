@@ -60,6 +60,10 @@ type Requirements struct {
 	// claims may share (allowMultipleAllocations).
 	PartitionedTiers []string `json:"partitionedTiers,omitempty"`
 	SharedTiers      []string `json:"sharedTiers,omitempty"`
+	// AttachedTiers must have free GPUs that are fabric-attached: they
+	// publish binding conditions, which the lab's attach controller sets
+	// (attach: fabric).
+	AttachedTiers []string `json:"attachedTiers,omitempty"`
 	// Features names the Kubernetes features the scenario exercises.
 	Features []string `json:"features,omitempty"`
 }
@@ -368,6 +372,7 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 	checkTiers(field.NewPath("requires", "countedTiers"), s.Requires.CountedTiers)
 	checkTiers(field.NewPath("requires", "partitionedTiers"), s.Requires.PartitionedTiers)
 	checkTiers(field.NewPath("requires", "sharedTiers"), s.Requires.SharedTiers)
+	checkTiers(field.NewPath("requires", "attachedTiers"), s.Requires.AttachedTiers)
 	if len(s.Steps) == 0 {
 		errs = append(errs, field.Required(field.NewPath("steps"), ""))
 	}

@@ -11,7 +11,7 @@ func TestEveryScenarioLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"admin-access", "claim-status", "claims", "counting", "device-taint", "extended-resource", "gpu-failure", "gpu-sharing", "mig-fallback", "mig-partitions", "multi-gpu", "prioritized-fallback", "shared-claim"}
+	want := []string{"admin-access", "claim-status", "claims", "counting", "device-taint", "extended-resource", "fabric-attach", "gpu-failure", "gpu-sharing", "mig-fallback", "mig-partitions", "multi-gpu", "prioritized-fallback", "shared-claim"}
 	var got []string
 	for _, s := range all {
 		got = append(got, s.Name)

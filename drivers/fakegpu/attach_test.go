@@ -23,12 +23,15 @@ func TestFabricAttachedSlices(t *testing.T) {
 		if !slices.Equal(d.API.BindingConditions, []string{ConditionAttached}) || !slices.Equal(d.API.BindingFailureConditions, []string{ConditionAttachFailed}) {
 			t.Errorf("%s: binding conditions %v, failure conditions %v", d.API.Name, d.API.BindingConditions, d.API.BindingFailureConditions)
 		}
+		if a := d.API.Attributes[AttrAttach].StringValue; a == nil || *a != AttachFabric {
+			t.Errorf("%s: attribute %s = %v, want %s", d.API.Name, AttrAttach, a, AttachFabric)
+		}
 		if d.API.BindsToNode != nil {
 			t.Errorf("%s binds to node %v: a node-local GPU's slice names its node already", d.API.Name, *d.API.BindsToNode)
 		}
 	}
 	plain, _ := published(t, &Inventory{Node: "n", Profile: mustProfile(t, "h100-80gb"), Count: 1})
-	if plain[0].API.BindingConditions != nil || plain[0].API.BindingFailureConditions != nil {
+	if _, ok := plain[0].API.Attributes[AttrAttach]; ok || plain[0].API.BindingConditions != nil || plain[0].API.BindingFailureConditions != nil {
 		t.Errorf("a GPU in the node has binding conditions: %+v", plain[0].API)
 	}
 }

@@ -46,6 +46,10 @@ const (
 	AttachFabric = "fabric"
 )
 
+// AttrAttach is "fabric" on a fabric-attached GPU, unset on a GPU in the
+// node: device.attributes["gpu.dralab.dev"].attach == "fabric".
+const AttrAttach = "attach"
+
 // Binding conditions of a fabric-attached GPU: condition types in the
 // claim's status.devices[].conditions. The API takes qualified names, as
 // label keys are: a DNS prefix of ours and a name.
@@ -201,6 +205,8 @@ func (inv *Inventory) Devices(context.Context) ([]kit.Device, error) {
 		case inv.Attach == AttachFabric:
 			whole.API.BindingConditions = []string{ConditionAttached}
 			whole.API.BindingFailureConditions = []string{ConditionAttachFailed}
+			// A claim may ask for fabric GPUs (or avoid them) by selector.
+			whole.API.Attributes[AttrAttach] = resourceapi.DeviceAttribute{StringValue: ptr.To(AttachFabric)}
 		}
 		devices = append(devices, whole)
 	}
