@@ -2,12 +2,14 @@ package labserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	metav1apply "k8s.io/client-go/applyconfigurations/meta/v1"
@@ -197,12 +199,19 @@ func (c *attachController) attach(ctx context.Context, namespace, name string, k
 			WithMessage(fmt.Sprintf("attaching to node %s failed: XID %d: %s", key.pool, x.Code, x.Description))
 	}
 	if err := c.apply(ctx, namespace, name, key, cond); err != nil {
-		// The claim may be gone or deallocated meanwhile: nothing waits.
+		if errors.Is(err, errNotAllocated) || apierrors.IsNotFound(err) {
+			// Deleted or given back meanwhile: nothing waits for it.
+			logger.V(1).Info("GPU no longer to attach", "reason", err.Error())
+			return
+		}
 		logger.Error(err, "Setting the binding condition", "condition", *cond.Type)
 		return
 	}
 	logger.Info("GPU attach done", "condition", *cond.Type, "message", *cond.Message)
 }
+
+// errNotAllocated: the device to attach is no longer allocated to the claim.
+var errNotAllocated = errors.New("no longer allocated")
 
 // apply writes every condition the controller has decided for the
 // claim's devices that are still allocated, with cond for key's device.
@@ -214,7 +223,7 @@ func (c *attachController) apply(ctx context.Context, namespace, name string, ke
 		return err
 	}
 	if claim.UID != key.claim || claim.Status.Allocation == nil {
-		return fmt.Errorf("claim %s/%s is no longer allocated", namespace, name)
+		return fmt.Errorf("claim %s/%s: %w", namespace, name, errNotAllocated)
 	}
 	decided := c.decided[key.claim]
 	if decided == nil {
@@ -237,7 +246,7 @@ func (c *attachController) apply(ctx context.Context, namespace, name string, ke
 			WithConditions(cd))
 	}
 	if allocated[key.deviceKey] == nil {
-		return fmt.Errorf("device %s/%s is no longer allocated to claim %s/%s", key.pool, key.device, namespace, name)
+		return fmt.Errorf("device %s/%s of claim %s/%s: %w", key.pool, key.device, namespace, name, errNotAllocated)
 	}
 	ac := resourceapply.ResourceClaim(name, namespace).WithStatus(status)
 	if _, err := c.client.ResourceV1().ResourceClaims(namespace).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: AttachFieldManager, Force: true}); err != nil {

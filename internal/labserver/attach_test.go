@@ -2,6 +2,7 @@ package labserver
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -97,4 +98,22 @@ func condition(c *resourceapi.ResourceClaim, device, typ string) *metav1.Conditi
 		}
 	}
 	return nil
+}
+
+// A claim given back during the attach delay (its pod deleted, another
+// device's attachment failed) is no error: nothing is written.
+func TestAttachOfADeallocatedClaimWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "gone", Namespace: "ns", UID: types.UID("uid-gone")}}
+	client := fake.NewClientset(claim)
+	c := &attachController{client: client, pending: map[attachKey]bool{}, decided: map[types.UID]map[deviceKey]*metav1apply.ConditionApplyConfiguration{}}
+	key := attachKey{claim.UID, deviceKey{"fabric", "gpu-0"}}
+	err := c.apply(ctx, "ns", "gone", key, metav1apply.Condition().WithType(fakegpu.ConditionAttached))
+	if !errors.Is(err, errNotAllocated) {
+		t.Fatalf("apply = %v, want errNotAllocated", err)
+	}
+	got, err := client.ResourceV1().ResourceClaims("ns").Get(ctx, "gone", metav1.GetOptions{})
+	if err != nil || len(got.Status.Devices) != 0 {
+		t.Errorf("claim status.devices %+v (%v), want none", got.Status.Devices, err)
+	}
 }
