@@ -72,8 +72,12 @@ func runConformance(ctx context.Context, t *testing.T, l *lab.Lab, client kubern
 		sanity.Test(t, sc)
 	})
 	t.Run("conformance cluster", func(t *testing.T) {
+		cmdEnv, err := testlab.CommandEnv(ctx, l)
+		if err != nil {
+			t.Fatal(err)
+		}
 		testenv := env.NewWithConfig(envconf.New().WithKubeconfigFile(l.Kubeconfig()))
-		testenv.Test(t, cluster.Features(m, cluster.Options{})...)
+		testenv.Test(t, cluster.Features(m, cluster.Options{CommandEnv: cmdEnv})...)
 	})
 }
 

@@ -52,7 +52,8 @@ func TestOutsideDriverLab(t *testing.T) {
 // wholeGPUManifest writes drivers/fakegpu/driver.yaml for a lab whose
 // outside driver publishes whole GPUs only (one command line for every
 // node: no MIG node, no shared node, no fabric node beside the others),
-// with partitionable devices, consumable capacity and binding conditions
+// with partitionable devices, consumable capacity, binding conditions and
+// resource health (whose commands fail GPUs of dralab's own driver only)
 // disabled, and each of replace's keys
 // replaced by its value, once.
 func wholeGPUManifest(t *testing.T, replace map[string]string) string {
@@ -66,6 +67,8 @@ func wholeGPUManifest(t *testing.T, replace map[string]string) string {
 		"DRAPartitionableDevices: true":    "DRAPartitionableDevices: false",
 		"DRAConsumableCapacity: true":      "DRAConsumableCapacity: false",
 		"DRADeviceBindingConditions: true": "DRADeviceBindingConditions: false",
+		// gpu:fail reaches dralab's GPU driver only.
+		"ResourceHealthStatus: true": "ResourceHealthStatus: false",
 	}
 	maps.Copy(all, replace)
 	for from, to := range all {

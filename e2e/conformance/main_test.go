@@ -94,6 +94,10 @@ func startLab(ctx context.Context, cfg *envconf.Config) (context.Context, error)
 		return ctx, err
 	}
 	cfg.WithKubeconfigFile(l.Kubeconfig())
+	// The manifest's health commands act on this lab.
+	if options.CommandEnv, err = testlab.CommandEnv(ctx, l); err != nil {
+		return ctx, err
+	}
 	return ctx, nil
 }
 

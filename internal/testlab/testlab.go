@@ -53,3 +53,22 @@ func Stop(ctx context.Context, l *lab.Lab) error {
 	}
 	return err
 }
+
+// CommandEnv is the environment under which a command acts on the lab:
+// the manifest's health commands (dralab gpu fail and heal) find it by
+// its state root and name, and the dralab binary on the PATH.
+func CommandEnv(ctx context.Context, l *lab.Lab) ([]string, error) {
+	st, err := l.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	bin, err := build.Dralab(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return []string{
+		"DRALAB_STATE_DIR=" + filepath.Dir(st.StateDir),
+		lab.EnvLab + "=" + l.Config().Name,
+		"PATH=" + filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH"),
+	}, nil
+}

@@ -53,6 +53,9 @@ type Options struct {
 	// RunID is the value of LabelRun on what the run creates; empty: a
 	// random one.
 	RunID string
+	// CommandEnv are variables (KEY=value) added to the environment of the
+	// manifest's health commands, e.g. which lab they act on.
+	CommandEnv []string
 }
 
 // Labels of every object the suite creates. A run removes objects with
@@ -96,11 +99,10 @@ func Features(m *manifest.Manifest, o Options) []features.Feature {
 		s.feature("consumable capacity", manifest.DRAConsumableCapacity, "two claims share one device with distinct shareIDs within its capacity", s.shares),
 		s.feature("binding conditions", manifest.DRADeviceBindingConditions, "a pod is not bound before its device's binding conditions are True in the claim's status, and is bound and runs after", s.bindingConditions),
 	}
-	// A capability the suite cannot check yet fails a manifest that
-	// enables it: a run passes only on what it verified.
-	for _, c := range []manifest.Capability{manifest.DRAResourceClaimDeviceStatus} {
-		out = append(out, s.feature(string(c), c, "not verified by this suite", nil))
-	}
+	out = append(out,
+		s.feature("claim device status", manifest.DRAResourceClaimDeviceStatus, "a prepared claim's status.devices has the driver's entry for its device, removed once the claim is unprepared", s.deviceStatus),
+		s.feature("resource health", manifest.ResourceHealthStatus, "a failed device is reported Unhealthy in the status of the pod that holds it", s.health),
+	)
 	return out
 }
 

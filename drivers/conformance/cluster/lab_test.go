@@ -103,7 +103,11 @@ func TestFeaturesOnLab(t *testing.T) {
 
 	created := watchCreated(ctx, t, client)
 	testenv := env.NewWithConfig(envconf.New().WithKubeconfigFile(l.Kubeconfig()))
-	testenv.Test(t, cluster.Features(m, cluster.Options{})...)
+	cmdEnv, err := testlab.CommandEnv(ctx, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Test(t, cluster.Features(m, cluster.Options{CommandEnv: cmdEnv})...)
 	namespaces, rules := created()
 
 	if _, err := client.ResourceV1().DeviceTaintRules().Get(ctx, "conformance-interrupted", metav1.GetOptions{}); !apierrors.IsNotFound(err) {

@@ -98,6 +98,10 @@ const (
 	// DRAResourceClaimDeviceStatus: the driver writes the status of the
 	// devices it prepared (conditions, data, network data) into the claim.
 	DRAResourceClaimDeviceStatus Capability = "DRAResourceClaimDeviceStatus"
+	// ResourceHealthStatus: the driver reports its devices' health to the
+	// kubelet, which shows a failed device in the status of the pods that
+	// hold it; the manifest's health commands fail and heal a device.
+	ResourceHealthStatus Capability = "ResourceHealthStatus"
 	// SharedClaims: one claim used by several pods is prepared for each of
 	// them and gives every pod the same device.
 	SharedClaims Capability = "SharedClaims"
@@ -117,6 +121,7 @@ var knownCapabilities = []Capability{
 	DRAConsumableCapacity,
 	DRADeviceBindingConditions,
 	DRAResourceClaimDeviceStatus,
+	ResourceHealthStatus,
 	SharedClaims,
 	OpaqueConfig,
 }
@@ -157,6 +162,9 @@ type Manifest struct {
 	// BindingConditions says which devices carry binding conditions,
 	// required with DRADeviceBindingConditions.
 	BindingConditions *BindingConditions `json:"bindingConditions,omitempty"`
+	// Health says how to fail and heal a device, required with
+	// ResourceHealthStatus.
+	Health *HealthCommands `json:"health,omitempty"`
 	// Proof is how a container shows that it got its device.
 	Proof Proof `json:"proof"`
 	// Timeouts bound how long the suite waits.
@@ -197,6 +205,15 @@ type Shares struct {
 	Selector    string `json:"selector,omitempty"`
 	// Request is each claim's capacity.requests, e.g. {memory: 7Gi}.
 	Request map[resourceapi.QualifiedName]resource.Quantity `json:"request"`
+}
+
+// HealthCommands fail and heal a device for the health check: commands run
+// by the suite's process, each an argv with {node}, {pool} and {device}
+// replaced by the device's. Fail must make the driver report the device
+// unhealthy; Heal undoes it, and runs whatever the check found.
+type HealthCommands struct {
+	Fail []string `json:"fail"`
+	Heal []string `json:"heal"`
 }
 
 // BindingConditions are the devices of the binding-conditions check: those
@@ -425,6 +442,30 @@ func (m *Manifest) validate() field.ErrorList {
 	errs = append(errs, m.validatePartitions(field.NewPath("partitions"))...)
 	errs = append(errs, m.validateShares(field.NewPath("shares"))...)
 	errs = append(errs, m.validateBindingConditions(field.NewPath("bindingConditions"))...)
+	errs = append(errs, m.validateHealth(field.NewPath("health"))...)
+	return errs
+}
+
+func (m *Manifest) validateHealth(p *field.Path) field.ErrorList {
+	if m.Health == nil {
+		if m.Enabled(ResourceHealthStatus) {
+			return field.ErrorList{field.Required(p, fmt.Sprintf("%s is enabled: give the fail and heal commands of a device", ResourceHealthStatus))}
+		}
+		return nil
+	}
+	var errs field.ErrorList
+	for _, c := range []struct {
+		name string
+		argv []string
+	}{{"fail", m.Health.Fail}, {"heal", m.Health.Heal}} {
+		name, argv := c.name, c.argv
+		switch {
+		case len(argv) == 0 || argv[0] == "":
+			errs = append(errs, field.Required(p.Child(name), "a command, e.g. [dralab, gpu, "+name+", \"{node}/{device}\"]"))
+		case !slices.ContainsFunc(argv, func(a string) bool { return strings.Contains(a, "{device}") }):
+			errs = append(errs, field.Invalid(p.Child(name), argv, "the command must name the device: {device} (and {node} or {pool}) are replaced by the device's"))
+		}
+	}
 	return errs
 }
 
