@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	metav1apply "k8s.io/client-go/applyconfigurations/meta/v1"
 	resourceapply "k8s.io/client-go/applyconfigurations/resource/v1"
 	"k8s.io/client-go/informers"
@@ -198,13 +199,20 @@ func (c *attachController) attach(ctx context.Context, namespace, name string, k
 			WithReason(ReasonAttachFailed).
 			WithMessage(fmt.Sprintf("attaching to node %s failed: XID %d: %s", key.pool, x.Code, x.Description))
 	}
-	if err := c.apply(ctx, namespace, name, key, cond); err != nil {
-		if errors.Is(err, errNotAllocated) || apierrors.IsNotFound(err) {
-			// Deleted or given back meanwhile: nothing waits for it.
-			logger.V(1).Info("GPU no longer to attach", "reason", err.Error())
-			return
-		}
-		logger.Error(err, "Setting the binding condition", "condition", *cond.Type)
+	// The scheduler waits up to 10 minutes for the condition, and no
+	// claim update may come to start this again: an API error is retried.
+	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Steps: 8, Cap: 10 * time.Second}
+	retryErr := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+		err = c.apply(ctx, namespace, name, key, cond)
+		return err == nil || errors.Is(err, errNotAllocated) || apierrors.IsNotFound(err), nil
+	})
+	switch {
+	case err != nil && (errors.Is(err, errNotAllocated) || apierrors.IsNotFound(err)):
+		// Deleted or given back meanwhile: nothing waits for it.
+		logger.V(1).Info("GPU no longer to attach", "reason", err.Error())
+		return
+	case err != nil || retryErr != nil:
+		logger.Error(errors.Join(err, retryErr), "Setting the binding condition", "condition", *cond.Type)
 		return
 	}
 	logger.Info("GPU attach done", "condition", *cond.Type, "message", *cond.Message)

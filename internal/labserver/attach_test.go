@@ -4,16 +4,20 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	metav1apply "k8s.io/client-go/applyconfigurations/meta/v1"
 	resourceapply "k8s.io/client-go/applyconfigurations/resource/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/drivers/gpu"
@@ -21,8 +25,8 @@ import (
 
 // A claim of two fabric GPUs, one of them failed: each device gets its
 // own condition (attached, attach-failed with the XID), in entries the
-// driver's own condition (Ready, another field manager) shares, and
-// neither apply drops what the other set.
+// driver's own condition (Ready, another field manager) shares, neither
+// apply drops what the other set, and an API error is retried.
 func TestAttachControllerAppliesEachDevicesCondition(t *testing.T) {
 	ctx := context.Background()
 	faults := filepath.Join(t.TempDir(), "gpu-faults.json")
@@ -48,6 +52,14 @@ func TestAttachControllerAppliesEachDevicesCondition(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The API server fails the controller's first apply: it is retried.
+	var failed atomic.Bool
+	client.PrependReactor("patch", "resourceclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if failed.CompareAndSwap(false, true) {
+			return true, nil, apierrors.NewServerTimeout(resourceapi.Resource("resourceclaims"), "patch", 1)
+		}
+		return false, nil, nil
+	})
 	c := &attachController{client: client, nodes: map[string]attachNode{"fabric": {delay: 10 * time.Millisecond, faults: faults}},
 		pending: map[attachKey]bool{}, decided: map[types.UID]map[deviceKey]*metav1apply.ConditionApplyConfiguration{}}
 	c.observe(ctx, claim)
@@ -62,6 +74,9 @@ func TestAttachControllerAppliesEachDevicesCondition(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("waiting for both devices' conditions: %v; status.devices %+v", err, got.Status.Devices)
+	}
+	if !failed.Load() {
+		t.Error("no apply failed: the retry went untested")
 	}
 	if c := condition(got, "gpu-0", fakegpu.ConditionAttached); c.Status != metav1.ConditionTrue || c.Reason != ReasonAttached {
 		t.Errorf("gpu-0: %+v, want %s True, reason %s", c, fakegpu.ConditionAttached, ReasonAttached)
