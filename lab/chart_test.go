@@ -162,7 +162,7 @@ func TestChartOnRealNode(t *testing.T) {
 			t.Errorf("container log lacks the H100:\n%s", logs)
 		}
 	})
-	runScenarios(ctx, t, restConfig, "claims", "prioritized-fallback")
+	runScenarios(ctx, t, l, restConfig, "claims", "prioritized-fallback")
 	t.Run("the driver repairs its node's pool", func(t *testing.T) {
 		repairPool(ctx, t, client, "real-h100")
 	})

@@ -68,7 +68,7 @@ func TestNVMLMockLab(t *testing.T) {
 		t.Errorf("MIG devices by node %v (want %v), counter sets %v (want 8 on dgx-a100)", migs, want, counterSets)
 	}
 
-	runScenarios(ctx, t, restConfig, "claims", "prioritized-fallback")
+	runScenarios(ctx, t, l, restConfig, "claims", "prioritized-fallback")
 
 	runConformance(ctx, t, l, client, "../drivers/nvml/driver.yaml")
 

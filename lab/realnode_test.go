@@ -24,6 +24,7 @@ import (
 	"github.com/dralab/dralab/internal/procid"
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/internal/report"
+	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/embedded"
 	"github.com/dralab/dralab/scenarios"
 )
@@ -78,7 +79,9 @@ func TestRealNode(t *testing.T) {
 		}
 	})
 
-	runScenarios(ctx, t, restConfig, "claims", "prioritized-fallback")
+	// gpu-failure: the real kubelet shows a failed GPU in the pod's status,
+	// the driver's taint gets the pod evicted from a real container.
+	runScenarios(ctx, t, l, restConfig, "claims", "prioritized-fallback", "gpu-failure")
 
 	t.Run("a killed containerd is reported and explained", func(t *testing.T) {
 		p, ok := s.Process(labstate.RoleContainerd, "real-h100")
@@ -217,9 +220,9 @@ func runGPUPod(ctx context.Context, t *testing.T, client kubernetes.Interface) s
 	return logs
 }
 
-// runScenarios runs scenarios as subtests, logging each step's allocation
-// table.
-func runScenarios(ctx context.Context, t *testing.T, restConfig *rest.Config, names ...string) {
+// runScenarios runs scenarios as subtests on a lab, logging each step's
+// allocation table; scenarios fail the lab's GPUs through it.
+func runScenarios(ctx context.Context, t *testing.T, l *lab.Lab, restConfig *rest.Config, names ...string) {
 	t.Helper()
 	for _, name := range names {
 		t.Run("scenario "+name, func(t *testing.T) {
@@ -234,6 +237,7 @@ func runScenarios(ctx context.Context, t *testing.T, restConfig *rest.Config, na
 			runner.OnStep = func(step string, rows []report.Row) {
 				t.Logf("%s:\n%s", step, report.Table(rows))
 			}
+			runner.GPUFaults = lab.GPUFaults{Lab: l}
 			res, err := runner.Run(ctx, sc)
 			if err != nil {
 				t.Fatal(err)
