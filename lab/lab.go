@@ -203,6 +203,18 @@ func (l *Lab) keepLogs(ctx context.Context) (string, error) {
 // not an error.
 func (l *Lab) Down(ctx context.Context) error { return l.backend.Down(ctx, l.cfg.Name) }
 
+// ErrNoDashboard means the lab's backend serves no dashboard.
+var ErrNoDashboard = errors.New("this lab's backend serves no dashboard")
+
+// DashboardURL is the URL of the lab's live dashboard, token included.
+func (l *Lab) DashboardURL() (string, error) {
+	d, ok := l.backend.(backend.Dashboarder)
+	if !ok {
+		return "", fmt.Errorf("%w (%s backend)", ErrNoDashboard, l.backend.Name())
+	}
+	return d.DashboardURL(l.cfg.Name)
+}
+
 // Status reports the lab's state.
 func (l *Lab) Status(ctx context.Context) (*Status, error) { return l.backend.Status(ctx, l.cfg.Name) }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/magefile/mage/mg"
 	"github.com/magefile/mage/sh"
 
+	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/realnode"
 )
 
@@ -34,6 +35,16 @@ func (Deps) Realnode() error {
 		return nil
 	}
 	return aptInstall(realnode.HostPackages...)
+}
+
+// Browser installs Debian's Chromium, in which the dashboard's tests open
+// the page (with chromedp), when it is missing.
+func (Deps) Browser() error {
+	if _, err := exec.LookPath(dashboard.Chromium); err == nil {
+		fmt.Println("Chromium is installed.")
+		return nil
+	}
+	return aptInstall("chromium")
 }
 
 func aptInstall(packages ...string) error {

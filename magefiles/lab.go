@@ -39,11 +39,16 @@ func (Lab) Up(ctx context.Context) error {
 	if res.Reused {
 		intro = fmt.Sprintf("Lab %q was already running with this configuration; reused it.", cfg.Name)
 	}
-	u.Next(intro+" Next:",
-		"export KUBECONFIG="+l.Kubeconfig(),
+	next := []string{
+		"export KUBECONFIG=" + l.Kubeconfig(),
 		"kubectl get nodes",
 		"kubectl api-resources --api-group=resource.k8s.io",
-		"go run mage.go lab:status    # and lab:down when done")
+	}
+	if url, err := l.DashboardURL(); err == nil {
+		next = append(next, "open "+url+"    # the live dashboard (go run mage.go lab:dashboard prints it)")
+	}
+	next = append(next, "go run mage.go lab:status    # and lab:down when done")
+	u.Next(intro+" Next:", next...)
 	return nil
 }
 
@@ -112,6 +117,21 @@ func (Lab) Kubeconfig() error {
 		return err
 	}
 	fmt.Println(l.Kubeconfig())
+	return nil
+}
+
+// Dashboard prints the URL of the lab's live dashboard (its token
+// included) and nothing else: open it in a browser on this machine.
+func (Lab) Dashboard() error {
+	l, err := lab.Existing()
+	if err != nil {
+		return err
+	}
+	url, err := l.DashboardURL()
+	if err != nil {
+		return err
+	}
+	fmt.Println(url)
 	return nil
 }
 

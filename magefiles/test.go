@@ -43,11 +43,12 @@ func (Test) E2E(ctx context.Context) error {
 	return sh.RunWithV(map[string]string{build.EnvBinary: bin}, "go", args...)
 }
 
-// All installs the real node's host packages, builds the dralab binary
+// All installs the real node's host packages and Chromium (for the
+// dashboard's browser tests), builds the dralab binary
 // once, then runs every test: unit, integration (each starts its own
 // embedded lab, one with a real node) and e2e. This is what CI runs.
 func (Test) All(ctx context.Context) error {
-	mg.SerialDeps(Deps.Build, Deps.Realnode)
+	mg.SerialDeps(Deps.Build, Deps.Realnode, Deps.Browser)
 	bin, err := buildDralab(ctx)
 	if err != nil {
 		return err

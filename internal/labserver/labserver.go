@@ -235,6 +235,9 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 	if err := startAttachController(ctx, dir, cfg); err != nil {
 		return fmt.Errorf("starting the attach controller: %w", err)
 	}
+	if err := startDashboard(ctx, dir, cfg); err != nil {
+		return fmt.Errorf("starting the dashboard: %w", err)
+	}
 
 	status.Phase = labstate.PhaseRunning
 	status.Processes = procs.statuses()

@@ -54,6 +54,10 @@ func (d Dir) PKI() string { return d.path("pki") }
 // Kubeconfig is the administrator's kubeconfig (mode 0600).
 func (d Dir) Kubeconfig() string { return d.path("kubeconfig") }
 
+// DashboardURL holds the URL of the lab's dashboard, its token included:
+// readable by the lab's owner only.
+func (d Dir) DashboardURL() string { return d.path("dashboard-url") }
+
 // ComponentKubeconfig is the kubeconfig of a control-plane component.
 func (d Dir) ComponentKubeconfig(component string) string {
 	return d.path("kubeconfigs", component+".kubeconfig")

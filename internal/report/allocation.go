@@ -91,7 +91,8 @@ func (r Row) DeviceRef() string {
 // claims, and the cluster-wide objects that explain their allocations.
 type Snapshot struct {
 	Pods []v1.Pod
-	// Claims are the namespace's, by name; AllClaims the cluster's.
+	// Claims are the namespace's (all namespaces' when read for all), by
+	// claimKey; AllClaims the cluster's.
 	Claims     map[string]*resourceapi.ResourceClaim
 	AllClaims  []resourceapi.ResourceClaim
 	Slices     []resourceapi.ResourceSlice
@@ -100,8 +101,12 @@ type Snapshot struct {
 	Nodes      map[string]*v1.Node
 }
 
-// Read lists a namespace's pods and claims and the cluster's slices,
-// classes, taint rules, claims and nodes.
+// claimKey keys Snapshot.Claims: namespace/name.
+func claimKey(namespace, name string) string { return namespace + "/" + name }
+
+// Read lists a namespace's pods and claims (metav1.NamespaceAll: every
+// namespace's) and the cluster's slices, classes, taint rules, claims and
+// nodes.
 func Read(ctx context.Context, client kubernetes.Interface, namespace string) (*Snapshot, error) {
 	pods, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -130,8 +135,8 @@ func Read(ctx context.Context, client kubernetes.Interface, namespace string) (*
 	s := &Snapshot{Pods: pods.Items, Claims: map[string]*resourceapi.ResourceClaim{}, AllClaims: claims.Items,
 		Slices: slices.Items, Classes: map[string]*resourceapi.DeviceClass{}, Nodes: map[string]*v1.Node{}}
 	for i := range claims.Items {
-		if claims.Items[i].Namespace == namespace {
-			s.Claims[claims.Items[i].Name] = &claims.Items[i]
+		if namespace == metav1.NamespaceAll || claims.Items[i].Namespace == namespace {
+			s.Claims[claimKey(claims.Items[i].Namespace, claims.Items[i].Name)] = &claims.Items[i]
 		}
 	}
 	for i := range classes.Items {
@@ -175,7 +180,7 @@ func (s *Snapshot) Rows(ctx context.Context) ([]Row, error) {
 		}
 		claimRows := 0
 		for _, ref := range podClaims(pod) {
-			claim := s.Claims[ref.name]
+			claim := s.Claims[claimKey(pod.Namespace, ref.name)]
 			if claim == nil || claim.Status.Allocation == nil {
 				continue
 			}

@@ -67,7 +67,7 @@ func (s *Snapshot) why(ctx context.Context, pod *v1.Pod) (string, string, error)
 		return "", message, nil
 	}
 	for _, ref := range podClaims(pod) {
-		claim := s.Claims[ref.name]
+		claim := s.Claims[claimKey(pod.Namespace, ref.name)]
 		if claim == nil || claim.Status.Allocation != nil {
 			continue
 		}

@@ -36,6 +36,12 @@ type GPUFaulter interface {
 	UpdateGPUFaults(ctx context.Context, name, node string, update func(map[string]gpu.GPUFault)) error
 }
 
+// Dashboarder is a backend whose labs serve the live dashboard.
+type Dashboarder interface {
+	// DashboardURL is the dashboard's URL, its token included.
+	DashboardURL(name string) (string, error)
+}
+
 // Capabilities describe a backend.
 type Capabilities struct {
 	// HollowNodes: nodes run the real kubelet with a fake container runtime.

@@ -283,6 +283,18 @@ func (b *Backend) nodeLogHint(dir labstate.Dir) func(node, component string) str
 	return func(node, component string) string { return dir.Log(component + "-" + node) }
 }
 
+var _ backend.Dashboarder = &Backend{}
+
+// DashboardURL implements backend.Dashboarder: the URL the lab process
+// recorded when it started its dashboard.
+func (b *Backend) DashboardURL(name string) (string, error) {
+	data, err := os.ReadFile(b.dir(name).DashboardURL())
+	if err != nil {
+		return "", fmt.Errorf("lab %s has no dashboard URL (is it running? go run mage.go lab:status): %w", name, err)
+	}
+	return strings.TrimSpace(string(data)), nil
+}
+
 var _ backend.GPUFaulter = &Backend{}
 
 // UpdateGPUFaults implements backend.GPUFaulter: the faults file in the

@@ -1,0 +1,299 @@
+// Package dashboard draws a lab's GPUs and what holds them: every node a
+// row, its devices tiles coloured by tier and labelled in words (free,
+// allocated to which pod, shared, partitioned, tainted, unhealthy), counted
+// nodes apart, and the pending pods with the report package's reason. One
+// renderer serves the live page of the lab process and static reports.
+package dashboard
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/natural"
+	"github.com/dralab/dralab/internal/report"
+)
+
+// Page is what the dashboard shows.
+type Page struct {
+	Title     string
+	Generated time.Time
+	Nodes     []Node
+	Pending   []Pending
+}
+
+// Node is a node with its devices, or with its counted GPUs.
+type Node struct {
+	Name    string
+	Devices []Tile
+	// Counted GPUs are advertised through the device-plugin API: a count,
+	// no device.
+	Counted            bool
+	CountedTier        string
+	Allocatable, InUse int64
+}
+
+// Device states, in words; a tile's class names them too.
+const (
+	StateFree        = "free"
+	StateAllocated   = "allocated"
+	StateShared      = "shared"
+	StatePartitioned = "partitioned"
+	StateTainted     = "tainted"
+	StateUnhealthy   = "unhealthy"
+)
+
+// Tile is one device: a whole GPU, with its MIG devices in use drawn on
+// its memory slices.
+type Tile struct {
+	// Ref is driver/pool/device.
+	Ref     string
+	Name    string
+	Product string
+	Memory  string
+	Tier    string
+	// State is the most telling of the device's states; States all of them.
+	State  string
+	States []string
+	// Holders are the claims that hold the device (or a share or a MIG
+	// device of it), with their pods.
+	Holders []Holder
+	Taints  []string
+	Health  string
+	// Slices are a partitioned GPU's memory slices, each with the MIG
+	// device that holds it, if any.
+	Slices []Slice
+}
+
+// Holder is a claim holding a device or a part of it.
+type Holder struct {
+	Claim string
+	Pods  []string
+	// Part is what of the device it holds: a MIG device and profile, or a
+	// share's consumed memory.
+	Part string
+}
+
+// Slice is one memory slice of a partitioned GPU.
+type Slice struct {
+	Index  int
+	Holder string
+}
+
+// Pending is a pod that waits, with why.
+type Pending struct {
+	Pod    string
+	Reason string
+}
+
+// Build makes the page of a snapshot read for all namespaces.
+func Build(ctx context.Context, title string, snap *report.Snapshot) (*Page, error) {
+	rows, err := snap.Rows(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p := &Page{Title: title, Generated: time.Now()}
+	health := map[string]string{}
+	for _, r := range rows {
+		if r.Device != "" && r.Health != "" {
+			health[r.DeviceRef()] = strings.TrimSuffix(r.Health+": "+r.HealthMessage, ": ")
+		}
+		if r.Device == "" && r.Node == "" && r.Phase != v1.PodSucceeded && r.Phase != v1.PodFailed {
+			reason := r.Reason
+			if reason == "" {
+				reason = "waiting for the scheduler"
+			}
+			p.Pending = append(p.Pending, Pending{Pod: r.Namespace + "/" + r.Pod, Reason: reason})
+		}
+	}
+	holders := claimHolders(snap)
+
+	byNode := map[string]*Node{}
+	node := func(name string) *Node {
+		if n, ok := byNode[name]; ok {
+			return n
+		}
+		n := &Node{Name: name}
+		byNode[name] = n
+		return n
+	}
+	seen := map[string]bool{}
+	for _, s := range snap.Slices {
+		nodeName := s.Spec.Pool.Name
+		if s.Spec.NodeName != nil {
+			nodeName = *s.Spec.NodeName
+		}
+		// A partitioned GPU's MIG devices, by its UUID.
+		migs := map[string][]resourceapi.Device{}
+		for _, d := range s.Spec.Devices {
+			if parent := attr(d, gpu.AttrParentUUID); parent != "" {
+				migs[parent] = append(migs[parent], d)
+			}
+		}
+		for _, d := range s.Spec.Devices {
+			if attr(d, gpu.AttrParentUUID) != "" {
+				continue
+			}
+			ref := s.Spec.Driver + "/" + s.Spec.Pool.Name + "/" + d.Name
+			if seen[ref] {
+				continue
+			}
+			seen[ref] = true
+			t := Tile{Ref: ref, Name: d.Name, Product: attr(d, "productName"), Taints: snap.DeviceTaints(s.Spec.Driver, s.Spec.Pool.Name, d.Name), Health: health[ref]}
+			if c, ok := d.Capacity[gpu.CapacityMemory]; ok {
+				t.Memory = memory(c.Value)
+			}
+			if tier, err := report.Tier(ctx, s.Spec.Driver, &d); err == nil {
+				t.Tier = tier
+			}
+			t.Holders = holders[ref]
+			for _, m := range migs[attr(d, gpu.AttrUUID)] {
+				mref := s.Spec.Driver + "/" + s.Spec.Pool.Name + "/" + m.Name
+				for _, h := range holders[mref] {
+					h.Part = fmt.Sprintf("%s (%s)", m.Name, attr(m, gpu.AttrProfile))
+					t.Holders = append(t.Holders, h)
+					if mh := health[mref]; mh != "" && t.Health == "" {
+						t.Health = mh
+					}
+				}
+			}
+			t.Slices = memorySlices(d, migs[attr(d, gpu.AttrUUID)], s.Spec.Driver+"/"+s.Spec.Pool.Name+"/", holders)
+			t.states(isTrue(d.AllowMultipleAllocations))
+			node(nodeName).Devices = append(node(nodeName).Devices, t)
+		}
+	}
+	for name, n := range snap.Nodes {
+		q := n.Status.Allocatable[v1.ResourceName(gpu.ExtendedResource)]
+		if q.Value() == 0 {
+			continue
+		}
+		c := node(name)
+		c.Counted, c.CountedTier, c.Allocatable = true, report.NodeTier(n), q.Value()
+	}
+	for _, pod := range snap.Pods {
+		if c, ok := byNode[pod.Spec.NodeName]; ok && c.Counted && pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed {
+			for _, ctr := range pod.Spec.Containers {
+				q := ctr.Resources.Limits[v1.ResourceName(gpu.ExtendedResource)]
+				c.InUse += q.Value()
+			}
+		}
+	}
+	for _, n := range byNode {
+		slices.SortFunc(n.Devices, func(a, b Tile) int { return cmpNatural(a.Name, b.Name) })
+		p.Nodes = append(p.Nodes, *n)
+	}
+	slices.SortFunc(p.Nodes, func(a, b Node) int { return cmpNatural(a.Name, b.Name) })
+	return p, nil
+}
+
+// states sets a tile's states from its holders, taints and health.
+func (t *Tile) states(shared bool) {
+	switch {
+	case len(t.Slices) > 0 && len(t.Holders) > 0 && t.Holders[0].Part != "":
+		t.States = append(t.States, StatePartitioned)
+	case shared && len(t.Holders) > 0:
+		t.States = append(t.States, StateShared)
+	case len(t.Holders) > 0:
+		t.States = append(t.States, StateAllocated)
+	default:
+		t.States = append(t.States, StateFree)
+	}
+	if len(t.Taints) > 0 {
+		t.States = append(t.States, StateTainted)
+	}
+	if strings.HasPrefix(t.Health, "Unhealthy") {
+		t.States = append(t.States, StateUnhealthy)
+	}
+	// The most telling state colours the tile.
+	t.State = t.States[len(t.States)-1]
+}
+
+// claimHolders are the claims holding each device, by driver/pool/device.
+func claimHolders(snap *report.Snapshot) map[string][]Holder {
+	out := map[string][]Holder{}
+	for _, c := range snap.AllClaims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		var pods []string
+		for _, r := range c.Status.ReservedFor {
+			if r.Resource == "pods" {
+				pods = append(pods, c.Namespace+"/"+r.Name)
+			}
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			h := Holder{Claim: c.Namespace + "/" + c.Name, Pods: pods}
+			if r.ShareID != nil {
+				h.Part = "share"
+				if q, ok := r.ConsumedCapacity[gpu.CapacityMemory]; ok {
+					h.Part = q.String() + " share"
+				}
+			}
+			ref := r.Driver + "/" + r.Pool + "/" + r.Device
+			out[ref] = append(out[ref], h)
+		}
+	}
+	return out
+}
+
+// memorySlices are a partitioned GPU's memory slices with their holders.
+func memorySlices(whole resourceapi.Device, migs []resourceapi.Device, prefix string, holders map[string][]Holder) []Slice {
+	if len(migs) == 0 || len(whole.ConsumesCounters) == 0 {
+		return nil
+	}
+	n := 0
+	for name := range whole.ConsumesCounters[0].Counters {
+		if strings.HasPrefix(name, "memory-slice-") {
+			n++
+		}
+	}
+	out := make([]Slice, n)
+	for i := range out {
+		out[i].Index = i
+	}
+	for _, m := range migs {
+		hs := holders[prefix+m.Name]
+		if len(hs) == 0 || len(m.ConsumesCounters) == 0 {
+			continue
+		}
+		for name := range m.ConsumesCounters[0].Counters {
+			var i int
+			if _, err := fmt.Sscanf(name, "memory-slice-%d", &i); err == nil && i < n {
+				out[i].Holder = attr(m, gpu.AttrProfile) + " " + strings.Join(hs[0].Pods, ",")
+			}
+		}
+	}
+	return out
+}
+
+func attr(d resourceapi.Device, name resourceapi.QualifiedName) string {
+	if a, ok := d.Attributes[name]; ok && a.StringValue != nil {
+		return *a.StringValue
+	}
+	return ""
+}
+
+func isTrue(b *bool) bool { return b != nil && *b }
+
+// memory is a size in GiB, as GPU memory is spoken of.
+func memory(q resource.Quantity) string {
+	return fmt.Sprintf("%.0f GiB", float64(q.Value())/(1<<30))
+}
+
+func cmpNatural(a, b string) int {
+	switch {
+	case natural.Less(a, b):
+		return -1
+	case natural.Less(b, a):
+		return 1
+	}
+	return cmp.Compare(a, b)
+}

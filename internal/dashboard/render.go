@@ -1,0 +1,50 @@
+package dashboard
+
+import (
+	"bytes"
+	"embed"
+	"html/template"
+	"io"
+	"strings"
+)
+
+//go:embed page.html
+var pageFS embed.FS
+
+var pageTemplate = template.Must(template.New("page.html").Funcs(template.FuncMap{
+	"join": strings.Join,
+	"stateText": func(t Tile) string {
+		return strings.Join(t.States, ", ")
+	},
+}).ParseFS(pageFS, "page.html"))
+
+// Options of a rendered page.
+type Options struct {
+	// Live adds the script that follows the cluster through the server's
+	// events; without it (or without JavaScript) the page is complete but
+	// static.
+	Live bool
+	// EventsURL is where the live page reads its events.
+	EventsURL string
+	// Large sets the projector type size.
+	Large bool
+	// LargeURL and NormalURL switch the type size.
+	LargeURL, NormalURL string
+}
+
+type pageData struct {
+	*Page
+	Options
+}
+
+// Render writes the whole page.
+func Render(w io.Writer, p *Page, o Options) error {
+	return pageTemplate.ExecuteTemplate(w, "page", pageData{p, o})
+}
+
+// RenderView writes the page's view alone: what a live page swaps in.
+func RenderView(p *Page) (string, error) {
+	var b bytes.Buffer
+	err := pageTemplate.ExecuteTemplate(&b, "view", pageData{Page: p})
+	return b.String(), err
+}

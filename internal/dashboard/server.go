@@ -1,0 +1,264 @@
+package dashboard
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/dralab/dralab/internal/report"
+)
+
+// Server serves the live dashboard of a cluster: read-only (it lists and
+// watches, never writes), on a loopback address, behind a token in the
+// URL, like a notebook server's.
+type Server struct {
+	Client kubernetes.Interface
+	Title  string
+	// Token is what every request must carry (?token=); NewToken makes one.
+	Token string
+	// Debounce gathers a burst of changes into one update.
+	Debounce time.Duration
+
+	mu      sync.Mutex
+	subs    map[chan string]struct{}
+	changed chan struct{}
+}
+
+// Chromium is the browser the page is tested in: Debian's, which
+// go run mage.go deps:browser installs.
+const Chromium = "/usr/bin/chromium"
+
+// NewToken is a random token of 128 bits.
+func NewToken() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// Listen serves the dashboard on a free loopback port until ctx ends, and
+// returns its URL, token included.
+func (s *Server) Listen(ctx context.Context) (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	go func() {
+		if err := srv.Serve(l); err != nil && err != http.ErrServerClosed {
+			klog.FromContext(ctx).Error(err, "Dashboard server stopped")
+		}
+	}()
+	go s.Watch(ctx)
+	return fmt.Sprintf("http://%s/?token=%s", l.Addr(), url.QueryEscape(s.Token)), nil
+}
+
+// Handler serves the page (/), its view (/view) and its events (/events).
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", s.page)
+	mux.HandleFunc("GET /view", s.view)
+	mux.HandleFunc("GET /events", s.events)
+	return s.authorized(mux)
+}
+
+// authorized answers 401 and nothing else without the token.
+func (s *Server) authorized(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := r.URL.Query().Get("token")
+		if s.Token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.Token)) != 1 {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprintln(w, "The dashboard's URL carries a token: go run mage.go lab:dashboard prints it.")
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Referrer-Policy", "no-referrer")
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) build(ctx context.Context) (*Page, error) {
+	snap, err := report.Read(ctx, s.Client, metav1.NamespaceAll)
+	if err != nil {
+		return nil, err
+	}
+	return Build(ctx, s.Title, snap)
+}
+
+func (s *Server) page(w http.ResponseWriter, r *http.Request) {
+	p, err := s.build(r.Context())
+	if err != nil {
+		http.Error(w, "reading the cluster: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	q := r.URL.Query()
+	o := Options{Live: true, EventsURL: "events?token=" + url.QueryEscape(s.Token), Large: q.Get("large") == "1"}
+	q.Set("large", "1")
+	o.LargeURL = "?" + q.Encode()
+	q.Del("large")
+	o.NormalURL = "?" + q.Encode()
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := Render(w, p, o); err != nil {
+		klog.FromContext(r.Context()).Error(err, "Rendering the dashboard")
+	}
+}
+
+func (s *Server) view(w http.ResponseWriter, r *http.Request) {
+	p, err := s.build(r.Context())
+	if err != nil {
+		http.Error(w, "reading the cluster: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	v, err := RenderView(p)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write([]byte(v))
+}
+
+// events streams the view, as server-sent events, whenever the cluster
+// changes.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	ch := s.subscribe()
+	defer s.unsubscribe(ch)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	flusher.Flush()
+	keepalive := time.NewTicker(15 * time.Second)
+	defer keepalive.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-keepalive.C:
+			_, _ = fmt.Fprint(w, ": keepalive\n\n")
+		case view := <-ch:
+			for _, line := range strings.Split(view, "\n") {
+				_, _ = fmt.Fprintf(w, "data: %s\n", line)
+			}
+			_, _ = fmt.Fprint(w, "\n")
+		}
+		flusher.Flush()
+	}
+}
+
+func (s *Server) subscribe() chan string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.subs == nil {
+		s.subs = map[chan string]struct{}{}
+	}
+	ch := make(chan string, 1)
+	s.subs[ch] = struct{}{}
+	return ch
+}
+
+func (s *Server) unsubscribe(ch chan string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.subs, ch)
+}
+
+// Watch follows the cluster through informers until ctx ends, and sends
+// every subscriber the view after each burst of changes.
+func (s *Server) Watch(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	s.mu.Lock()
+	if s.changed == nil {
+		s.changed = make(chan struct{}, 1)
+	}
+	changed := s.changed
+	s.mu.Unlock()
+	notify := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { notify() },
+		UpdateFunc: func(any, any) { notify() },
+		DeleteFunc: func(any) { notify() },
+	}
+	f := informers.NewSharedInformerFactory(s.Client, 0)
+	for _, inf := range []cache.SharedIndexInformer{
+		f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer(),
+		f.Resource().V1().ResourceClaims().Informer(), f.Resource().V1().ResourceSlices().Informer(),
+		f.Resource().V1().DeviceTaintRules().Informer(),
+	} {
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			logger.Error(err, "Watching the cluster")
+		}
+	}
+	f.Start(ctx.Done())
+	defer f.Shutdown()
+	debounce := s.Debounce
+	if debounce == 0 {
+		debounce = 100 * time.Millisecond
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(debounce):
+		}
+		s.mu.Lock()
+		n := len(s.subs)
+		s.mu.Unlock()
+		if n == 0 {
+			continue
+		}
+		p, err := s.build(ctx)
+		if err != nil {
+			logger.V(1).Info("Reading the cluster for the dashboard", "err", err)
+			continue
+		}
+		view, err := RenderView(p)
+		if err != nil {
+			logger.Error(err, "Rendering the dashboard")
+			continue
+		}
+		s.mu.Lock()
+		for ch := range s.subs {
+			select {
+			case <-ch:
+			default:
+			}
+			ch <- view
+		}
+		s.mu.Unlock()
+	}
+}
