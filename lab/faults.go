@@ -107,12 +107,7 @@ func (l *Lab) checkGPU(ctx context.Context, ref GPURef) error {
 		}
 	}
 	if !slices.Contains(gpus, ref.Device) {
-		slices.SortFunc(gpus, func(a, b string) int {
-			if natural.Less(a, b) {
-				return -1
-			}
-			return strings.Compare(a, b)
-		})
+		slices.SortFunc(gpus, natural.Compare)
 		return fmt.Errorf("GPU %s: node %s has no GPU %q; its GPUs: %s", ref, ref.Node, ref.Device, orNone(gpus))
 	}
 	return nil

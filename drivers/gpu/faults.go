@@ -17,6 +17,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/kit"
 	"github.com/dralab/dralab/internal/atomicfile"
+	"github.com/dralab/dralab/internal/natural"
 	"github.com/dralab/dralab/internal/strictyaml"
 )
 
@@ -180,7 +181,7 @@ func DeviceFaults(devices []kit.Device, gpus map[string]GPUFault) (map[string]ki
 	for name, g := range gpus {
 		uuid, ok := uuids[name]
 		if !ok {
-			return nil, fmt.Errorf("GPU fault of %q: no such GPU on this node; GPUs: %s", name, strings.Join(slices.Sorted(maps.Keys(uuids)), ", "))
+			return nil, fmt.Errorf("GPU fault of %q: no such GPU on this node; GPUs: %s", name, strings.Join(slices.SortedFunc(maps.Keys(uuids), natural.Compare), ", "))
 		}
 		fault, ok := LookupXID(g.XID).Fault()
 		if !ok {

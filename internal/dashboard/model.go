@@ -6,7 +6,6 @@
 package dashboard
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -187,10 +186,10 @@ func Build(ctx context.Context, title string, snap *report.Snapshot) (*Page, err
 		}
 	}
 	for _, n := range byNode {
-		slices.SortFunc(n.Devices, func(a, b Tile) int { return cmpNatural(a.Name, b.Name) })
+		slices.SortFunc(n.Devices, func(a, b Tile) int { return natural.Compare(a.Name, b.Name) })
 		p.Nodes = append(p.Nodes, *n)
 	}
-	slices.SortFunc(p.Nodes, func(a, b Node) int { return cmpNatural(a.Name, b.Name) })
+	slices.SortFunc(p.Nodes, func(a, b Node) int { return natural.Compare(a.Name, b.Name) })
 	return p, nil
 }
 
@@ -286,14 +285,4 @@ func isTrue(b *bool) bool { return b != nil && *b }
 // memory is a size in GiB, as GPU memory is spoken of.
 func memory(q resource.Quantity) string {
 	return fmt.Sprintf("%.0f GiB", float64(q.Value())/(1<<30))
-}
-
-func cmpNatural(a, b string) int {
-	switch {
-	case natural.Less(a, b):
-		return -1
-	case natural.Less(b, a):
-		return 1
-	}
-	return cmp.Compare(a, b)
 }

@@ -18,6 +18,18 @@ func Less(a, b string) bool {
 	return na < nb
 }
 
+// Compare is Less as a three-way comparison for slices.SortFunc; names
+// equal in order (gpu-2, gpu-02) compare as strings.
+func Compare(a, b string) int {
+	switch {
+	case Less(a, b):
+		return -1
+	case Less(b, a):
+		return 1
+	}
+	return strings.Compare(a, b)
+}
+
 // split cuts "gpu-10" into "gpu" and 10; a name without a numeric suffix
 // is its own prefix, with -1.
 func split(name string) (string, int) {
