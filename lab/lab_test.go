@@ -9,9 +9,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -178,10 +180,16 @@ func TestUpReuseDown(t *testing.T) {
 		t.Errorf("kubeconfig %s: mode %v, %v; want 0600", l.Kubeconfig(), info.Mode().Perm(), err)
 	}
 	procs, ports := labProcesses(t, st)
-	// The API server and one kubelet per node; etcd serves on a unix
-	// socket in the private state directory, not on a port.
-	if len(ports) != 1+len(cfg.Nodes) {
-		t.Errorf("lab listens on %v, want exactly the API server and each kubelet", ports)
+	// The API server, one kubelet per node and the dashboard (behind its
+	// token, which assertNoDataWithoutCertificate does not have); etcd
+	// serves on a unix socket in the private state directory, not on a port.
+	if len(ports) != 1+len(cfg.Nodes)+1 {
+		t.Errorf("lab listens on %v, want exactly the API server, each kubelet and the dashboard", ports)
+	}
+	if url, err := l.DashboardURL(); err != nil {
+		t.Error(err)
+	} else if u, err := neturl.Parse(url); err != nil || !slices.Contains(ports, mustAtoi(u.Port())) {
+		t.Errorf("the dashboard's URL %s is not on a port of the lab's (%v): %v", url, ports, err)
 	}
 	assertNoDataWithoutCertificate(t, ports)
 	// Hollow nodes have no network: they leave the host's iptables alone.
@@ -654,4 +662,12 @@ func TestFailedUpKeepsLogs(t *testing.T) {
 	if _, serr := os.Stat(filepath.Join(root, "t-fails")); !errors.Is(serr, os.ErrNotExist) {
 		t.Errorf("the failed lab's state remains: %v", serr)
 	}
+}
+
+func mustAtoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return -1
+	}
+	return n
 }

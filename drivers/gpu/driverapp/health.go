@@ -21,15 +21,12 @@ func watchHealth(ctx context.Context, o Options, inv kit.Inventory, d *kit.Drive
 	if err != nil {
 		return err
 	}
+	h := &gpuHealth{driver: d, devs: devs, gpus: map[string]gpu.GPUFault{}}
 	nv, isNVML := inv.(*nvml.Inventory)
 	if !isNVML {
 		if o.FaultsFile != "" {
 			go gpu.WatchFaults(ctx, o.FaultsFile, faultsPoll, func(ctx context.Context, gpus map[string]gpu.GPUFault) error {
-				faults, err := gpu.DeviceFaults(devs, gpus)
-				if err != nil {
-					return err
-				}
-				return d.SetDeviceHealth(ctx, faults)
+				return h.set(ctx, gpus)
 			})
 		}
 		return nil
@@ -38,49 +35,71 @@ func watchHealth(ctx context.Context, o Options, inv kit.Inventory, d *kit.Drive
 	if !ok {
 		return nil
 	}
-	byUUID, err := nv.DeviceNamesByUUID(ctx)
-	if err != nil {
-		return err
-	}
-	h := &xidHealth{driver: d, byUUID: byUUID, faults: map[string]kit.DeviceFault{}}
 	go func() {
 		if err := watcher.WatchXIDs(ctx, h.xid(ctx)); err != nil {
 			klog.FromContext(ctx).Error(err, "Watching Xid events stopped; GPU failures go unnoticed until the driver restarts")
 		}
 	}()
 	if inj, ok := nv.Lister.(nvml.XIDInjector); ok && o.FaultsFile != "" {
-		go gpu.WatchFaults(ctx, o.FaultsFile, faultsPoll, h.inject(devs, inj))
+		go gpu.WatchFaults(ctx, o.FaultsFile, faultsPoll, h.inject(inj))
 	}
 	return nil
 }
 
-// xidHealth is the health of an NVML node's devices: a GPU that reported a
-// critical Xid is failed, with its MIG devices, until the driver restarts
-// (a real GPU needs a reset) or, on a mock, the lab heals it.
-type xidHealth struct {
+// gpuHealth is the failed GPUs of a node, by device name, from which the
+// driver's device health follows (gpu.DeviceFaults: a GPU's MIG devices
+// fail with it). On an NVML node a GPU that reported a critical Xid stays
+// failed until the driver restarts (a real GPU needs a reset) or, on a
+// mock, the lab heals it.
+type gpuHealth struct {
 	driver *kit.Driver
-	byUUID map[string][]string
+	devs   []kit.Device
 	mu     sync.Mutex
-	faults map[string]kit.DeviceFault
-	// injected are a mock's GPUs the faults file failed, by device name.
+	gpus   map[string]gpu.GPUFault
+	// injected are a mock's GPUs the faults file failed.
 	injected map[string]gpu.GPUFault
 }
 
-func (h *xidHealth) xid(ctx context.Context) func(nvml.XIDEvent) {
+// set replaces the failed GPUs.
+func (h *gpuHealth) set(ctx context.Context, gpus map[string]gpu.GPUFault) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.gpus = maps.Clone(gpus)
+	return h.apply(ctx)
+}
+
+func (h *gpuHealth) apply(ctx context.Context) error {
+	faults, err := gpu.DeviceFaults(h.devs, h.gpus)
+	if err != nil {
+		return err
+	}
+	return h.driver.SetDeviceHealth(ctx, faults)
+}
+
+// xid records an Xid event of a GPU, by its UUID.
+func (h *gpuHealth) xid(ctx context.Context) func(nvml.XIDEvent) {
 	logger := klog.FromContext(ctx)
+	names := map[string]string{}
+	for _, d := range h.devs {
+		if u := d.API.Attributes[gpu.AttrUUID].StringValue; u != nil {
+			names[*u] = d.API.Name
+		}
+	}
 	return func(ev nvml.XIDEvent) {
 		x := gpu.LookupXID(ev.XID)
 		logger.Info("GPU reported an Xid", "uuid", ev.UUID, "xid", ev.XID, "description", x.Description)
-		fault, ok := x.Fault()
+		name, ok := names[ev.UUID]
 		if !ok {
+			logger.Info("An Xid of a GPU this driver does not publish", "uuid", ev.UUID)
+			return
+		}
+		if _, fault := x.Fault(); !fault {
 			return
 		}
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		for _, name := range h.byUUID[ev.UUID] {
-			h.faults[name] = fault
-		}
-		if err := h.driver.SetDeviceHealth(ctx, maps.Clone(h.faults)); err != nil {
+		h.gpus[name] = gpu.GPUFault{XID: ev.XID}
+		if err := h.apply(ctx); err != nil {
 			logger.Error(err, "Recording a GPU's Xid")
 		}
 	}
@@ -88,9 +107,9 @@ func (h *xidHealth) xid(ctx context.Context) func(nvml.XIDEvent) {
 
 // inject turns the faults file of a mock source into Xid events of its
 // event set; a GPU the file no longer names is reset: healthy again.
-func (h *xidHealth) inject(devs []kit.Device, inj nvml.XIDInjector) func(context.Context, map[string]gpu.GPUFault) error {
+func (h *gpuHealth) inject(inj nvml.XIDInjector) func(context.Context, map[string]gpu.GPUFault) error {
 	uuids := map[string]string{}
-	for _, d := range devs {
+	for _, d := range h.devs {
 		if u := d.API.Attributes[gpu.AttrUUID].StringValue; u != nil {
 			uuids[d.API.Name] = *u
 		}
@@ -111,9 +130,7 @@ func (h *xidHealth) inject(devs []kit.Device, inj nvml.XIDInjector) func(context
 		reset := false
 		for name := range h.injected {
 			if _, still := gpus[name]; !still {
-				for _, dev := range h.byUUID[uuids[name]] {
-					delete(h.faults, dev)
-				}
+				delete(h.gpus, name)
 				reset = true
 			}
 		}
@@ -121,6 +138,6 @@ func (h *xidHealth) inject(devs []kit.Device, inj nvml.XIDInjector) func(context
 		if !reset {
 			return nil
 		}
-		return h.driver.SetDeviceHealth(ctx, maps.Clone(h.faults))
+		return h.apply(ctx)
 	}
 }
