@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -178,40 +177,11 @@ func deviceConditions(c *resourceapi.ResourceClaim, r resourceapi.DeviceRequestA
 // and a selector naming it among its node's devices.
 func (k *kit) withBindingConditions(ctx context.Context) (device, string, string, error) {
 	spec := k.m.BindingConditions
-	nodes, err := driverNodes(ctx, k.client, k.m.Driver)
-	if err != nil {
-		return device{}, "", "", err
-	}
-	var reasons []string
-	for _, node := range nodes {
-		devs, err := nodeDevices(ctx, k.client, k.m.Driver, node)
-		if err != nil {
-			return device{}, "", "", err
-		}
-		candidates, err := selected(ctx, k.client, spec.DeviceClass, spec.Selector, devs)
-		if err != nil {
-			return device{}, "", "", fmt.Errorf("the manifest's bindingConditions: %w", err)
-		}
-		for _, d := range candidates {
-			if len(d.dev.BindingConditions) == 0 {
-				continue
-			}
-			held, err := allocations(ctx, k.client, k.m.Driver, d.pool)
-			if err != nil {
-				return device{}, "", "", err
-			}
-			if slices.ContainsFunc(held, func(r resourceapi.DeviceRequestAllocationResult) bool { return r.Device == d.dev.Name }) {
-				reasons = append(reasons, fmt.Sprintf("%s/%s is in use", d.pool, d.dev.Name))
-				continue
-			}
-			for _, name := range slices.Sorted(maps.Keys(d.dev.Attributes)) {
-				expr, same, ok := sameAttribute(d, name)
-				if ok && len(slices.DeleteFunc(slices.Clone(devs), func(o device) bool { return !same(o) })) == 1 {
-					return d, node, expr, nil
-				}
-			}
-			reasons = append(reasons, fmt.Sprintf("no attribute of %s/%s tells it from the other devices of node %s", d.pool, d.dev.Name, node))
-		}
+	d, node, expr, reasons, err := k.pinnable(ctx, "bindingConditions", spec.DeviceClass, spec.Selector, func(d device) (bool, string) {
+		return len(d.dev.BindingConditions) > 0, ""
+	})
+	if err != nil || expr != "" {
+		return d, node, expr, err
 	}
 	return device{}, "", "", fmt.Errorf("no free device of class %s%s publishes binding conditions%s",
 		spec.DeviceClass, selectorWords(spec.Selector), strings.Join(append([]string{""}, reasons...), "; "))

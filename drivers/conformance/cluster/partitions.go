@@ -441,31 +441,54 @@ func (s *suite) shares(ctx context.Context, t *testing.T, k *kit) error {
 // selector naming it among its node's devices.
 func (k *kit) shareable(ctx context.Context) (device, string, string, error) {
 	spec := k.m.Shares
+	d, node, expr, reasons, err := k.pinnable(ctx, "shares", spec.DeviceClass, spec.Selector, func(d device) (bool, string) {
+		if !ptr.Deref(d.dev.AllowMultipleAllocations, false) {
+			return false, ""
+		}
+		if short := roomForTwo(d, spec.Request); short != "" {
+			return false, short
+		}
+		return true, ""
+	})
+	if err != nil || expr != "" {
+		return d, node, expr, err
+	}
+	return device{}, "", "", fmt.Errorf("no device of class %s%s allows multiple allocations with room for two requests of %v%s",
+		spec.DeviceClass, selectorWords(spec.Selector), quantities(spec.Request), strings.Join(append([]string{""}, reasons...), "; "))
+}
+
+// pinnable finds, over the driver's nodes, a free device of class (and
+// selector) that fits, and a CEL selector naming it among its node's
+// devices, by an attribute no other device of the node shares. fit says
+// whether a device fits, and why not where that is worth telling; a free
+// device no attribute tells apart is a reason too. Nothing found is no
+// error: the reasons are returned for the caller's. what names the
+// manifest's section in errors.
+func (k *kit) pinnable(ctx context.Context, what, class, selector string, fit func(device) (bool, string)) (device, string, string, []string, error) {
 	nodes, err := driverNodes(ctx, k.client, k.m.Driver)
 	if err != nil {
-		return device{}, "", "", err
+		return device{}, "", "", nil, err
 	}
 	var reasons []string
 	for _, node := range nodes {
 		devs, err := nodeDevices(ctx, k.client, k.m.Driver, node)
 		if err != nil {
-			return device{}, "", "", err
+			return device{}, "", "", nil, err
 		}
-		candidates, err := selected(ctx, k.client, spec.DeviceClass, spec.Selector, devs)
+		candidates, err := selected(ctx, k.client, class, selector, devs)
 		if err != nil {
-			return device{}, "", "", fmt.Errorf("the manifest's shares: %w", err)
+			return device{}, "", "", nil, fmt.Errorf("the manifest's %s: %w", what, err)
 		}
 		for _, d := range candidates {
-			if !ptr.Deref(d.dev.AllowMultipleAllocations, false) {
-				continue
-			}
-			if short := roomForTwo(d, spec.Request); short != "" {
-				reasons = append(reasons, short)
+			if ok, why := fit(d); !ok {
+				if why != "" {
+					reasons = append(reasons, why)
+				}
 				continue
 			}
 			held, err := allocations(ctx, k.client, k.m.Driver, d.pool)
 			if err != nil {
-				return device{}, "", "", err
+				return device{}, "", "", nil, err
 			}
 			if slices.ContainsFunc(held, func(r resourceapi.DeviceRequestAllocationResult) bool { return r.Device == d.dev.Name }) {
 				reasons = append(reasons, fmt.Sprintf("%s/%s is in use", d.pool, d.dev.Name))
@@ -474,14 +497,13 @@ func (k *kit) shareable(ctx context.Context) (device, string, string, error) {
 			for _, name := range slices.Sorted(maps.Keys(d.dev.Attributes)) {
 				expr, same, ok := sameAttribute(d, name)
 				if ok && len(slices.DeleteFunc(slices.Clone(devs), func(o device) bool { return !same(o) })) == 1 {
-					return d, node, expr, nil
+					return d, node, expr, nil, nil
 				}
 			}
 			reasons = append(reasons, fmt.Sprintf("no attribute of %s/%s tells it from the other devices of node %s", d.pool, d.dev.Name, node))
 		}
 	}
-	return device{}, "", "", fmt.Errorf("no device of class %s%s allows multiple allocations with room for two requests of %v%s",
-		spec.DeviceClass, selectorWords(spec.Selector), quantities(spec.Request), strings.Join(append([]string{""}, reasons...), "; "))
+	return device{}, "", "", reasons, nil
 }
 
 // roomForTwo says why d's capacity cannot hold two requests, or "".
