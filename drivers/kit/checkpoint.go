@@ -105,6 +105,12 @@ func ReadCheckpoint(path string) (*Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseCheckpoint(path, data)
+}
+
+// parseCheckpoint decodes a checkpoint file's contents; path names it in
+// errors.
+func parseCheckpoint(path string, data []byte) (*Checkpoint, error) {
 	corrupt := func(why string, args ...any) error { return corruptCheckpoint(path, why, args...) }
 	var cp Checkpoint
 	strict, err := sigsjson.UnmarshalStrict(data, &cp)

@@ -285,11 +285,25 @@ func (d Dir) ReadStatus() (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseStatus(d.StatusFile(), data)
+}
+
+// parseStatus decodes a status file; source names it in errors.
+func parseStatus(source string, data []byte) (*Status, error) {
 	var s Status
 	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", d.StatusFile(), err)
+		return nil, fmt.Errorf("reading %s: %w", source, err)
 	}
 	return &s, nil
+}
+
+// parseProcessID decodes a PID or owner file; source names it in errors.
+func parseProcessID(source string, data []byte) (procid.ID, error) {
+	var id procid.ID
+	if err := json.Unmarshal(data, &id); err != nil || id.PID <= 0 {
+		return procid.ID{}, fmt.Errorf("%s holds %q, not a process identity", source, strings.TrimSpace(string(data)))
+	}
+	return id, nil
 }
 
 // ReadProcess returns the lab process recorded in the PID file;
@@ -299,11 +313,7 @@ func (d Dir) ReadProcess() (procid.ID, error) {
 	if err != nil {
 		return procid.ID{}, err
 	}
-	var id procid.ID
-	if err := json.Unmarshal(data, &id); err != nil || id.PID <= 0 {
-		return procid.ID{}, fmt.Errorf("%s holds %q, not a process identity", d.PIDFile(), strings.TrimSpace(string(data)))
-	}
-	return id, nil
+	return parseProcessID(d.PIDFile(), data)
 }
 
 // WriteOwner records the process that owns the lab.
@@ -324,9 +334,9 @@ func (d Dir) ReadOwner() (procid.ID, bool, error) {
 	if err != nil {
 		return procid.ID{}, false, err
 	}
-	var id procid.ID
-	if err := json.Unmarshal(data, &id); err != nil || id.PID <= 0 {
-		return procid.ID{}, false, fmt.Errorf("%s holds %q, not a process identity", d.OwnerFile(), strings.TrimSpace(string(data)))
+	id, err := parseProcessID(d.OwnerFile(), data)
+	if err != nil {
+		return procid.ID{}, false, err
 	}
 	return id, true, nil
 }

@@ -219,9 +219,14 @@ func ReadHostRecord(p Paths) (*HostRecord, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseHostRecord(p.HostRecordFile(), data)
+}
+
+// parseHostRecord decodes a host record; source names it in errors.
+func parseHostRecord(source string, data []byte) (*HostRecord, error) {
 	var rec HostRecord
 	if err := json.Unmarshal(data, &rec); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", p.HostRecordFile(), err)
+		return nil, fmt.Errorf("reading %s: %w", source, err)
 	}
 	return &rec, nil
 }

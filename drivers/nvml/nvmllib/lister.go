@@ -23,14 +23,14 @@ func Open(source string, opts ...Option) (dnvml.Lister, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if source == "" || source == dnvml.SourceLibrary {
+	src, err := dnvml.ParseSource(source)
+	if err != nil {
+		return nil, err
+	}
+	if src.Mock == "" {
 		return open(nvml.New(), nil)
 	}
-	name, ok := strings.CutPrefix(source, dnvml.MockPrefix)
-	if !ok {
-		return nil, unknownSourceError(source)
-	}
-	s, err := newMockServer(name)
+	s, err := newMockServer(src.Mock)
 	if err != nil {
 		return nil, err
 	}

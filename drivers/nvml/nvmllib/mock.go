@@ -44,7 +44,8 @@ func newMockServer(name string) (*server.Server, error) {
 	case "mixed":
 		return mixedServer()
 	}
-	return nil, unknownSourceError(dnvml.MockPrefix + name)
+	// ParseSource accepts only MockServers, each a case above.
+	return nil, fmt.Errorf("%w %q: a mock server without a case in newMockServer", dnvml.ErrUnknownSource, dnvml.MockPrefix+name)
 }
 
 // mixedServer is a server of one model per allocation tier the lab's

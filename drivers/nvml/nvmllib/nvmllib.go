@@ -12,8 +12,6 @@ package nvmllib
 
 import (
 	"errors"
-	"fmt"
-	"strings"
 
 	dnvml "github.com/dralab/dralab/drivers/nvml"
 )
@@ -25,20 +23,10 @@ var ErrLibraryNotFound = errors.New("NVML library not found: is the NVIDIA drive
 var ErrNoCgo = errors.New("this binary was built without cgo (CGO_ENABLED=0), and NVML, its mock servers included, needs a cgo build")
 
 // ErrUnknownSource means Open was given a source it does not know.
-var ErrUnknownSource = errors.New("unknown GPU source")
+var ErrUnknownSource = dnvml.ErrUnknownSource
 
 // Sources lists what Open accepts, for flag help and error messages.
-func Sources() []string {
-	out := []string{dnvml.SourceLibrary}
-	for _, s := range dnvml.MockServers {
-		out = append(out, dnvml.MockPrefix+s)
-	}
-	return out
-}
-
-func unknownSourceError(source string) error {
-	return fmt.Errorf("%w %q: want one of %s", ErrUnknownSource, source, strings.Join(Sources(), ", "))
-}
+func Sources() []string { return dnvml.Sources() }
 
 // Option configures Open.
 type Option func(*options)
