@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,10 +33,20 @@ func TestPortTakenStartsAgainOnAnotherPort(t *testing.T) {
 	takenPort := taken.Addr().(*net.TCPAddr).Port
 	// The node: fails as the kubelet does on a taken port, else runs.
 	const node = `if [ "$1" = "$2" ]; then echo "listen tcp 127.0.0.1:$1: bind: address already in use"; exit 1; fi; exec sleep 600`
+	// The supervisor calls rebind from the goroutine that waits for the
+	// process: the test reads the ports it gave under a lock.
+	var mu sync.Mutex
 	ports := []int{takenPort}
+	rebinds := func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(ports)
+	}
 	rebind := func() ([]string, []string, error) {
 		port, err := freePort()
+		mu.Lock()
 		ports = append(ports, port)
+		mu.Unlock()
 		return []string{"-c", node, "node", strconv.Itoa(port), strconv.Itoa(takenPort)}, nil, err
 	}
 	ctx := context.Background()
@@ -47,13 +59,16 @@ func TestPortTakenStartsAgainOnAnotherPort(t *testing.T) {
 	defer s.stop(ctx, time.Second, labstate.RoleNode)
 	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		st := s.statuses()[0]
-		return st.Running && len(ports) == 2, nil
+		return st.Running && len(rebinds()) == 2, nil
 	})
 	if err != nil {
 		log, _ := os.ReadFile(dir.Log("node-n1"))
-		t.Fatalf("the node was not started again on another port (ports %v, status %+v): %v\n%s", ports, s.statuses(), err, log)
+		t.Fatalf("the node was not started again on another port (ports %v, status %+v): %v\n%s", rebinds(), s.statuses(), err, log)
 	}
-	if got := fmt.Sprint(p.args); got == fmt.Sprint([]string{"-c", node, "node", strconv.Itoa(takenPort), strconv.Itoa(takenPort)}) {
+	s.mu.Lock() // rebind sets the process's arguments under the supervisor's lock
+	args := slices.Clone(p.args)
+	s.mu.Unlock()
+	if got := fmt.Sprint(args); got == fmt.Sprint([]string{"-c", node, "node", strconv.Itoa(takenPort), strconv.Itoa(takenPort)}) {
 		t.Errorf("the node runs with its old arguments %s", got)
 	}
 
@@ -69,7 +84,7 @@ func TestPortTakenStartsAgainOnAnotherPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond) // a wrongful restart would have happened by now
-	if s.isRunning(other) || len(ports) != 2 {
-		t.Errorf("a node that failed without a port conflict was started again (ports %v)", ports)
+	if s.isRunning(other) || len(rebinds()) != 2 {
+		t.Errorf("a node that failed without a port conflict was started again (ports %v)", rebinds())
 	}
 }
