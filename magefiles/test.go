@@ -45,8 +45,10 @@ func (Test) E2E(ctx context.Context) error {
 
 // All installs the real node's host packages and Chromium (for the
 // dashboard's browser tests), builds the dralab binary
-// once, then runs every test: unit, integration (each starts its own
-// embedded lab, one with a real node) and e2e. This is what CI runs.
+// once, then runs every test: the race detector's (test:race), every fuzz
+// target for a few seconds (test:fuzz), then unit, integration (each
+// starts its own embedded lab, one with a real node) and e2e. This is what
+// CI runs.
 func (Test) All(ctx context.Context) error {
 	mg.SerialDeps(Deps.Build, Deps.Realnode, Deps.Browser)
 	bin, err := buildDralab(ctx)
@@ -54,6 +56,12 @@ func (Test) All(ctx context.Context) error {
 		return err
 	}
 	if err := sh.RunV("go", "vet", "./..."); err != nil {
+		return err
+	}
+	if err := (Test{}).Race(); err != nil {
+		return err
+	}
+	if err := (Test{}).Fuzz(ctx); err != nil {
 		return err
 	}
 	env := map[string]string{build.EnvBinary: bin}
