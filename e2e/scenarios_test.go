@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"k8s.io/client-go/kubernetes"
@@ -10,6 +12,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
+	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/report"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/scenarios"
@@ -63,6 +66,9 @@ func runScenario(ctx context.Context, t *testing.T, restConfig *rest.Config, s *
 	if errors.Is(err, scenarios.ErrUnmet) {
 		t.Skipf("skipped on this cluster: %v", err)
 	}
+	if dir := os.Getenv("ARTIFACTS"); dir != "" {
+		writeReport(ctx, t, filepath.Join(dir, "scenario-"+s.Name+".html"), s, res, err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,4 +76,18 @@ func runScenario(ctx context.Context, t *testing.T, restConfig *rest.Config, s *
 		t.Errorf("scenarios/%s/scenario.yaml: %s", s.Name, f)
 	}
 	t.Logf("scenario %s took %s", s.Name, res.Duration)
+}
+
+// writeReport writes a scenario run's HTML report.
+func writeReport(ctx context.Context, t *testing.T, path string, s *scenarios.Scenario, res *scenarios.Result, runErr error) {
+	t.Helper()
+	r, err := dashboard.ScenarioReport(ctx, s, res, runErr)
+	if err == nil {
+		err = dashboard.WriteReportFile(path, r)
+	}
+	if err != nil {
+		t.Errorf("writing the scenario's report: %v", err)
+		return
+	}
+	t.Logf("report: %s", path)
 }

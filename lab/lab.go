@@ -15,6 +15,7 @@ import (
 	"os"
 
 	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab/backend"
 	"github.com/dralab/dralab/lab/config"
@@ -213,6 +214,15 @@ func (l *Lab) DashboardURL() (string, error) {
 		return "", fmt.Errorf("%w (%s backend)", ErrNoDashboard, l.backend.Name())
 	}
 	return d.DashboardURL(l.cfg.Name)
+}
+
+// ServeDashboard serves the live dashboard of the lab's cluster from this
+// process until ctx ends, and returns its URL, token included: for
+// backends whose labs run no dashboard of their own (kind), as
+// lab:dashboard does there. Like the lab process's, it listens on
+// 127.0.0.1 only and only reads the cluster.
+func (l *Lab) ServeDashboard(ctx context.Context) (string, error) {
+	return dashboard.Serve(ctx, l.Kubeconfig(), "dralab: "+l.cfg.Name)
 }
 
 // Status reports the lab's state.

@@ -15,3 +15,11 @@ type Bench mg.Namespace
 func (Bench) Lab() error {
 	return sh.RunV("go", "test", "./lab", "-run", "^$", "-bench", "BenchmarkUp", "-benchtime", "3x")
 }
+
+// Dashboard measures the dashboard on the default lab: page weight, time
+// to first paint in Chromium, and the lab process's CPU seconds and peak
+// RSS during a 100-pod wave without and with the page open.
+func (Bench) Dashboard() error {
+	mg.Deps(Deps.Browser)
+	return sh.RunV("go", "test", "./lab", "-run", "^$", "-bench", "BenchmarkDashboard", "-benchtime", "1x")
+}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/conformance"
 	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/target"
 	"github.com/dralab/dralab/internal/ui"
 )
@@ -25,8 +27,8 @@ type Conformance mg.Namespace
 // lab of $DRALAB_CONFIG (or the default lab) that it starts and deletes;
 // with $KUBECONFIG set, on that cluster when it is a dralab lab or
 // $DRALAB_TARGET names its context, else it refuses. It prints the target
-// first, then a summary, and writes JUnit XML to $ARTIFACTS (or the
-// working directory).
+// first, then a summary, and writes JUnit XML and an HTML report to
+// $ARTIFACTS (or the working directory).
 func (Conformance) Run(ctx context.Context, manifest string) error {
 	return runConformance(ctx, manifest, conformance.LayerAll)
 }
@@ -74,6 +76,11 @@ func runConformance(ctx context.Context, manifest, layer string) error {
 	if report != nil {
 		fmt.Println(report.Summary())
 		fmt.Println("JUnit:", o.JUnit)
+		page := filepath.Join(dir, "conformance-"+name+".html")
+		if herr := dashboard.WriteReportFile(page, dashboard.TestReport("dralab conformance: "+manifest, report, nil)); herr != nil {
+			return errors.Join(err, herr)
+		}
+		fmt.Println("Report:", page)
 	}
 	return err
 }

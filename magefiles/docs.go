@@ -14,8 +14,9 @@ import (
 // Docs regenerates what the docs show.
 type Docs mg.Namespace
 
-// Screenshot runs the dashboard's browser test and keeps the screenshot it
-// takes as docs/images/dashboard.png (needs Chromium: deps:browser).
+// Screenshot runs the dashboard's and the scenario report's browser tests
+// and keeps the screenshots they take as docs/images/dashboard.png and
+// docs/images/scenario-report.png (needs Chromium: deps:browser).
 func (Docs) Screenshot() error {
 	mg.Deps(Deps.Browser)
 	dir, err := os.MkdirTemp("", "dralab-screenshot-")
@@ -23,16 +24,19 @@ func (Docs) Screenshot() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if err := sh.RunWithV(map[string]string{"ARTIFACTS": dir}, "go", "test", "-count=1", "-run", "^TestDashboardInABrowser$", "./internal/dashboard"); err != nil {
+	if err := sh.RunWithV(map[string]string{"ARTIFACTS": dir}, "go", "test", "-count=1", "-run", "^(TestDashboardInABrowser|TestScenarioReportInABrowser)$", "./internal/dashboard"); err != nil {
 		return err
 	}
-	data, err := os.ReadFile(filepath.Join(dir, "dashboard.png"))
-	if err != nil {
-		return err
+	for _, name := range []string{"dashboard.png", "scenario-report.png"} {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		path := filepath.Join("docs", "images", name)
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			return err
+		}
+		fmt.Println(path)
 	}
-	if err := os.WriteFile(filepath.Join("docs", "images", "dashboard.png"), data, 0o644); err != nil {
-		return err
-	}
-	fmt.Println("docs/images/dashboard.png")
 	return nil
 }

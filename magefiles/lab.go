@@ -4,8 +4,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"text/tabwriter"
 
 	"github.com/magefile/mage/mg"
@@ -46,6 +49,8 @@ func (Lab) Up(ctx context.Context) error {
 	}
 	if url, err := l.DashboardURL(); err == nil {
 		next = append(next, "open "+url+"    # the live dashboard (go run mage.go lab:dashboard prints it)")
+	} else if errors.Is(err, lab.ErrNoDashboard) {
+		next = append(next, "go run mage.go lab:dashboard    # serves the live dashboard and prints its URL")
 	}
 	next = append(next, "go run mage.go lab:status    # and lab:down when done")
 	u.Next(intro+" Next:", next...)
@@ -121,13 +126,26 @@ func (Lab) Kubeconfig() error {
 }
 
 // Dashboard prints the URL of the lab's live dashboard (its token
-// included) and nothing else: open it in a browser on this machine.
-func (Lab) Dashboard() error {
+// included) and nothing else: open it in a browser on this machine. The
+// embedded lab's process serves it; for a kind lab this target serves it
+// itself, until interrupted.
+func (Lab) Dashboard(ctx context.Context) error {
 	l, err := lab.Existing()
 	if err != nil {
 		return err
 	}
 	url, err := l.DashboardURL()
+	if errors.Is(err, lab.ErrNoDashboard) {
+		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if url, err = l.ServeDashboard(ctx); err != nil {
+			return err
+		}
+		fmt.Println(url)
+		ui.Stderr().Println("Serving the dashboard of lab " + l.Config().Name + " until Ctrl-C.")
+		<-ctx.Done()
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/magefile/mage/mg"
 
+	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/report"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab"
@@ -71,9 +73,34 @@ func (Scenario) Run(ctx context.Context, name string) error {
 		err = fmt.Errorf("scenario %s: outcomes differ from scenarios/%s/scenario.yaml:\n  %s", s.Name, s.Name, strings.Join(res.Failures(), "\n  "))
 	}
 	done(err)
+	path, rerr := writeScenarioReport(ctx, s, res, err)
+	if rerr != nil {
+		u.Println(fmt.Sprintf("No HTML report: %v", rerr))
+	} else {
+		u.Println("Report: " + path)
+	}
 	if err != nil {
 		return err
 	}
 	u.Println(fmt.Sprintf("\nEvery expected outcome held (%s).", res.Duration.Round(100_000_000)))
 	return nil
+}
+
+// writeScenarioReport writes a run's HTML report into $ARTIFACTS, or else
+// into dralab's cache directory (it outlives the lab), and returns its path.
+func writeScenarioReport(ctx context.Context, s *scenarios.Scenario, res *scenarios.Result, runErr error) (string, error) {
+	dir := os.Getenv("ARTIFACTS")
+	if dir == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return "", err
+		}
+		dir = filepath.Join(cache, "dralab", "reports")
+	}
+	r, err := dashboard.ScenarioReport(ctx, s, res, runErr)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, fmt.Sprintf("scenario-%s-%s.html", s.Name, r.Generated.Format("20060102-150405")))
+	return path, dashboard.WriteReportFile(path, r)
 }

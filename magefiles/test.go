@@ -3,13 +3,22 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/magefile/mage/mg"
 	"github.com/magefile/mage/sh"
 
 	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/internal/dashboard"
+	"github.com/dralab/dralab/internal/junit"
 	"github.com/dralab/dralab/internal/target"
 	"github.com/dralab/dralab/internal/ui"
 )
@@ -25,7 +34,9 @@ func (Test) Unit() error {
 // E2E runs the e2e suite (every scenario, the driver and lab features) on
 // an embedded lab it starts and deletes; with KUBECONFIG set, on that
 // cluster when it is a dralab lab or DRALAB_TARGET names its context, else
-// it refuses. It prints the target first.
+// it refuses. It prints the target first. With $ARTIFACTS set it writes
+// there junit-e2e.xml, e2e.html (a row per test, linking each scenario's
+// own report) and every scenario's HTML report.
 func (Test) E2E(ctx context.Context) error {
 	t, err := target.Resolve(target.Request{Kubeconfig: os.Getenv("KUBECONFIG"), Consent: os.Getenv(target.EnvConsent)})
 	if err != nil {
@@ -40,7 +51,62 @@ func (Test) E2E(ctx context.Context) error {
 	if t != nil {
 		args = append(args, "-args", "--kubeconfig="+t.Kubeconfig)
 	}
-	return sh.RunWithV(map[string]string{build.EnvBinary: bin}, "go", args...)
+	env := map[string]string{build.EnvBinary: bin}
+	dir := os.Getenv("ARTIFACTS")
+	if dir == "" {
+		return sh.RunWithV(env, "go", args...)
+	}
+	return goTestWithReports(ctx, env, args, dir, "e2e", "dralab e2e")
+}
+
+// goTestWithReports runs go test with -json, showing its output as -v
+// would, and writes junit-<name>.xml and <name>.html into dir. A test
+// whose scenario left scenario-<name>.html in dir links to it. It fails
+// when the tests fail.
+func goTestWithReports(ctx context.Context, env map[string]string, args []string, dir, name, title string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	args = slices.Insert(slices.Clone(args), 1, "-json")
+	var events bytes.Buffer
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Env = os.Environ()
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Stdout = io.MultiWriter(&events, junit.Echo(os.Stdout))
+	cmd.Stderr = os.Stderr
+	runErr := cmd.Run()
+	rep, err := junit.Parse(&events)
+	if err != nil {
+		return errors.Join(runErr, err)
+	}
+	var xml bytes.Buffer
+	if err := rep.WriteXML(&xml, title); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "junit-"+name+".xml"), xml.Bytes(), 0o644); err != nil {
+		return err
+	}
+	links := map[string]string{}
+	for _, c := range rep.Cases {
+		parts := strings.Split(c.Name, "/")
+		if len(parts) > 1 && parts[0] == "TestScenarios" {
+			file := "scenario-" + parts[1] + ".html"
+			if _, err := os.Stat(filepath.Join(dir, file)); err == nil {
+				links[c.Name] = file
+			}
+		}
+	}
+	page := filepath.Join(dir, name+".html")
+	if err := dashboard.WriteReportFile(page, dashboard.TestReport(title, rep, links)); err != nil {
+		return err
+	}
+	ui.Stderr().Println("Reports: " + page + ", " + filepath.Join(dir, "junit-"+name+".xml"))
+	if runErr == nil && rep.Failed() {
+		runErr = errors.New("tests failed")
+	}
+	return runErr
 }
 
 // All installs the real node's host packages and Chromium (for the

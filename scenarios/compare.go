@@ -114,11 +114,39 @@ func Outcomes(rows []report.Row) []PodOutcome {
 // pattern that no earlier counted expectation took (from the end with
 // last); one without a count covers every pod matching its pattern.
 func Check(expect []Expectation, outcomes []PodOutcome, inv Inventory) []string {
+	return failuresOf(expect, CheckEach(expect, outcomes, inv))
+}
+
+func failuresOf(expect []Expectation, results []ExpectationResult) []string {
 	var failures []string
+	for i, r := range results {
+		for _, f := range r.Failures {
+			failures = append(failures, fmt.Sprintf("expect[%d] (pods %s): ", i, expect[i].Pods)+f)
+		}
+	}
+	return failures
+}
+
+// ExpectationResult is one expectation checked: what it asked, in words,
+// the pods it was checked on, and its mismatches (none: it held).
+type ExpectationResult struct {
+	Expected string
+	Pods     []string
+	Failures []string
+}
+
+// Held reports whether the expectation held.
+func (r ExpectationResult) Held() bool { return len(r.Failures) == 0 }
+
+// CheckEach checks every expectation on the pods' outcomes, in order:
+// counted expectations take their pods, so a later one sees the rest.
+func CheckEach(expect []Expectation, outcomes []PodOutcome, inv Inventory) []ExpectationResult {
+	results := make([]ExpectationResult, 0, len(expect))
 	taken := map[string]bool{}
-	for i, e := range expect {
+	for _, e := range expect {
+		res := ExpectationResult{Expected: Describe(e, inv)}
 		fail := func(format string, args ...any) {
-			failures = append(failures, fmt.Sprintf("expect[%d] (pods %s): ", i, e.Pods)+fmt.Sprintf(format, args...))
+			res.Failures = append(res.Failures, fmt.Sprintf(format, args...))
 		}
 		var candidates []PodOutcome
 		for _, o := range outcomes {
@@ -132,6 +160,7 @@ func Check(expect []Expectation, outcomes []PodOutcome, inv Inventory) []string 
 		}
 		if len(candidates) < n {
 			fail("expected %d pods (%s), found %d: %s", n, e.Count.String(), len(candidates), podNames(candidates))
+			results = append(results, res)
 			continue
 		}
 		group := candidates[:n]
@@ -139,6 +168,7 @@ func Check(expect []Expectation, outcomes []PodOutcome, inv Inventory) []string 
 			group = candidates[len(candidates)-n:]
 		}
 		for _, o := range group {
+			res.Pods = append(res.Pods, o.Name)
 			if e.Count != nil {
 				taken[o.Name] = true
 			}
@@ -169,8 +199,81 @@ func Check(expect []Expectation, outcomes []PodOutcome, inv Inventory) []string 
 				fail("pods per tier: expected %v, got %v", want, got)
 			}
 		}
+		results = append(results, res)
 	}
-	return failures
+	return results
+}
+
+// Describe says in words what an expectation asks, its counts resolved
+// on the inventory: "3 pods worker-* (devices of [h100]): phase Running,
+// tier h100".
+func Describe(e Expectation, inv Inventory) string {
+	var who string
+	switch {
+	case e.Count == nil:
+		who = "every pod " + e.Pods
+	case e.Last:
+		who = fmt.Sprintf("the last %s %s", pods(inv.Resolve(e.Count)), e.Pods)
+	default:
+		who = fmt.Sprintf("%s %s", pods(inv.Resolve(e.Count)), e.Pods)
+	}
+	if e.Count != nil && e.Count.N == nil {
+		who += " (" + e.Count.String() + ")"
+	}
+	var what []string
+	add := func(name, v string) {
+		if v != "" {
+			what = append(what, name+" "+v)
+		}
+	}
+	add("phase", e.Phase)
+	add("request", e.Request)
+	add("subrequest", e.Subrequest)
+	add("tier", e.Tier)
+	add("MIG profile", e.Profile)
+	add("consuming", e.Consumed)
+	add("node tier", e.NodeTier)
+	if e.Devices != nil {
+		add("devices", fmt.Sprint(inv.Resolve(e.Devices)))
+	}
+	add("same", e.SameAttribute)
+	if e.AdminAccess != nil {
+		add("admin access", fmt.Sprint(*e.AdminAccess))
+	}
+	if e.ExtendedResourceClaim {
+		what = append(what, "extended resource backed by a claim")
+	}
+	if e.Untainted {
+		what = append(what, "untainted")
+	}
+	add("health", e.Health)
+	if len(e.DeviceStatus) > 0 {
+		add("device status", strings.Join(e.DeviceStatus, ", "))
+	}
+	if len(e.StatusData) > 0 {
+		var kv []string
+		for k, v := range e.StatusData {
+			kv = append(kv, k+"="+v)
+		}
+		sort.Strings(kv)
+		add("status data", strings.Join(kv, ", "))
+	}
+	add("reason", e.Reason)
+	if e.SameDevice {
+		what = append(what, "all on one device")
+	}
+	if e.TierCounts != nil {
+		var tc []string
+		for t, c := range e.TierCounts {
+			tc = append(tc, fmt.Sprintf("%s %d", t, inv.Resolve(&c)))
+		}
+		sort.Strings(tc)
+		add("per tier", strings.Join(tc, ", "))
+	}
+	if len(what) == 0 {
+		return who
+	}
+	return who + ": " + strings.Join(what, ", ")
 }
 
 func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
@@ -281,6 +384,13 @@ func equalCounts(want, got map[string]int) bool {
 		}
 	}
 	return true
+}
+
+func pods(n int) string {
+	if n == 1 {
+		return "1 pod"
+	}
+	return fmt.Sprintf("%d pods", n)
 }
 
 func podNames(os []PodOutcome) string {

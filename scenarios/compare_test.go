@@ -139,3 +139,40 @@ func TestResolveShares(t *testing.T) {
 		t.Errorf("no shared h100 + 1 = %d, want 1", got)
 	}
 }
+
+// CheckEach says, per expectation, what it asked in words (counts
+// resolved), which pods it took, and whether it held: what a report's
+// expected-vs-actual table shows.
+func TestCheckEachPerExpectation(t *testing.T) {
+	expect, inv := fallbackExpect(t)
+	rows := []report.Row{
+		running("worker-0", "h100", "h100", "gpu-0"),
+		running("worker-1", "l4", "l4", "gpu-5"),
+		running("worker-2", "l4", "l4", "gpu-0"),
+		running("worker-3", "l4", "l4", "gpu-1"),
+		pending("worker-4", report.AllAllocated),
+	}
+	res := CheckEach(expect, Outcomes(rows), inv)
+	if len(res) != len(expect) {
+		t.Fatalf("%d results for %d expectations", len(res), len(expect))
+	}
+	want := []struct {
+		expected string
+		pods     string
+		held     bool
+	}{
+		{"1 pod worker-* (devices of [h100]): phase Running, request gpu, subrequest h100, tier h100", "worker-0", true},
+		{"1 pod worker-* (devices of [a100]): phase Running, subrequest a100, tier a100", "worker-1", false},
+		{"2 pods worker-* (devices of [l4]): phase Running, subrequest l4, tier l4", "worker-2 worker-3", true},
+		{"1 pod worker-*: phase Pending, reason AllAllocated", "worker-4", true},
+	}
+	for i, w := range want {
+		r := res[i]
+		if r.Expected != w.expected || strings.Join(r.Pods, " ") != w.pods || r.Held() != w.held {
+			t.Errorf("expect[%d]: got %q on %v (held %v, %v), want %q on %s (held %v)", i, r.Expected, r.Pods, r.Held(), r.Failures, w.expected, w.pods, w.held)
+		}
+	}
+	if f := res[1].Failures; len(f) == 0 || !strings.Contains(f[0], "pod worker-1: chosen subrequest: expected a100, got l4") {
+		t.Errorf("expect[1]'s failures %q do not show the mismatch", f)
+	}
+}

@@ -97,6 +97,11 @@ type StepResult struct {
 	Name     string
 	Rows     []report.Row
 	Failures []string
+	// Expectations are the step's expectations, each checked.
+	Expectations []ExpectationResult
+	// Snapshot is the cluster as the step's outcome was read from it: the
+	// nodes and slices, and the scenario namespace's pods and claims.
+	Snapshot *report.Snapshot
 }
 
 // Failures lists every mismatch, prefixed with its step.
@@ -570,12 +575,13 @@ func (r *run) await(ctx context.Context, st Step) (StepResult, error) {
 		if err != nil {
 			return false, err
 		}
-		res.Rows = rows
+		res.Rows, res.Snapshot = rows, snap
+		res.Expectations = CheckEach(st.Expect, Outcomes(rows), r.inv)
 		if !r.settled(ctx, snap) {
 			res.Failures = []string{"the namespace did not settle: pods are still starting, terminating or waiting for the scheduler"}
 			return false, nil
 		}
-		res.Failures = Check(st.Expect, Outcomes(rows), r.inv)
+		res.Failures = failuresOf(st.Expect, res.Expectations)
 		return len(res.Failures) == 0, nil
 	})
 	if err != nil && !wait.Interrupted(err) {

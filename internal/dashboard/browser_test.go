@@ -1,66 +1,27 @@
-package dashboard
+package dashboard_test
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
-)
 
-// browser starts a headless Chromium, with the page's console errors and
-// uncaught exceptions collected.
-func browser(t *testing.T) (context.Context, func() []string) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("a real browser is not a unit test: go test without -short runs it")
-	}
-	path, err := exec.LookPath(Chromium)
-	if err != nil {
-		t.Fatalf("Chromium is not installed (%v): go run mage.go deps:browser installs Debian's", err)
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.WindowSize(1280, 900))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	var mu sync.Mutex
-	var problems []string
-	if err := chromedp.Listen(ctx, func(ev any) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch ev := ev.(type) {
-		case *runtime.EventConsoleAPICalled:
-			if ev.Type == runtime.ConsoleAPICalledTypeError {
-				problems = append(problems, fmt.Sprintf("console error: %v", ev.Args))
-			}
-		case *runtime.EventExceptionThrown:
-			problems = append(problems, fmt.Sprintf("exception: %s at %d:%d", ev.ExceptionDetails.Text, ev.ExceptionDetails.LineNumber, ev.ExceptionDetails.ColumnNumber))
-		}
-	}); err != nil {
-		t.Fatalf("starting %s: %v", path, err)
-	}
-	return ctx, func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), problems...)
-	}
-}
+	"github.com/dralab/dralab/internal/dashboard/browsertest"
+)
 
 // The page in a real browser: a tile per published device, the allocated
 // one naming its pod, the pending pod with its reason, and a deleted pod
 // gone from the page within a second, without a reload and without a
 // console error. A screenshot goes to $ARTIFACTS.
 func TestDashboardInABrowser(t *testing.T) {
-	ctx, problems := browser(t)
+	b := browsertest.New(t)
+	ctx, problems := b.Ctx, b.Problems
 	client := fake.NewClientset(cluster()...)
 	srv := newServer(t, client)
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)

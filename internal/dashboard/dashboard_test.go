@@ -1,4 +1,4 @@
-package dashboard
+package dashboard_test
 
 import (
 	"bufio"
@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/report"
 )
 
@@ -76,7 +77,7 @@ func TestBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := Build(context.Background(), "lab", snap)
+	p, err := dashboard.Build(context.Background(), "lab", snap)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestBuild(t *testing.T) {
 }
 
 func newServer(t *testing.T, client *fake.Clientset) *httptest.Server {
-	s := &Server{Client: client, Title: "dralab: test", Token: "s3cret", Debounce: 10 * time.Millisecond}
+	s := &dashboard.Server{Client: client, Title: "dralab: test", Token: "s3cret", Debounce: 10 * time.Millisecond}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go s.Watch(ctx)

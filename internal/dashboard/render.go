@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-//go:embed page.html
+//go:embed page.html report.html
 var pageFS embed.FS
 
 var pageTemplate = template.Must(template.New("page.html").Funcs(template.FuncMap{
@@ -16,7 +16,7 @@ var pageTemplate = template.Must(template.New("page.html").Funcs(template.FuncMa
 	"stateText": func(t Tile) string {
 		return strings.Join(t.States, ", ")
 	},
-}).ParseFS(pageFS, "page.html"))
+}).ParseFS(pageFS, "page.html", "report.html"))
 
 // Options of a rendered page.
 type Options struct {

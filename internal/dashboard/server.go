@@ -11,12 +11,17 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/dralab/dralab/internal/report"
@@ -36,6 +41,58 @@ type Server struct {
 	mu      sync.Mutex
 	subs    map[chan string]struct{}
 	changed chan struct{}
+	// caches are the informers' listers once they have synced: pages are
+	// built from them, not from lists on the API server.
+	caches atomic.Pointer[caches]
+}
+
+type caches struct {
+	pods    corelisters.PodLister
+	nodes   corelisters.NodeLister
+	claims  resourcelisters.ResourceClaimLister
+	slices  resourcelisters.ResourceSliceLister
+	classes resourcelisters.DeviceClassLister
+	rules   resourcelisters.DeviceTaintRuleLister
+}
+
+// snapshot is the cluster as the informers last saw it.
+func (c *caches) snapshot() (*report.Snapshot, error) {
+	everything := labels.Everything()
+	pods, err := c.pods.List(everything)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := c.nodes.List(everything)
+	if err != nil {
+		return nil, err
+	}
+	claims, err := c.claims.List(everything)
+	if err != nil {
+		return nil, err
+	}
+	slices, err := c.slices.List(everything)
+	if err != nil {
+		return nil, err
+	}
+	classes, err := c.classes.List(everything)
+	if err != nil {
+		return nil, err
+	}
+	rules, err := c.rules.List(everything)
+	if err != nil {
+		return nil, err
+	}
+	return report.NewSnapshot(metav1.NamespaceAll, values(pods), values(claims), values(slices), values(classes), values(rules), values(nodes)), nil
+}
+
+// values copies cached objects into a slice of values; the report reads
+// them and never writes.
+func values[T any](ptrs []*T) []T {
+	out := make([]T, len(ptrs))
+	for i, p := range ptrs {
+		out[i] = *p
+	}
+	return out
 }
 
 // Chromium is the browser the page is tested in: Debian's, which
@@ -72,6 +129,26 @@ func (s *Server) Listen(ctx context.Context) (string, error) {
 	return fmt.Sprintf("http://%s/?token=%s", l.Addr(), url.QueryEscape(s.Token)), nil
 }
 
+// Serve serves the live dashboard of the cluster of a kubeconfig, with a
+// new token, until ctx ends, and returns its URL.
+func Serve(ctx context.Context, kubeconfig, title string) (string, error) {
+	restConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return "", err
+	}
+	// No client timeout: the informers watch.
+	client, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return "", err
+	}
+	token, err := NewToken()
+	if err != nil {
+		return "", err
+	}
+	s := &Server{Client: client, Title: title, Token: token}
+	return s.Listen(ctx)
+}
+
 // Handler serves the page (/), its view (/view) and its events (/events).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -99,7 +176,14 @@ func (s *Server) authorized(next http.Handler) http.Handler {
 }
 
 func (s *Server) build(ctx context.Context) (*Page, error) {
-	snap, err := report.Read(ctx, s.Client, metav1.NamespaceAll)
+	var snap *report.Snapshot
+	var err error
+	if c := s.caches.Load(); c != nil {
+		snap, err = c.snapshot()
+	} else {
+		// Before the informers have synced, from the API server.
+		snap, err = report.Read(ctx, s.Client, metav1.NamespaceAll)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -209,10 +293,15 @@ func (s *Server) Watch(ctx context.Context) {
 		DeleteFunc: func(any) { notify() },
 	}
 	f := informers.NewSharedInformerFactory(s.Client, 0)
+	c := &caches{
+		pods: f.Core().V1().Pods().Lister(), nodes: f.Core().V1().Nodes().Lister(),
+		claims: f.Resource().V1().ResourceClaims().Lister(), slices: f.Resource().V1().ResourceSlices().Lister(),
+		classes: f.Resource().V1().DeviceClasses().Lister(), rules: f.Resource().V1().DeviceTaintRules().Lister(),
+	}
 	for _, inf := range []cache.SharedIndexInformer{
 		f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer(),
 		f.Resource().V1().ResourceClaims().Informer(), f.Resource().V1().ResourceSlices().Informer(),
-		f.Resource().V1().DeviceTaintRules().Informer(),
+		f.Resource().V1().DeviceClasses().Informer(), f.Resource().V1().DeviceTaintRules().Informer(),
 	} {
 		if _, err := inf.AddEventHandler(handler); err != nil {
 			logger.Error(err, "Watching the cluster")
@@ -220,6 +309,15 @@ func (s *Server) Watch(ctx context.Context) {
 	}
 	f.Start(ctx.Done())
 	defer f.Shutdown()
+	go func() {
+		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				logger.V(1).Info("Dashboard cache not synced; pages are read from the API server", "type", typ)
+				return
+			}
+		}
+		s.caches.Store(c)
+	}()
 	debounce := s.Debounce
 	if debounce == 0 {
 		debounce = 100 * time.Millisecond

@@ -13,11 +13,16 @@ import (
 // Selectors are compiled CEL selectors that must all match.
 type Selectors []cel.CompilationResult
 
-// Compile compiles expressions once, for many devices.
+// cache keeps compiled expressions: compiling is what costs, and the same
+// class and tier selectors are matched against every device of every
+// report (the dashboard builds one per change).
+var cache = cel.NewCache(1024, cel.Features{EnableConsumableCapacity: true})
+
+// Compile compiles expressions, or takes them compiled from the cache.
 func Compile(expressions ...string) (Selectors, error) {
 	out := make(Selectors, 0, len(expressions))
 	for _, e := range expressions {
-		res := cel.GetCompiler(cel.Features{}).CompileCELExpression(e, cel.Options{})
+		res := cache.GetOrCompile(e)
 		if res.Error != nil {
 			return nil, res.Error
 		}

@@ -309,3 +309,27 @@ example.com/drv/manifest.TestParse  PASS
 		})
 	}
 }
+
+// Echo shows the test output of an event stream, split across writes
+// anywhere, and passes other lines through.
+func TestEcho(t *testing.T) {
+	stream := `{"Action":"start","Package":"p"}
+{"Action":"run","Package":"p","Test":"TestA"}
+{"Action":"output","Package":"p","Test":"TestA","Output":"=== RUN   TestA\n"}
+{"Action":"output","Package":"p","Test":"TestA","Output":"    a_test.go:3: hello\n"}
+not an event
+{"Action":"pass","Package":"p","Test":"TestA","Elapsed":0}
+{"Action":"output","Package":"p","Output":"ok  \tp\t0.1s\n"}
+`
+	var out bytes.Buffer
+	w := Echo(&out)
+	for i := 0; i < len(stream); i += 7 {
+		if _, err := w.Write([]byte(stream[i:min(i+7, len(stream))])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := "=== RUN   TestA\n    a_test.go:3: hello\nnot an event\nok  \tp\t0.1s\n"
+	if out.String() != want {
+		t.Errorf("echoed %q, want %q", out.String(), want)
+	}
+}

@@ -3,8 +3,6 @@ package labserver
 import (
 	"context"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/dralab/dralab/internal/atomicfile"
@@ -18,22 +16,8 @@ import (
 // directory, readable by the lab's owner only. The dashboard only reads
 // the cluster.
 func startDashboard(ctx context.Context, dir labstate.Dir, cfg *config.Config) error {
-	restConfig, err := clientcmd.BuildConfigFromFlags("", dir.Kubeconfig())
-	if err != nil {
-		return err
-	}
-	// No client timeout: the dashboard's informers watch.
-	client, err := kubernetes.NewForConfig(restConfig)
-	if err != nil {
-		return err
-	}
-	token, err := dashboard.NewToken()
-	if err != nil {
-		return err
-	}
-	s := &dashboard.Server{Client: client, Title: "dralab: " + cfg.Name, Token: token}
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("dashboard"))
-	url, err := s.Listen(ctx)
+	url, err := dashboard.Serve(ctx, dir.Kubeconfig(), "dralab: "+cfg.Name)
 	if err != nil {
 		return err
 	}

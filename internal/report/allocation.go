@@ -132,21 +132,31 @@ func Read(ctx context.Context, client kubernetes.Interface, namespace string) (*
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	s := &Snapshot{Pods: pods.Items, Claims: map[string]*resourceapi.ResourceClaim{}, AllClaims: claims.Items,
-		Slices: slices.Items, Classes: map[string]*resourceapi.DeviceClass{}, Nodes: map[string]*v1.Node{}}
-	for i := range claims.Items {
-		if namespace == metav1.NamespaceAll || claims.Items[i].Namespace == namespace {
-			s.Claims[claimKey(claims.Items[i].Namespace, claims.Items[i].Name)] = &claims.Items[i]
+	var ruleItems []resourceapi.DeviceTaintRule
+	if rules != nil {
+		ruleItems = rules.Items
+	}
+	return NewSnapshot(namespace, pods.Items, claims.Items, slices.Items, classes.Items, ruleItems, nodes.Items), nil
+}
+
+// NewSnapshot makes a snapshot of listed objects (from the API or from
+// informers' caches): a namespace's pods (metav1.NamespaceAll: every
+// namespace's) and the cluster's claims, slices, classes, taint rules and
+// nodes. The pods are sorted in creation order; the slices are kept.
+func NewSnapshot(namespace string, pods []v1.Pod, claims []resourceapi.ResourceClaim, slices []resourceapi.ResourceSlice,
+	classes []resourceapi.DeviceClass, rules []resourceapi.DeviceTaintRule, nodes []v1.Node) *Snapshot {
+	s := &Snapshot{Pods: pods, Claims: map[string]*resourceapi.ResourceClaim{}, AllClaims: claims,
+		Slices: slices, Classes: map[string]*resourceapi.DeviceClass{}, TaintRules: rules, Nodes: map[string]*v1.Node{}}
+	for i := range claims {
+		if namespace == metav1.NamespaceAll || claims[i].Namespace == namespace {
+			s.Claims[claimKey(claims[i].Namespace, claims[i].Name)] = &claims[i]
 		}
 	}
-	for i := range classes.Items {
-		s.Classes[classes.Items[i].Name] = &classes.Items[i]
+	for i := range classes {
+		s.Classes[classes[i].Name] = &classes[i]
 	}
-	if rules != nil {
-		s.TaintRules = rules.Items
-	}
-	for i := range nodes.Items {
-		s.Nodes[nodes.Items[i].Name] = &nodes.Items[i]
+	for i := range nodes {
+		s.Nodes[nodes[i].Name] = &nodes[i]
 	}
 	sort.Slice(s.Pods, func(i, j int) bool {
 		a, b := s.Pods[i].CreationTimestamp, s.Pods[j].CreationTimestamp
@@ -157,7 +167,7 @@ func Read(ctx context.Context, client kubernetes.Interface, namespace string) (*
 		// order their numbers say.
 		return natural.Less(s.Pods[i].Name, s.Pods[j].Name)
 	})
-	return s, nil
+	return s
 }
 
 // Allocations reads a namespace and returns its allocation table.
@@ -436,13 +446,23 @@ func Table(rows []Row) string {
 // WriteTable prints rows as an aligned table.
 func WriteTable(w io.Writer, rows []Row) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	// The PARTITION column appears only where a device is split or shared,
-	// so that the tables of whole GPUs stay as they were.
+	header, body := Cells(rows)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, cells := range body {
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+	return tw.Flush()
+}
+
+// Cells is the allocation table as text cells, a header and a line per
+// row, as WriteTable prints it and the HTML reports show it. The
+// PARTITION column appears only where a device is split or shared, so
+// that the tables of whole GPUs stay as they were.
+func Cells(rows []Row) (header []string, body [][]string) {
 	partitions := slices.ContainsFunc(rows, func(r Row) bool { return r.partition() != "" })
+	header = []string{"POD", "CLAIM", "REQUEST → CHOSEN", "DEVICE", "TIER", "NODE", "STATUS"}
 	if partitions {
-		fmt.Fprintln(tw, "POD\tCLAIM\tREQUEST → CHOSEN\tDEVICE\tPARTITION\tTIER\tNODE\tSTATUS")
-	} else {
-		fmt.Fprintln(tw, "POD\tCLAIM\tREQUEST → CHOSEN\tDEVICE\tTIER\tNODE\tSTATUS")
+		header = slices.Insert(header, 4, "PARTITION")
 	}
 	for _, r := range rows {
 		req := r.Request
@@ -470,13 +490,13 @@ func WriteTable(w io.Writer, rows []Row) error {
 		if tier == "" && r.NodeTier != "" {
 			tier = "(node: " + r.NodeTier + ")"
 		}
-		device := dash(r.DeviceRef())
+		cells := []string{r.Pod, dash(r.Claim), dash(req), dash(r.DeviceRef()), dash(tier), dash(r.Node), status}
 		if partitions {
-			device += "\t" + dash(r.partition())
+			cells = slices.Insert(cells, 4, dash(r.partition()))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Pod, dash(r.Claim), dash(req), device, dash(tier), dash(r.Node), status)
+		body = append(body, cells)
 	}
-	return tw.Flush()
+	return header, body
 }
 
 // partition says which part of its device a row holds: a MIG profile, or

@@ -10,6 +10,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/cel"
+
+	"github.com/dralab/dralab/internal/devicecel"
 )
 
 // Reason codes of a waiting pod, beyond the scheduler's generic "cannot
@@ -249,11 +251,11 @@ func matchesAll(ctx context.Context, selectors []resourceapi.DeviceSelector, dev
 		if sel.CEL == nil {
 			continue
 		}
-		res := cel.GetCompiler(cel.Features{EnableConsumableCapacity: true}).CompileCELExpression(sel.CEL.Expression, cel.Options{})
-		if res.Error != nil {
-			return false, fmt.Errorf("selector %q: %w", sel.CEL.Expression, res.Error)
+		compiled, err := devicecel.Compile(sel.CEL.Expression)
+		if err != nil {
+			return false, fmt.Errorf("selector %q: %w", sel.CEL.Expression, err)
 		}
-		ok, _, err := res.DeviceMatches(ctx, dev)
+		ok, _, err := compiled[0].DeviceMatches(ctx, dev)
 		if err != nil {
 			// The allocator treats a failing selector as no match for
 			// that device's claim; so does the explanation.
