@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -9,6 +11,22 @@ import (
 	"github.com/dralab/dralab/internal/labserver"
 	"github.com/dralab/dralab/internal/labstate"
 )
+
+// envCPUProfile names a file for the lab process's CPU profile, written
+// when the lab stops: what docs/performance.md reads to tune the lab.
+const envCPUProfile = "DRALAB_CPU_PROFILE"
+
+func startCPUProfile(file string) (func(), error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", envCPUProfile, err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", envCPUProfile, err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
 
 func newLabCommand() *cobra.Command {
 	lab := &cobra.Command{Use: "lab", Short: "Embedded lab processes"}
@@ -23,6 +41,13 @@ func newLabCommand() *cobra.Command {
 				return err
 			}
 			v, _ := strconv.Atoi(cmd.Flags().Lookup("v").Value.String())
+			if file := os.Getenv(envCPUProfile); file != "" {
+				stop, err := startCPUProfile(file)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			return labserver.Run(cmd.Context(), labserver.Options{
 				Dir:        labstate.Dir(stateDir),
 				Executable: exe,

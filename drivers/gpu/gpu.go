@@ -7,6 +7,7 @@ package gpu
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -110,15 +111,27 @@ func DeviceClasses() []resourceapi.DeviceClass {
 	return append(classes, newClass(ClassMIG, driverSelector, typeSelector(TypeMIG)))
 }
 
-func newClass(name string, expressions ...string) resourceapi.DeviceClass {
-	c := resourceapi.DeviceClass{
+// newClass makes a class of one selector, the conditions joined with &&:
+// the allocator builds a device's CEL activation (every attribute
+// converted) for each selector it evaluates, so one selector instead of
+// three schedules firstAvailable pods over the tier classes two thirds
+// faster on 500 nodes (docs/performance.md).
+func newClass(name string, conditions ...string) resourceapi.DeviceClass {
+	return resourceapi.DeviceClass{
 		TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "DeviceClass"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/part-of": "dralab"}},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+			Expression: all(conditions...),
+		}}}},
 	}
-	for _, e := range expressions {
-		c.Spec.Selectors = append(c.Spec.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: e}})
+}
+
+// all joins CEL conditions with &&, each in parentheses.
+func all(conditions ...string) string {
+	if len(conditions) == 1 {
+		return conditions[0]
 	}
-	return c
+	return "(" + strings.Join(conditions, ") && (") + ")"
 }
 
 // TierOf returns the tier whose class selects the device, "" for none (a

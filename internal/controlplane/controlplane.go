@@ -57,6 +57,10 @@ type Options struct {
 	ControllerManagerKubeconfig string
 	// SchedulerConfig is the scheduler's configuration file.
 	SchedulerConfig string
+	// ControllerManagerQPS is the controller manager's client QPS and
+	// burst; ClaimWorkers its resource claim controller's workers.
+	ControllerManagerQPS int32
+	ClaimWorkers         int32
 	// AdminKubeconfig is used to wait for the API to be ready.
 	AdminKubeconfig string
 	// FeatureGates is passed as --feature-gates, e.g. "A=true,B=false".
@@ -315,8 +319,9 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context, opts Options
 		"--cluster-signing-cert-file=" + p.CACert,
 		"--cluster-signing-key-file=" + p.CAKey,
 		// The default 20/30 caps claim creation from templates at ~10 pods/s.
-		"--kube-api-qps=1000",
-		"--kube-api-burst=1000",
+		"--kube-api-qps=" + strconv.Itoa(int(opts.ControllerManagerQPS)),
+		"--kube-api-burst=" + strconv.Itoa(int(opts.ControllerManagerQPS)),
+		"--concurrent-resourceclaim-syncs=" + strconv.Itoa(int(opts.ClaimWorkers)),
 	}
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("kube-controller-manager flags: %w", err)

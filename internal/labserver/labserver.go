@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -143,7 +144,11 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		listener.Close()
 		return fmt.Errorf("issuing certificates: %w", err)
 	}
-	if err := writeSchedulerConfig(dir); err != nil {
+	settings := cfg.ControlPlane.Settings()
+	if settings.GCPercent != 0 {
+		debug.SetGCPercent(int(settings.GCPercent))
+	}
+	if err := writeSchedulerConfig(dir, settings); err != nil {
 		listener.Close()
 		return err
 	}
@@ -196,6 +201,8 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		SchedulerKubeconfig:         dir.ComponentKubeconfig("kube-scheduler"),
 		ControllerManagerKubeconfig: dir.ComponentKubeconfig("kube-controller-manager"),
 		SchedulerConfig:             dir.SchedulerConfig(),
+		ControllerManagerQPS:        settings.ClientQPS,
+		ClaimWorkers:                settings.ClaimWorkers,
 		AdminKubeconfig:             dir.Kubeconfig(),
 		AuditPolicy:                 dir.AuditPolicy(),
 		AuditLog:                    dir.AuditLog(),
@@ -637,22 +644,25 @@ func freePort() (int, error) {
 // schedulerConfig raises the scheduler's client limits and weights the
 // DynamicResources score so that a prioritized list's order holds across
 // nodes: with the default weight (2) other scores can outweigh it and a pod
-// gets its second choice while its first is free on another node.
+// gets its second choice while its first is free on another node. The
+// lab's controlPlane settings fill it in.
 const schedulerConfig = `apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 clientConnection:
   kubeconfig: %q
-  qps: 1000
-  burst: 1000
+  qps: %d
+  burst: %d
 leaderElection:
   leaderElect: false
+parallelism: %d
+percentageOfNodesToScore: %d
 profiles:
 - schedulerName: default-scheduler
   plugins:
     score:
       enabled:
       - name: DynamicResources
-        weight: 20
+        weight: %d
 `
 
 // auditPolicy records what drivers do: the requests of the lab's drivers
@@ -671,8 +681,8 @@ rules:
 - level: None
 `
 
-func writeSchedulerConfig(dir labstate.Dir) error {
-	data := fmt.Sprintf(schedulerConfig, dir.ComponentKubeconfig("kube-scheduler"))
+func writeSchedulerConfig(dir labstate.Dir, cp config.ControlPlane) error {
+	data := fmt.Sprintf(schedulerConfig, dir.ComponentKubeconfig("kube-scheduler"), cp.ClientQPS, cp.ClientQPS, cp.Parallelism, *cp.PercentageOfNodesToScore, cp.DynamicResourcesWeight)
 	if err := atomicfile.Write(dir.SchedulerConfig(), []byte(data), 0o600); err != nil {
 		return fmt.Errorf("writing scheduler config: %w", err)
 	}

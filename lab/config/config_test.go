@@ -44,6 +44,35 @@ func TestDefaultHasOneNodePerTier(t *testing.T) {
 	}
 }
 
+func TestControlPlaneWithoutNodes(t *testing.T) {
+	cfg, err := Parse("bench.yaml", []byte("apiVersion: lab.dralab.dev/v1alpha1\nkind: Lab\nname: bench\nnodes: []\ncontrolPlane: {parallelism: 4, percentageOfNodesToScore: 10}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Nodes) != 0 {
+		t.Errorf("nodes = %v, want none", cfg.Nodes)
+	}
+	s := cfg.ControlPlane.Settings()
+	if s.Parallelism != 4 || *s.PercentageOfNodesToScore != 10 || s.ClientQPS != DefaultClientQPS || s.ClaimWorkers != DefaultClaimWorkers || s.DynamicResourcesWeight != DefaultDynamicResourcesWeight {
+		t.Errorf("settings = %+v", s)
+	}
+	// What the lab records and its process reads back keeps the empty list.
+	path := filepath.Join(t.TempDir(), "config.json")
+	if err := cfg.Record(path); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Hash() != cfg.Hash() {
+		t.Errorf("recorded config hash %s, want %s", back.Hash(), cfg.Hash())
+	}
+	if d := (*ControlPlane)(nil).Settings(); d.Parallelism < 2 || d.Parallelism > 16 || *d.PercentageOfNodesToScore != DefaultPercentageOfNodesToScore || d.GCPercent != 0 {
+		t.Errorf("default settings = %+v", d)
+	}
+}
+
 func TestParseErrorsNameFileAndField(t *testing.T) {
 	const head = "apiVersion: lab.dralab.dev/v1alpha1\nkind: Lab\n"
 	cases := []struct {
@@ -93,6 +122,12 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"attach delay without attach", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, attachDelay: 2s}}]\n", []string{"nodes[0].gpus.attachDelay: Forbidden", "attach: fabric"}},
 		{"attach delay not a duration", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, attach: fabric, attachDelay: soon}}]\n", []string{"nodes[0].gpus.attachDelay", `"soon"`, "duration"}},
 		{"attach delay too long", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, attach: fabric, attachDelay: 11m}}]\n", []string{"nodes[0].gpus.attachDelay", `"11m"`, "between 0s and 5m0s"}},
+		{"null nodes", head + "nodes:\n", []string{"nodes: Required", "nodes: []"}},
+		{"kind without nodes", head + "backend: kind\nnodes: []\n", []string{"nodes: Required", "kind lab needs at least one node"}},
+		{"control plane on kind", head + "backend: kind\ncontrolPlane: {parallelism: 4}\nnodes: [{name: a}]\n", []string{"controlPlane: Forbidden"}},
+		{"negative parallelism", head + "controlPlane: {parallelism: -1}\nnodes: []\n", []string{"controlPlane.parallelism", "between 1 and 1024"}},
+		{"zero percentage of nodes", head + "controlPlane: {percentageOfNodesToScore: 0}\nnodes: []\n", []string{"controlPlane.percentageOfNodesToScore", "between 1 and 100"}},
+		{"misspelt control plane field", head + "controlPlane: {paralelism: 4}\nnodes: []\n", []string{`unknown field "controlPlane.paralelism"`}},
 		{"misspelt partitioning", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, partitionning: mig}}]\n", []string{`unknown field "nodes[0].gpus.partitionning"`}},
 	}
 	for _, c := range cases {

@@ -1,0 +1,545 @@
+// Package scalebench measures the cost of reasoning: the embedded lab's
+// real scheduler placing pods that count GPUs beside pods that claim them
+// (a tier class, a CEL selector, a prioritized list, an extended resource
+// served by DRA, matchAttribute), on up to hundreds of virtual nodes.
+//
+// Virtual nodes are what scheduler_perf uses: Node objects and
+// ResourceSlices the bench creates itself, with no kubelet; pods are bound
+// and nothing runs. Each run gets a fresh lab of its own, so that no case
+// inherits another's objects or memory.
+package scalebench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/lab"
+	"github.com/dralab/dralab/lab/config"
+)
+
+// Options say what to run.
+type Options struct {
+	// Nodes are the cluster sizes (default 100 and 500).
+	Nodes []int
+	// Cases and States select the runs (default all); every case runs in
+	// every state at every size.
+	Cases  []string
+	States []string
+	// Binary is the dralab binary the labs run.
+	Binary string
+	// StateRoot is where the labs keep their state (default a temporary
+	// directory, removed at the end).
+	StateRoot string
+	// ControlPlane tunes the labs' scheduler and controller manager.
+	ControlPlane *config.ControlPlane
+	// ClientQPS is the bench's own client QPS and burst (default 1000),
+	// and Workers how many requests it has in flight (default 16).
+	ClientQPS float32
+	Workers   int
+	// Progress, when set, is told of each run as it starts and ends.
+	Progress func(run string) (done func(error))
+}
+
+// DefaultNodes are the sizes a run measures unless told otherwise.
+var DefaultNodes = []int{100, 500}
+
+// Result is one run's measurement.
+type Result struct {
+	// Case names the run as scheduler_perf would: <case>/<state>_<N>nodes.
+	Case string `json:"case"`
+	// Workload and State are the case and the state on their own.
+	Workload string `json:"workload"`
+	State    string `json:"state"`
+	Nodes    int    `json:"nodes"`
+	// Pods is the number of measured pods.
+	Pods int `json:"pods"`
+	// PodsPerSecond is Pods over the time from the first measured pod's
+	// creation to the last one's binding.
+	PodsPerSecond float64 `json:"podsPerSecond"`
+	// P50Seconds and P99Seconds are the scheduler's own attempt latency
+	// (scheduler_scheduling_attempt_duration_seconds, result scheduled)
+	// over the measured phase.
+	P50Seconds float64 `json:"p50Seconds"`
+	P99Seconds float64 `json:"p99Seconds"`
+	// CPUSecondsPerPod is the lab process's (etcd, API server, scheduler,
+	// controller manager) CPU time in the measured phase, per pod.
+	CPUSecondsPerPod float64 `json:"cpuSecondsPerPod"`
+	// PeakRSSBytes is the lab process's peak resident set in the phase.
+	PeakRSSBytes int64 `json:"peakRSSBytes"`
+	// VsCounting is PodsPerSecond over the counting case's in the same
+	// state and size: the cost of reasoning (1 for counting itself, 0
+	// when counting was not run).
+	VsCounting float64 `json:"vsCounting,omitempty"`
+	// Source is "dralab", or "scheduler_perf" for upstream's runs.
+	Source string `json:"source"`
+}
+
+// Name is a run's name, like scheduler_perf's: first-available/empty_500nodes.
+func Name(workload, state string, nodes int) string {
+	return fmt.Sprintf("%s/%s_%dnodes", workload, state, nodes)
+}
+
+// Run runs every selected case in every state at every size, each on a
+// fresh lab, and returns the results in that order.
+func Run(ctx context.Context, o Options) ([]Result, error) {
+	o = o.withDefaults()
+	for _, c := range o.Cases {
+		if _, err := workloadOf(c); err != nil {
+			return nil, err
+		}
+	}
+	for _, s := range o.States {
+		if s != StateEmpty && s != StateHalf {
+			return nil, fmt.Errorf("unknown state %q; states: %v", s, States())
+		}
+	}
+	for _, n := range o.Nodes {
+		if n < 3 {
+			return nil, fmt.Errorf("%d nodes: the bench needs at least 3, one per GPU tier", n)
+		}
+	}
+	cleanup, err := orTempDir(&o.StateRoot, "dralab-scale-")
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	var results []Result
+	for _, n := range o.Nodes {
+		for _, s := range o.States {
+			for _, c := range o.Cases {
+				name := Name(c, s, n)
+				done := func(error) {}
+				if o.Progress != nil {
+					done = o.Progress(name)
+				}
+				r, err := o.runOne(ctx, c, s, shapeOf(c, s, n))
+				done(err)
+				if err != nil {
+					return results, fmt.Errorf("%s: %w", name, err)
+				}
+				results = append(results, r)
+			}
+		}
+	}
+	CompareWithCounting(results)
+	return results, nil
+}
+
+func (o Options) withDefaults() Options {
+	if len(o.Nodes) == 0 {
+		o.Nodes = DefaultNodes
+	}
+	if len(o.Cases) == 0 {
+		o.Cases = Cases()
+	}
+	if len(o.States) == 0 {
+		o.States = States()
+	}
+	if o.ClientQPS == 0 {
+		o.ClientQPS = 1000
+	}
+	if o.Workers == 0 {
+		o.Workers = 16
+	}
+	return o
+}
+
+// CompareWithCounting sets each result's VsCounting from the counting
+// result of its state and size.
+func CompareWithCounting(results []Result) {
+	base := map[string]float64{}
+	for _, r := range results {
+		if r.Workload == CaseCounting && r.Source == sourceLab {
+			base[Name("", r.State, r.Nodes)] = r.PodsPerSecond
+		}
+	}
+	for i := range results {
+		if b := base[Name("", results[i].State, results[i].Nodes)]; b > 0 && results[i].Source == sourceLab {
+			results[i].VsCounting = results[i].PodsPerSecond / b
+		}
+	}
+}
+
+const sourceLab = "dralab"
+
+// benchLabName names the labs the bench starts; their state lives under
+// the bench's own state root, so no user's lab is touched.
+const benchLabName = "scale-bench"
+
+// shape is the size of one run.
+type shape struct {
+	nodes, devicesPerNode int
+	// prefillPerNode pods pinned to each node fill it before the run;
+	// warmup pods of the case's own come first when none do.
+	prefillPerNode, warmup int
+	// measured is the number of measured pods.
+	measured int
+}
+
+func shapeOf(workloadName, state string, nodes int) shape {
+	s := shape{nodes: nodes, devicesPerNode: GPUsPerNode}
+	if state == StateHalf {
+		s.prefillPerNode = GPUsPerNode / 2
+	} else {
+		s.warmup = max(10, nodes/10)
+	}
+	// The measured pods take half of the GPUs of an empty cluster and a
+	// quarter of a half-full one: they fit in every case (the selector's
+	// ≥ 40Gi GPUs are two thirds of all, each tier a third).
+	w, _ := workloadOf(workloadName)
+	gpus := nodes * GPUsPerNode / 2
+	if state == StateHalf {
+		gpus /= 2
+	}
+	s.measured = gpus / w.gpusPerPod
+	return s
+}
+
+// RunUpstreamShape runs scheduler_perf's workload on the lab: its node
+// count and devices per node, its claims of one device from a template,
+// its half of the devices allocated first (by pods pinned to each node),
+// then its measured pods, which fill the rest.
+func RunUpstreamShape(ctx context.Context, o Options, uw UpstreamWorkload) (Result, error) {
+	o = o.withDefaults()
+	cleanup, err := orTempDir(&o.StateRoot, "dralab-scale-")
+	if err != nil {
+		return Result{}, err
+	}
+	defer cleanup()
+	s := shape{nodes: uw.Nodes, devicesPerNode: uw.DevicesPerNode, prefillPerNode: uw.InitClaims / uw.Nodes, measured: uw.MeasurePods}
+	r, err := o.runOne(ctx, caseUpstream, StateHalf, s)
+	r.Case = "SchedulingWithResourceClaimTemplate/" + uw.Name
+	r.Workload = "SchedulingWithResourceClaimTemplate"
+	return r, err
+}
+
+func (o Options) runOne(ctx context.Context, workloadName, state string, s shape) (_ Result, err error) {
+	logger := klog.FromContext(ctx)
+	w, err := workloadOf(workloadName)
+	if err != nil {
+		return Result{}, err
+	}
+	nodes := s.nodes
+	cfg := &config.Config{APIVersion: config.APIVersion, Kind: config.Kind, Name: benchLabName, Nodes: []config.Node{}, ControlPlane: o.ControlPlane}
+	l, err := lab.New(lab.WithConfig(cfg), lab.WithStateRoot(o.StateRoot), lab.WithBinary(o.Binary), lab.WithOwner(os.Getpid()))
+	if err != nil {
+		return Result{}, err
+	}
+	if _, err := l.Up(ctx); err != nil {
+		return Result{}, err
+	}
+	defer func() {
+		if derr := l.Down(context.WithoutCancel(ctx)); derr != nil {
+			err = errors.Join(err, fmt.Errorf("deleting the bench's lab: %w", derr))
+		}
+	}()
+	st, err := l.Status(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	rest, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
+	if err != nil {
+		return Result{}, err
+	}
+	rest.QPS, rest.Burst = o.ClientQPS, int(o.ClientQPS)
+	// Protobuf, as the scheduler and the controller manager speak it: the
+	// API server encodes and the bench decodes less than with JSON.
+	rest.ContentType = "application/vnd.kubernetes.protobuf"
+	rest.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	client, err := kubernetes.NewForConfig(rest)
+	if err != nil {
+		return Result{}, err
+	}
+
+	start := time.Now()
+	if err := o.setUp(ctx, client, w, nodes, s.devicesPerNode); err != nil {
+		return Result{}, err
+	}
+	leaseCtx, stopLeases := context.WithCancel(ctx)
+	defer stopLeases()
+	go renewLeases(leaseCtx, client, nodes)
+	pods, stop, err := watchPods(ctx, client)
+	if err != nil {
+		return Result{}, err
+	}
+	defer stop()
+	logger.V(1).Info("Virtual nodes created", "nodes", nodes, "elapsed", time.Since(start))
+
+	// Warm up (empty) or fill half of every node (half): scheduled, not
+	// measured.
+	var warm []*v1.Pod
+	for i := range nodes * s.prefillPerNode {
+		p := newPod("prefill", i)
+		p.Spec.NodeSelector = map[string]string{v1.LabelHostname: nodeName(i % nodes)}
+		w.prefill(p)
+		warm = append(warm, p)
+	}
+	for i := range s.warmup {
+		p := newPod("warmup", i)
+		w.request(p, i)
+		warm = append(warm, p)
+	}
+	if len(warm) > 0 {
+		if _, err := o.createAndWait(ctx, client, pods, warm); err != nil {
+			return Result{}, fmt.Errorf("%s pods: %w", warm[0].Labels[phaseLabel], err)
+		}
+	}
+	logger.V(1).Info("Cluster prepared", "state", state, "pods", len(warm), "elapsed", time.Since(start))
+
+	measured := s.measured
+	var batch []*v1.Pod
+	for i := range measured {
+		p := newPod("measure", i)
+		w.request(p, len(warm)+i)
+		batch = append(batch, p)
+	}
+	before, err := schedulerAttempts(ctx, client)
+	if err != nil {
+		return Result{}, err
+	}
+	cpuBefore, err := cpuSeconds(st.PID)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := resetPeakRSS(st.PID); err != nil {
+		return Result{}, err
+	}
+	elapsed, err := o.createAndWait(ctx, client, pods, batch)
+	if err != nil {
+		return Result{}, fmt.Errorf("measured pods: %w", err)
+	}
+	cpuAfter, err := cpuSeconds(st.PID)
+	if err != nil {
+		return Result{}, err
+	}
+	rss, err := peakRSS(st.PID)
+	if err != nil {
+		return Result{}, err
+	}
+	// The scheduler counts an attempt once its binding returns, a moment
+	// after the binding is seen.
+	var attempts histogram
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		after, err := schedulerAttempts(ctx, client)
+		attempts = after.since(before)
+		return attempts.count >= uint64(measured), err
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("the scheduler's %s counts %d scheduled attempts for %d bound pods: %w", attemptMetric, attempts.count, measured, err)
+	}
+	return Result{
+		Case:             Name(workloadName, state, nodes),
+		Workload:         workloadName,
+		State:            state,
+		Nodes:            nodes,
+		Pods:             measured,
+		PodsPerSecond:    float64(measured) / elapsed.Seconds(),
+		P50Seconds:       attempts.quantile(0.5),
+		P99Seconds:       attempts.quantile(0.99),
+		CPUSecondsPerPod: (cpuAfter - cpuBefore) / float64(measured),
+		PeakRSSBytes:     rss,
+		Source:           sourceLab,
+	}, nil
+}
+
+// setUp creates the namespace, the case's classes and templates, and the
+// virtual nodes.
+func (o Options) setUp(ctx context.Context, client kubernetes.Interface, w *workload, nodes, devicesPerNode int) error {
+	ns := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating namespace %s: %w", Namespace, err)
+	}
+	if !w.counting {
+		for _, c := range append(gpu.DeviceClasses(), w.classes...) {
+			if _, err := client.ResourceV1().DeviceClasses().Create(ctx, &c, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("creating DeviceClass %s: %w", c.Name, err)
+			}
+		}
+	}
+	for _, t := range append(w.templates, w.prefillTemplates()...) {
+		if _, err := client.ResourceV1().ResourceClaimTemplates(Namespace).Create(ctx, &t, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating ResourceClaimTemplate %s: %w", t.Name, err)
+		}
+	}
+	if err := createNodes(ctx, client, nodes, devicesPerNode, w.counting, o.Workers); err != nil {
+		return err
+	}
+	// Pods are admitted once the namespace has its service account.
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().ServiceAccounts(Namespace).Get(ctx, "default", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+}
+
+// podWatch follows the bench's pods through an informer and tells when
+// pods get bound.
+type podWatch struct {
+	mu      sync.Mutex
+	bound   map[string]time.Time
+	changed chan struct{}
+	lister  cache.Indexer
+}
+
+func watchPods(ctx context.Context, client kubernetes.Interface) (*podWatch, func(), error) {
+	w := &podWatch{bound: map[string]time.Time{}, changed: make(chan struct{}, 1)}
+	ctx, cancel := context.WithCancel(ctx)
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(Namespace))
+	inf := factory.Core().V1().Pods().Informer()
+	observe := func(obj any) {
+		pod, ok := obj.(*v1.Pod)
+		if !ok || pod.Spec.NodeName == "" {
+			return
+		}
+		w.mu.Lock()
+		if _, seen := w.bound[pod.Name]; !seen {
+			w.bound[pod.Name] = time.Now()
+		}
+		w.mu.Unlock()
+		select {
+		case w.changed <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    observe,
+		UpdateFunc: func(_, obj any) { observe(obj) },
+	}); err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	w.lister = inf.GetIndexer()
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		cancel()
+		return nil, nil, errors.New("the pod informer did not sync")
+	}
+	return w, func() { cancel(); factory.Shutdown() }, nil
+}
+
+// stallTimeout bounds how long a batch may go without a pod being bound.
+const stallTimeout = 2 * time.Minute
+
+// createAndWait creates the pods and waits until every one is bound. It
+// returns the time from the first creation to the last binding.
+func (o Options) createAndWait(ctx context.Context, client kubernetes.Interface, w *podWatch, pods []*v1.Pod) (time.Duration, error) {
+	start := time.Now()
+	// created delivers the creators' error, then is nil.
+	created := make(chan error, 1)
+	go func() {
+		created <- parallel(ctx, len(pods), o.Workers, func(ctx context.Context, i int) error {
+			if _, err := client.CoreV1().Pods(Namespace).Create(ctx, pods[i], metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("creating pod %s: %w", pods[i].Name, err)
+			}
+			return nil
+		})
+	}()
+	lastProgress, lastCount := time.Now(), -1
+	for {
+		count, last := w.boundOf(pods)
+		if count == len(pods) {
+			if created != nil {
+				if err := <-created; err != nil {
+					return 0, err
+				}
+			}
+			return last.Sub(start), nil
+		}
+		if count != lastCount {
+			lastProgress, lastCount = time.Now(), count
+		}
+		if time.Since(lastProgress) > stallTimeout {
+			return 0, fmt.Errorf("%d of %d pods bound, none more in %s: %s", count, len(pods), stallTimeout, w.pendingReason(pods))
+		}
+		select {
+		case err := <-created:
+			if err != nil {
+				return 0, err
+			}
+			created = nil
+		case <-w.changed:
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
+		}
+	}
+}
+
+// boundOf counts the pods bound so far and the time the last of them was.
+func (w *podWatch) boundOf(pods []*v1.Pod) (int, time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var last time.Time
+	n := 0
+	for _, p := range pods {
+		if t, ok := w.bound[p.Name]; ok {
+			n++
+			if t.After(last) {
+				last = t
+			}
+		}
+	}
+	return n, last
+}
+
+// pendingReason says why the first few unbound pods are pending, from
+// their PodScheduled condition.
+func (w *podWatch) pendingReason(pods []*v1.Pod) string {
+	var reasons []string
+	for _, p := range pods {
+		obj, ok, _ := w.lister.GetByKey(Namespace + "/" + p.Name)
+		if !ok {
+			continue
+		}
+		pod := obj.(*v1.Pod)
+		if pod.Spec.NodeName != "" {
+			continue
+		}
+		for _, c := range pod.Status.Conditions {
+			if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse {
+				reasons = append(reasons, fmt.Sprintf("pod %s: %s", pod.Name, c.Message))
+			}
+		}
+		if len(reasons) == 3 {
+			break
+		}
+	}
+	if len(reasons) == 0 {
+		return "no pod has a scheduling condition yet"
+	}
+	sort.Strings(reasons)
+	return strings.Join(reasons, "; ")
+}
+
+// orTempDir sets an unset *dir to a new temporary directory and returns
+// what removes it; a directory given is left alone.
+func orTempDir(dir *string, pattern string) (func(), error) {
+	if *dir != "" {
+		return func() {}, nil
+	}
+	d, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		return nil, err
+	}
+	*dir = d
+	return func() { os.RemoveAll(d) }, nil
+}

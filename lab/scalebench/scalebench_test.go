@@ -1,0 +1,189 @@
+package scalebench
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// attemptsText is the scheduler's attempt histogram as the API server's
+// /metrics serves it, with an unschedulable series to be left out.
+func attemptsText(scheduled [4]int) string {
+	var b strings.Builder
+	b.WriteString("# HELP scheduler_scheduling_attempt_duration_seconds [STABLE] Scheduling attempt latency in seconds (scheduling algorithm + binding)\n")
+	b.WriteString("# TYPE scheduler_scheduling_attempt_duration_seconds histogram\n")
+	bounds := []string{"0.001", "0.01", "0.1", "+Inf"}
+	for i, le := range bounds {
+		b.WriteString(`scheduler_scheduling_attempt_duration_seconds_bucket{le="` + le + `",profile="default-scheduler",result="unschedulable"} 7` + "\n")
+		b.WriteString(`scheduler_scheduling_attempt_duration_seconds_bucket{le="` + le + `",profile="default-scheduler",result="scheduled"} ` + strconv.Itoa(scheduled[i]) + "\n")
+	}
+	b.WriteString(`scheduler_scheduling_attempt_duration_seconds_sum{profile="default-scheduler",result="scheduled"} 1` + "\n")
+	b.WriteString(`scheduler_scheduling_attempt_duration_seconds_count{profile="default-scheduler",result="scheduled"} ` + strconv.Itoa(scheduled[3]) + "\n")
+	b.WriteString("# TYPE apiserver_request_total counter\napiserver_request_total{code=\"200\"} 5\n")
+	return b.String()
+}
+
+func TestAttemptQuantilesOverThePhase(t *testing.T) {
+	before, err := parseAttempts([]byte(attemptsText([4]int{5, 5, 5, 5})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 100 attempts in the phase: none under 1 ms, 50 under 10 ms, all
+	// under 100 ms.
+	after, err := parseAttempts([]byte(attemptsText([4]int{5, 55, 105, 105})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	phase := after.since(before)
+	if phase.count != 100 {
+		t.Fatalf("phase has %d attempts, want 100", phase.count)
+	}
+	for _, c := range []struct{ q, want float64 }{
+		{0.5, 0.01},                   // the 50th attempt ends the (1 ms, 10 ms] bucket
+		{0.99, 0.01 + 0.09*49.0/50.0}, // interpolated within (10 ms, 100 ms]
+	} {
+		if got := phase.quantile(c.q); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("p%g = %g s, want %g s", c.q*100, got, c.want)
+		}
+	}
+	none, err := parseAttempts([]byte("# TYPE apiserver_request_total counter\napiserver_request_total 1\n"))
+	if err != nil || none.count != 0 || none.quantile(0.5) != 0 {
+		t.Errorf("metrics without attempts: %+v, %v", none, err)
+	}
+	if _, err := parseAttempts([]byte("scheduler_scheduling_attempt_duration_seconds_bucket{le=\"0.1\" 3\n")); err == nil {
+		t.Error("malformed metrics parsed")
+	}
+}
+
+func TestOwnCPUAndPeakRSS(t *testing.T) {
+	pid := os.Getpid()
+	before, err := cpuSeconds(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Burn a little CPU, more than a clock tick.
+	x := 0
+	for deadline := 0; deadline < 3e8; deadline++ {
+		x += deadline % 7
+	}
+	after, err := cpuSeconds(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after <= before {
+		t.Errorf("CPU time went from %g s to %g s after burning %d", before, after, x)
+	}
+	if err := resetPeakRSS(pid); err != nil {
+		t.Fatal(err)
+	}
+	peak, err := peakRSS(pid)
+	if err != nil || peak < 1<<20 {
+		t.Errorf("peak RSS %d bytes, %v", peak, err)
+	}
+	if _, err := cpuSeconds(1 << 30); err == nil {
+		t.Error("CPU time of a process that cannot exist")
+	}
+}
+
+func TestParseNodes(t *testing.T) {
+	got, err := ParseNodes("10, 200,500")
+	if err != nil || len(got) != 3 || got[0] != 10 || got[1] != 200 || got[2] != 500 {
+		t.Errorf("ParseNodes = %v, %v", got, err)
+	}
+	for _, bad := range []string{"ten", "2", "10x", "-5"} {
+		if _, err := ParseNodes(bad); err == nil || !strings.Contains(err.Error(), "DRALAB_BENCH_NODES") {
+			t.Errorf("ParseNodes(%q) = %v, want an error naming DRALAB_BENCH_NODES", bad, err)
+		}
+	}
+}
+
+func TestCompareWithCounting(t *testing.T) {
+	rs := []Result{
+		{Workload: CaseCounting, State: StateEmpty, Nodes: 100, PodsPerSecond: 80, Source: sourceLab},
+		{Workload: CaseFirstAvailable, State: StateEmpty, Nodes: 100, PodsPerSecond: 40, Source: sourceLab},
+		{Workload: CaseFirstAvailable, State: StateHalf, Nodes: 100, PodsPerSecond: 30, Source: sourceLab},
+		{Workload: "SchedulingWithResourceClaimTemplate", State: StateEmpty, Nodes: 100, PodsPerSecond: 90, Source: sourceUpstream},
+	}
+	CompareWithCounting(rs)
+	for i, want := range []float64{1, 0.5, 0, 0} {
+		if rs[i].VsCounting != want {
+			t.Errorf("%s %s: ÷ counting = %g, want %g", rs[i].Workload, rs[i].State, rs[i].VsCounting, want)
+		}
+	}
+}
+
+func TestEveryCaseHasAWorkload(t *testing.T) {
+	for _, c := range append(Cases(), caseUpstream) {
+		w, err := workloadOf(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := newPod("measure", 0)
+		w.request(pod, 0)
+		claims, limits := len(pod.Spec.ResourceClaims), len(pod.Spec.Containers[0].Resources.Limits)
+		switch c {
+		case CaseCounting, CaseExtendedResource:
+			if claims != 0 || limits != 1 {
+				t.Errorf("%s: %d claims and %d limits, want a count only", c, claims, limits)
+			}
+		default:
+			if claims != 1 || len(pod.Spec.Containers[0].Resources.Claims) != 1 || limits != 0 {
+				t.Errorf("%s: %d claims and %d limits, want one claim", c, claims, limits)
+			}
+			if len(w.templates) == 0 {
+				t.Errorf("%s: no claim template", c)
+			}
+		}
+	}
+	if _, err := workloadOf("fastest"); err == nil || !strings.Contains(err.Error(), "first-available") {
+		t.Errorf("unknown case: %v", err)
+	}
+	// The claim case takes the three tiers in turn.
+	w, _ := workloadOf(CaseClaim)
+	seen := map[string]bool{}
+	for i := range 3 {
+		pod := newPod("measure", i)
+		w.request(pod, i)
+		seen[*pod.Spec.ResourceClaims[0].ResourceClaimTemplateName] = true
+	}
+	if len(seen) != 3 {
+		t.Errorf("claim pods use templates %v, want one per tier", seen)
+	}
+}
+
+func TestUpstreamDataItems(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "BenchmarkPerfScheduling_benchmark_dra_2026-12-01T21:00:00Z.json")
+	const doc = `{"version":"v1","dataItems":[
+ {"data":{"Average":88.1,"Perc50":90},"unit":"pods/s","labels":{"Metric":"SchedulingThroughput","Name":"BenchmarkPerfScheduling/SchedulingWithResourceClaimTemplate/5000pods_500nodes/test"}},
+ {"data":{"Duration":31.25},"unit":"s","labels":{"Metric":"SchedulingDuration","Name":"BenchmarkPerfScheduling/SchedulingWithResourceClaimTemplate/5000pods_500nodes/test"}},
+ {"data":{"Perc50":4,"Perc99":30},"unit":"ms","labels":{"Metric":"scheduler_scheduling_attempt_duration_seconds","Name":"BenchmarkPerfScheduling/SchedulingWithResourceClaimTemplate/5000pods_500nodes/test","result":"unschedulable"}},
+ {"data":{"Perc50":6,"Perc99":45},"unit":"ms","labels":{"Metric":"scheduler_scheduling_attempt_duration_seconds","Name":"BenchmarkPerfScheduling/SchedulingWithResourceClaimTemplate/5000pods_500nodes/test","result":"scheduled"}}
+]}`
+	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	items, err := readDataItems(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := upstreamResult(UpstreamWorkloads[1], items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Case != "SchedulingWithResourceClaimTemplate/5000pods_500nodes" || r.Pods != 2500 || r.PodsPerSecond != 80 || r.P50Seconds != 0.006 || r.P99Seconds != 0.045 || r.Source != sourceUpstream {
+		t.Errorf("upstream result %+v", r)
+	}
+	if _, err := upstreamResult(UpstreamWorkloads[0], items); err == nil || !strings.Contains(err.Error(), "2000pods_200nodes") {
+		t.Errorf("a workload without data items: %v", err)
+	}
+	if err := os.WriteFile(file, []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readDataItems(file); err == nil || !strings.Contains(err.Error(), file) {
+		t.Errorf("malformed data items: %v", err)
+	}
+}

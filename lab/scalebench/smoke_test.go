@@ -1,0 +1,95 @@
+package scalebench_test
+
+import (
+	"context"
+	"encoding/xml"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/lab/scalebench"
+)
+
+// TestSmoke runs every case in every state on 10 virtual nodes, and the
+// scheduler_perf-shaped workload on 10, so that the bench cannot rot. It
+// checks what each run measured, not how fast: speed lives in
+// `go run mage.go bench:scale`.
+func TestSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts embedded labs: run without -short")
+	}
+	ctx := context.Background()
+	bin, err := build.Dralab(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran []string
+	o := scalebench.Options{Nodes: []int{10}, Binary: bin, Progress: func(run string) func(error) {
+		ran = append(ran, run)
+		return func(err error) { t.Logf("%s: %v", run, err) }
+	}}
+	results, err := scalebench.Run(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := len(scalebench.Cases()) * len(scalebench.States()); len(results) != want || len(ran) != want {
+		t.Fatalf("%d results of %d runs, want %d", len(results), len(ran), want)
+	}
+	for _, r := range results {
+		if r.Case != scalebench.Name(r.Workload, r.State, 10) || r.Nodes != 10 || r.Source != "dralab" {
+			t.Errorf("%s: named %q, %d nodes, source %q", r.Case, r.Case, r.Nodes, r.Source)
+		}
+		wantPods := 10 * scalebench.GPUsPerNode / 2
+		if r.State == scalebench.StateHalf {
+			wantPods /= 2
+		}
+		if r.Workload == scalebench.CaseMatchAttribute {
+			wantPods /= 2
+		}
+		if r.Pods != wantPods {
+			t.Errorf("%s: %d measured pods, want %d", r.Case, r.Pods, wantPods)
+		}
+		if r.PodsPerSecond <= 0 || r.CPUSecondsPerPod <= 0 || r.PeakRSSBytes < 100<<20 {
+			t.Errorf("%s: %.1f pods/s, %.4f CPU s/pod, peak RSS %d bytes: want each above zero (RSS above 100 MiB, a control plane's)", r.Case, r.PodsPerSecond, r.CPUSecondsPerPod, r.PeakRSSBytes)
+		}
+		if r.P50Seconds <= 0 || r.P99Seconds < r.P50Seconds {
+			t.Errorf("%s: p50 %g s, p99 %g s: want 0 < p50 ≤ p99", r.Case, r.P50Seconds, r.P99Seconds)
+		}
+		if r.VsCounting <= 0 || (r.Workload == scalebench.CaseCounting && r.VsCounting != 1) {
+			t.Errorf("%s: ÷ counting = %g", r.Case, r.VsCounting)
+		}
+	}
+
+	shaped, err := scalebench.RunUpstreamShape(ctx, scalebench.Options{Binary: bin}, scalebench.UpstreamWorkload{Name: "100pods_10nodes", Nodes: 10, DevicesPerNode: 10, InitClaims: 50, MeasurePods: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shaped.Case != "SchedulingWithResourceClaimTemplate/100pods_10nodes" || shaped.Pods != 50 || shaped.PodsPerSecond <= 0 {
+		t.Errorf("scheduler_perf's shape on the lab: %+v", shaped)
+	}
+
+	dir := t.TempDir()
+	all := append(results, shaped)
+	if err := scalebench.WriteJSON(filepath.Join(dir, "bench-scale.json"), all); err != nil {
+		t.Fatal(err)
+	}
+	back, err := scalebench.ReadJSON(filepath.Join(dir, "bench-scale.json"))
+	if err != nil || len(back) != len(all) || back[3] != all[3] {
+		t.Errorf("JSON round trip: %v, %d results, want %d", err, len(back), len(all))
+	}
+	svg := filepath.Join(dir, "bench-scale.svg")
+	if err := scalebench.WritePlot(svg, all); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		XMLName xml.Name
+	}
+	if err := xml.Unmarshal(data, &doc); err != nil || doc.XMLName.Local != "svg" {
+		t.Errorf("plot is not an SVG document: %v (root %q)", err, doc.XMLName.Local)
+	}
+}
