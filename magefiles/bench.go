@@ -65,6 +65,17 @@ func (Bench) Scale(ctx context.Context) error {
 			return fmt.Errorf("DRALAB_BENCH_CONTROL_PLANE: %w", err)
 		}
 	}
+	dir := os.Getenv("ARTIFACTS")
+	if dir == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return err
+		}
+		dir = filepath.Join(cache, "dralab", "bench")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
 	bin, err := buildDralab(ctx)
 	if err != nil {
 		return err
@@ -82,7 +93,7 @@ func (Bench) Scale(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		more, cmp, err := scalebench.CompareUpstream(ctx, o, scalebench.UpstreamOptions{ModuleDir: wd, Output: os.Stderr}, scalebench.UpstreamWorkloads)
+		more, cmp, err := scalebench.CompareUpstream(ctx, o, scalebench.UpstreamOptions{ModuleDir: wd, Output: os.Stderr, LogDir: filepath.Join(dir, "scheduler_perf")}, scalebench.UpstreamWorkloads)
 		results = append(results, more...)
 		if err != nil {
 			return err
@@ -90,17 +101,6 @@ func (Bench) Scale(ctx context.Context) error {
 		comparisons = cmp
 	}
 	if err := scalebench.WriteTable(os.Stdout, results, comparisons); err != nil {
-		return err
-	}
-	dir := os.Getenv("ARTIFACTS")
-	if dir == "" {
-		cache, err := os.UserCacheDir()
-		if err != nil {
-			return err
-		}
-		dir = filepath.Join(cache, "dralab", "bench")
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	jsonFile, svgFile := filepath.Join(dir, "bench-scale.json"), filepath.Join(dir, "bench-scale.svg")

@@ -40,11 +40,15 @@ func (Deps) Realnode() error {
 // Browser installs Debian's Chromium, in which the dashboard's tests open
 // the page (with chromedp), when it is missing.
 func (Deps) Browser() error {
-	if _, err := exec.LookPath(dashboard.Chromium); err == nil {
+	// The plots name Liberation fonts; without them Chromium falls back to
+	// wider ones than gonum laid the text out with.
+	const fonts = "/usr/share/fonts/truetype/liberation"
+	_, err := exec.LookPath(dashboard.Chromium)
+	if _, ferr := os.Stat(fonts); err == nil && ferr == nil {
 		fmt.Println("Chromium is installed.")
 		return nil
 	}
-	return aptInstall("chromium")
+	return aptInstall("chromium", "fonts-liberation")
 }
 
 func aptInstall(packages ...string) error {

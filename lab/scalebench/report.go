@@ -34,6 +34,11 @@ func WriteTable(out io.Writer, results []Result, comparisons []Comparison) error
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, r := range results {
+		if r.Note != "" {
+			fmt.Fprintf(out, "%s (%s): %s\n", r.Case, r.Source, r.Note)
+		}
+	}
 	if len(comparisons) == 0 {
 		return nil
 	}

@@ -89,6 +89,8 @@ type Result struct {
 	VsCounting float64 `json:"vsCounting,omitempty"`
 	// Source is "dralab", or "scheduler_perf" for upstream's runs.
 	Source string `json:"source"`
+	// Note says what else the run reported, e.g. a gate it missed.
+	Note string `json:"note,omitempty"`
 }
 
 // Name is a run's name, like scheduler_perf's: first-available/empty_500nodes.
@@ -274,12 +276,15 @@ func (o Options) runOne(ctx context.Context, workloadName, state string, s shape
 	}
 	leaseCtx, stopLeases := context.WithCancel(ctx)
 	defer stopLeases()
-	go renewLeases(leaseCtx, client, nodes)
+	go renewLeases(leaseCtx, client, nodes, o.Workers)
 	pods, stop, err := watchPods(ctx, client)
 	if err != nil {
 		return Result{}, err
 	}
 	defer stop()
+	if err := pods.untainted(ctx, nodes); err != nil {
+		return Result{}, err
+	}
 	logger.V(1).Info("Virtual nodes created", "nodes", nodes, "elapsed", time.Since(start))
 
 	// Warm up (empty) or fill half of every node (half): scheduled, not
@@ -332,6 +337,9 @@ func (o Options) runOne(ctx context.Context, workloadName, state string, s shape
 	rss, err := peakRSS(st.PID)
 	if err != nil {
 		return Result{}, err
+	}
+	if t := pods.taint(); t != "" {
+		return Result{}, fmt.Errorf("virtual node %s was tainted during the run: its lease renewals fell behind, and the measurement lost nodes", t)
 	}
 	// The scheduler counts an attempt once its binding returns, a moment
 	// after the binding is seen.
@@ -394,14 +402,21 @@ func (o Options) setUp(ctx context.Context, client kubernetes.Interface, w *work
 // podWatch follows the bench's pods through an informer and tells when
 // pods get bound.
 type podWatch struct {
-	mu      sync.Mutex
-	bound   map[string]time.Time
+	mu    sync.Mutex
+	bound map[string]time.Time
+	// taints counts each virtual node's taints; once every node has been
+	// seen untainted (new nodes start with not-ready until the node
+	// lifecycle controller sees them Ready) the watch is armed, and
+	// tainted is the first node seen with a taint after that.
+	taints  map[string]int
+	armed   bool
+	tainted string
 	changed chan struct{}
 	lister  cache.Indexer
 }
 
 func watchPods(ctx context.Context, client kubernetes.Interface) (*podWatch, func(), error) {
-	w := &podWatch{bound: map[string]time.Time{}, changed: make(chan struct{}, 1)}
+	w := &podWatch{bound: map[string]time.Time{}, taints: map[string]int{}, changed: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(ctx)
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(Namespace))
 	inf := factory.Core().V1().Pods().Informer()
@@ -428,12 +443,32 @@ func watchPods(ctx context.Context, client kubernetes.Interface) (*podWatch, fun
 		return nil, nil, err
 	}
 	w.lister = inf.GetIndexer()
+	// Virtual nodes are never tainted unless their leases fall behind.
+	nodeFactory := informers.NewSharedInformerFactory(client, 0)
+	nodes := nodeFactory.Core().V1().Nodes().Informer()
+	seeTaint := func(obj any) {
+		n, ok := obj.(*v1.Node)
+		if !ok {
+			return
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.taints[n.Name] = len(n.Spec.Taints)
+		if len(n.Spec.Taints) > 0 && w.armed && w.tainted == "" {
+			w.tainted = fmt.Sprintf("%s (%s:%s)", n.Name, n.Spec.Taints[0].Key, n.Spec.Taints[0].Effect)
+		}
+	}
+	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: seeTaint, UpdateFunc: func(_, obj any) { seeTaint(obj) }}); err != nil {
+		cancel()
+		return nil, nil, err
+	}
 	factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+	nodeFactory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced, nodes.HasSynced) {
 		cancel()
 		return nil, nil, errors.New("the pod informer did not sync")
 	}
-	return w, func() { cancel(); factory.Shutdown() }, nil
+	return w, func() { cancel(); factory.Shutdown(); nodeFactory.Shutdown() }, nil
 }
 
 // stallTimeout bounds how long a batch may go without a pod being bound.
@@ -482,6 +517,34 @@ func (o Options) createAndWait(ctx context.Context, client kubernetes.Interface,
 			return 0, context.Cause(ctx)
 		}
 	}
+}
+
+// untainted waits until all n virtual nodes are untainted, then arms the
+// taint watch.
+func (w *podWatch) untainted(ctx context.Context, n int) error {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		clean := 0
+		for _, t := range w.taints {
+			if t == 0 {
+				clean++
+			}
+		}
+		w.armed = clean == n
+		return w.armed, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the controller manager to untaint %d new virtual nodes: %w", n, err)
+	}
+	return nil
+}
+
+// taint names the first virtual node seen tainted, "" for none.
+func (w *podWatch) taint() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.tainted
 }
 
 // boundOf counts the pods bound so far and the time the last of them was.

@@ -100,6 +100,17 @@ func TestParseNodes(t *testing.T) {
 	}
 }
 
+func TestBelowGate(t *testing.T) {
+	out := "        \top 7: BenchmarkPerfScheduling/SchedulingWithResourceClaimTemplate/5000pods_500nodes/test: expected \"SchedulingThroughput\" \"Average\" to be higher: got 46.207392, want 56.000000\n--- FAIL: BenchmarkPerfScheduling\n"
+	got := belowGate(out)
+	if len(got) != 1 || got["5000pods_500nodes"] != "below scheduler_perf's own gate: average 46.207392 pods/s, gate 56.000000" {
+		t.Errorf("belowGate = %v", got)
+	}
+	if got := belowGate("PASS\n"); len(got) != 0 {
+		t.Errorf("belowGate of a pass = %v", got)
+	}
+}
+
 func TestCompareWithCounting(t *testing.T) {
 	rs := []Result{
 		{Workload: CaseCounting, State: StateEmpty, Nodes: 100, PodsPerSecond: 80, Source: sourceLab},
