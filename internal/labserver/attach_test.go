@@ -92,7 +92,19 @@ func TestAttachControllerAppliesEachDevicesCondition(t *testing.T) {
 		t.Errorf("the driver's Ready condition of gpu-0 is gone: %+v", got.Status.Devices)
 	}
 
-	// An update of the claim that still lacks nothing starts nothing anew.
+	// An update of the claim that still lacks nothing starts nothing anew,
+	// once the attachments have finished: each leaves pending a moment
+	// after its condition is written.
+	inFlight := func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.pending)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return inFlight() == 0, nil
+	}); err != nil {
+		t.Fatalf("attachments still in flight after both conditions were written: %v", err)
+	}
 	c.observe(ctx, got)
 	c.mu.Lock()
 	defer c.mu.Unlock()
