@@ -123,6 +123,10 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 	report()
 	defer func() {
 		if err != nil {
+			// Logged before the status says Failed: whoever sees the
+			// status (lab:up, which keeps the logs of a lab it deletes)
+			// finds the reason in the log already.
+			logger.Error(err, "The lab failed")
 			status.Phase, status.Message = labstate.PhaseFailed, err.Error()
 			report()
 		}
