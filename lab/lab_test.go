@@ -115,35 +115,16 @@ func recordedProcesses(t *testing.T, dir labstate.Dir) []procid.ID {
 // /proc, failing on any that is not on loopback.
 func listeningPorts(t *testing.T, procs []procid.ID) []int {
 	t.Helper()
-	inodes := map[string]bool{}
-	for _, p := range procs {
-		pid := p.PID
-		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-		for _, fd := range fds {
-			link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
-			if err == nil && strings.HasPrefix(link, "socket:[") {
-				inodes[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] = true
-			}
-		}
+	listeners, err := procid.Listeners(procs)
+	if err != nil {
+		t.Fatal(err)
 	}
 	var ports []int
-	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			continue
+	for _, l := range listeners {
+		if !l.IP.Equal(net.IPv4(127, 0, 0, 1)) {
+			t.Errorf("a lab process listens on %s, not on 127.0.0.1", l)
 		}
-		for _, line := range strings.Split(string(data), "\n")[1:] {
-			f := strings.Fields(line)
-			if len(f) < 10 || f[3] != "0A" || !inodes[f[9]] { // 0A: LISTEN
-				continue
-			}
-			host, portHex, _ := strings.Cut(f[1], ":")
-			port, _ := strconv.ParseInt(portHex, 16, 32)
-			if host != "0100007F" { // 127.0.0.1, little-endian
-				t.Errorf("a lab process listens on %s (port %d), not on 127.0.0.1", host, port)
-			}
-			ports = append(ports, int(port))
-		}
+		ports = append(ports, l.Port)
 	}
 	return ports
 }
@@ -274,43 +255,6 @@ func TestUpRefusesSocketPathsTooLong(t *testing.T) {
 		if entries, _ := os.ReadDir(root); len(entries) > 0 {
 			t.Errorf("Up left state behind in %s: %v", root, entries)
 		}
-	}
-}
-
-func TestUpReplacesStaleState(t *testing.T) {
-	bin := binary(t)
-	ctx := context.Background()
-	root := stateRoot(t)
-	cfg := smallConfig("t-stale", "n1")
-	l := newLab(t, root, bin, cfg)
-	if _, err := l.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
-	st, _ := l.Status(ctx)
-	// Kill the lab process as a crash or reboot would: its nodes die with it.
-	p := labProcess(t, st)
-	if err := p.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	if err := procid.WaitGone(ctx, []procid.ID{p}, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	stale, err := l.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if stale.Phase != "Failed" || !strings.Contains(stale.Message, "stale") {
-		t.Errorf("status of a killed lab = %s: %s; want Failed explaining stale state", stale.Phase, stale.Message)
-	}
-	res, err := l.Up(ctx)
-	if err != nil || res.Reused {
-		t.Fatalf("Up over stale state = %+v, %v; want a fresh lab", res, err)
-	}
-	if st2, _ := l.Status(ctx); st2.Phase != "Running" || st2.PID == st.PID {
-		t.Errorf("after Up over stale state: %+v", st2)
-	}
-	if _, err := os.Stat(filepath.Join(st.StateDir, "lab.pid")); err != nil {
-		t.Errorf("new lab has no pid file: %v", err)
 	}
 }
 

@@ -113,8 +113,8 @@ func goTestWithReports(ctx context.Context, env map[string]string, args []string
 // dashboard's browser tests), builds the dralab binary
 // once, then runs every test: the race detector's (test:race), every fuzz
 // target for a few seconds (test:fuzz), then unit, integration (each
-// starts its own embedded lab, one with a real node) and e2e. This is what
-// CI runs.
+// starts its own embedded lab, one with a real node) and e2e, and last a
+// one-minute chaos soak (soak). This is what CI runs.
 func (Test) All(ctx context.Context) error {
 	mg.SerialDeps(Deps.Build, Deps.Realnode, Deps.Browser)
 	bin, err := buildDralab(ctx)
@@ -135,7 +135,10 @@ func (Test) All(ctx context.Context) error {
 	if os.Getenv("CI") != "" {
 		args = append(args, "-v")
 	}
-	return sh.RunWithV(env, "go", append(args, "./...")...)
+	if err := sh.RunWithV(env, "go", append(args, "./...")...); err != nil {
+		return err
+	}
+	return runSoak(ctx, ciSoak)
 }
 
 // buildDralab builds the dralab and driver binaries, showing the step.

@@ -6,6 +6,7 @@ import (
 	"os"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
 	memory "k8s.io/client-go/discovery/cached"
@@ -36,8 +37,8 @@ func applyDeviceClasses(ctx context.Context, dir labstate.Dir, cfg *config.Confi
 		return err
 	}
 	for _, class := range gpu.DeviceClasses() {
-		// A lab's etcd starts empty: the classes cannot exist yet.
-		if _, err := client.ResourceV1().DeviceClasses().Create(ctx, &class, metav1.CreateOptions{FieldManager: "dralab"}); err != nil {
+		// A lab resumed on its etcd data has them already.
+		if _, err := client.ResourceV1().DeviceClasses().Create(ctx, &class, metav1.CreateOptions{FieldManager: "dralab"}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating DeviceClass %s: %w", class.Name, err)
 		}
 	}
@@ -106,7 +107,7 @@ func grantDrivers(ctx context.Context, dir labstate.Dir) error {
 			{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/driver"}, Verbs: []string{"arbitrary-node:update", "arbitrary-node:patch"}},
 		},
 	}
-	if _, err := client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+	if _, err := client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating ClusterRole %s: %w", name, err)
 	}
 	binding := &rbacv1.ClusterRoleBinding{
@@ -114,7 +115,7 @@ func grantDrivers(ctx context.Context, dir labstate.Dir) error {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: labstate.DriverGroup}},
 	}
-	if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+	if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating ClusterRoleBinding %s: %w", name, err)
 	}
 	return nil

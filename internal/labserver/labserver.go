@@ -11,6 +11,7 @@ import (
 	"io"
 	"maps"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -114,6 +115,12 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 	if err != nil {
 		return err
 	}
+	// A lab resumed on its state serves where it did before, when it
+	// can: its users' kubeconfigs keep working.
+	port := cfg.APIServerPort
+	if prev, err := dir.ReadStatus(); err == nil && port == 0 {
+		port = previousPort(prev.APIServer)
+	}
 	status := &labstate.Status{Phase: labstate.PhaseStarting, ID: self, ConfigHash: cfg.Hash(), StartedAt: time.Now()}
 	report := func() {
 		if err := dir.WriteStatus(status); err != nil {
@@ -132,7 +139,11 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		}
 	}()
 
-	listener, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.APIServerPort)))
+	listener, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil && port != cfg.APIServerPort {
+		logger.Info("The lab's previous API server port is taken: serving on another", "port", port, "err", err)
+		listener, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", "0"))
+	}
 	if err != nil {
 		return fmt.Errorf("API server port %d on 127.0.0.1: %w", cfg.APIServerPort, err)
 	}
@@ -188,7 +199,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		}
 		args, _, err := rebind()
 		if err == nil {
-			err = procs.startProcess(ctx, &process{role: labstate.RoleNode, node: n.Name, args: args, rebind: rebind})
+			err = procs.startProcess(ctx, &process{role: labstate.RoleNode, node: n.Name, args: args, rebind: rebind, restart: true})
 		}
 		if err != nil {
 			listener.Close()
@@ -271,9 +282,21 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 	}
 }
 
+// previousPort is the port of a previous run's API server address
+// (https://127.0.0.1:port), or 0.
+func previousPort(server string) int {
+	u, err := url.Parse(server)
+	if err != nil {
+		return 0
+	}
+	port, _ := strconv.Atoi(u.Port())
+	return port
+}
+
 // supervisor runs the lab's child processes: one node per configured node
-// and, beside each GPU node, its driver. A driver that dies is restarted,
-// as a DaemonSet would; a node that dies is reported.
+// and, beside each GPU node, its driver. A process that dies is started
+// again, as systemd restarts a kubelet and a DaemonSet a driver: each
+// resumes from its own state (the kubelet's and the driver's checkpoints).
 type supervisor struct {
 	opts    Options
 	mu      sync.Mutex

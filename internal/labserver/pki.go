@@ -1,6 +1,7 @@
 package labserver
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -38,11 +39,17 @@ func writePKI(dir labstate.Dir, server string, nodes []string) (controlplane.PKI
 		KubeletClientKey:  filepath.Join(pkiDir, "apiserver-kubelet-client.key"),
 		ServiceAccountKey: filepath.Join(pkiDir, "sa.key"),
 	}
-	ca, err := pki.NewCA("dralab-ca")
-	if err != nil {
-		return files, err
+	// A lab resumed on its state keeps its CA and service-account key:
+	// clients holding the old kubeconfig, and tokens already issued, stay
+	// valid. Everything the CA signs is issued anew.
+	ca, err := pki.LoadCA(files.CACert, files.CAKey)
+	if errors.Is(err, os.ErrNotExist) {
+		ca, err = pki.NewCA("dralab-ca")
+		if err == nil {
+			err = ca.Write(pkiDir, "ca")
+		}
 	}
-	if err := ca.Write(pkiDir, "ca"); err != nil {
+	if err != nil {
 		return files, err
 	}
 	serving, err := ca.Issue(pki.Request{
@@ -65,12 +72,14 @@ func writePKI(dir labstate.Dir, server string, nodes []string) (controlplane.PKI
 	if err := kubeletClient.Write(pkiDir, "apiserver-kubelet-client"); err != nil {
 		return files, err
 	}
-	saKey, err := pki.NewServiceAccountKey()
-	if err != nil {
-		return files, err
-	}
-	if err := os.WriteFile(files.ServiceAccountKey, saKey, 0o600); err != nil {
-		return files, err
+	if _, err := os.Stat(files.ServiceAccountKey); errors.Is(err, os.ErrNotExist) {
+		saKey, err := pki.NewServiceAccountKey()
+		if err != nil {
+			return files, err
+		}
+		if err := os.WriteFile(files.ServiceAccountKey, saKey, 0o600); err != nil {
+			return files, err
+		}
 	}
 
 	ids := []identity{

@@ -42,7 +42,7 @@ func startRealNode(ctx context.Context, procs *supervisor, o Options, n config.N
 	}
 	binDir := filepath.Dir(o.Executable)
 	cd := realnode.ContainerdCommand(binDir, p)
-	if err := procs.startProcess(ctx, &process{role: labstate.RoleContainerd, node: n.Name, bin: cd.Path, args: cd.Args[1:], env: cd.Env}); err != nil {
+	if err := procs.startProcess(ctx, &process{role: labstate.RoleContainerd, node: n.Name, bin: cd.Path, args: cd.Args[1:], env: cd.Env, restart: true}); err != nil {
 		return err
 	}
 	if err := realnode.WaitContainerd(ctx, p); err != nil {
@@ -60,7 +60,7 @@ func startRealNode(ctx context.Context, procs *supervisor, o Options, n config.N
 		files.KubeletPort = port
 		return args, nil, realnode.WriteKubeletConfig(files)
 	}
-	if err := procs.startProcess(ctx, &process{role: labstate.RoleNode, node: n.Name, args: args, rebind: rebind}); err != nil {
+	if err := procs.startProcess(ctx, &process{role: labstate.RoleNode, node: n.Name, args: args, rebind: rebind, restart: true}); err != nil {
 		return err
 	}
 	go recordHost(ctx, o.Dir, n.Name, rec)

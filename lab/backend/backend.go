@@ -56,6 +56,10 @@ type Capabilities struct {
 type UpResult struct {
 	// Reused is true when a running lab with the same configuration was kept.
 	Reused bool
+	// Resumed is true when a lab whose process had ended (killed, or its
+	// machine restarted) was started again on its own state: its etcd
+	// data, its nodes' and drivers' checkpoints.
+	Resumed bool
 }
 
 // Phase of a lab.

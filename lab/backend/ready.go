@@ -60,6 +60,13 @@ const (
 // logOf names the log of a node's component (LogNode, LogDriver) that
 // explains what is missing.
 func WaitReady(ctx context.Context, kubeconfig string, cfg *config.Config, labNode func(*v1.Node) string, logOf func(node, component string) string) error {
+	return WaitReadySince(ctx, kubeconfig, cfg, time.Time{}, labNode, logOf)
+}
+
+// WaitReadySince is WaitReady for a cluster whose nodes may carry an old
+// Ready condition (a lab resumed on its etcd data): a node counts only once
+// its kubelet has reported its status at or after since.
+func WaitReadySince(ctx context.Context, kubeconfig string, cfg *config.Config, since time.Time, labNode func(*v1.Node) string, logOf func(node, component string) string) error {
 	client, err := NewClient(kubeconfig)
 	if err != nil {
 		return err
@@ -74,7 +81,7 @@ func WaitReady(ctx context.Context, kubeconfig string, cfg *config.Config, labNo
 		if err != nil {
 			return false, nil
 		}
-		missing = nodesNotReady(cfg, nodes.Items, sliceList.Items, labNode)
+		missing = nodesNotReady(cfg, nodes.Items, sliceList.Items, since, labNode)
 		return len(missing) == 0, nil
 	})
 	if err != nil {
@@ -99,7 +106,7 @@ type notReady struct {
 }
 
 // nodesNotReady says, per configured node, what it still lacks.
-func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.ResourceSlice, labNode func(*v1.Node) string) map[string]notReady {
+func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.ResourceSlice, since time.Time, labNode func(*v1.Node) string) map[string]notReady {
 	byName := map[string]*v1.Node{}
 	// published counts a node's devices; whole counts its whole GPUs, as a
 	// partitioned GPU is published with its MIG devices beside it.
@@ -135,6 +142,8 @@ func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.Resourc
 			missing[n.Name] = notReady{why: "is not registered"}
 		case NodeReady(node) != string(v1.ConditionTrue):
 			missing[n.Name] = notReady{why: "is not Ready"}
+		case reportedBefore(node, since):
+			missing[n.Name] = notReady{why: "has not reported its status since the lab started"}
 		case cfg.Driver != nil:
 			// An outside driver's devices are its own to describe: the
 			// node is ready once it publishes one.
@@ -162,6 +171,20 @@ func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.Resourc
 		}
 	}
 	return missing
+}
+
+// reportedBefore tells whether the node's last Ready heartbeat is older
+// than since (whose sub-second part the API's timestamps do not keep).
+func reportedBefore(n *v1.Node, since time.Time) bool {
+	if since.IsZero() {
+		return false
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.LastHeartbeatTime.Time.Before(since.Truncate(time.Second))
+		}
+	}
+	return true
 }
 
 // completeNodes says, by node name, whether the driver's pools of the node

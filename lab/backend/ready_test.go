@@ -3,6 +3,7 @@ package backend
 import (
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -40,12 +41,42 @@ func TestNodeWaitsForItsWholePool(t *testing.T) {
 		{"three of three", []resourceapi.ResourceSlice{slice(1, 0), slice(1, 52), slice(1, 52)}, true},
 		{"an older generation does not count", []resourceapi.ResourceSlice{slice(1, 52), slice(1, 52), slice(2, 0)}, false},
 	} {
-		missing := nodesNotReady(cfg, []v1.Node{node}, tc.slices, SameName)
+		missing := nodesNotReady(cfg, []v1.Node{node}, tc.slices, time.Time{}, SameName)
 		if ready := len(missing) == 0; ready != tc.ready {
 			t.Errorf("%s: ready %v (%v), want %v", tc.name, ready, missing, tc.ready)
 		}
 		if why := missing["dgx"].why; !tc.ready && why != "" && !strings.Contains(why, "only some") && !strings.Contains(why, "no GPUs") {
 			t.Errorf("%s: %q", tc.name, why)
+		}
+	}
+}
+
+// A resumed lab's nodes are Ready in etcd from before the lab was killed:
+// a node counts only once its kubelet has reported since the lab started.
+func TestNodeReportsSinceTheLabStarted(t *testing.T) {
+	started := time.Date(2026, 12, 2, 12, 0, 5, 700_000_000, time.UTC)
+	cfg := &config.Config{Nodes: []config.Node{{Name: "n1"}}}
+	node := func(heartbeat time.Time) v1.Node {
+		return v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: v1.NodeStatus{Conditions: []v1.NodeCondition{
+			{Type: v1.NodeReady, Status: v1.ConditionTrue, LastHeartbeatTime: metav1.NewTime(heartbeat)}}}}
+	}
+	for _, tc := range []struct {
+		name      string
+		heartbeat time.Time
+		since     time.Time
+		ready     bool
+	}{
+		{"a fresh lab", started.Add(-time.Hour), time.Time{}, true},
+		{"reported before the lab started", started.Add(-10 * time.Second), started, false},
+		{"reported in the second it started", started.Truncate(time.Second), started, true},
+		{"reported after", started.Add(2 * time.Second), started, true},
+	} {
+		missing := nodesNotReady(cfg, []v1.Node{node(tc.heartbeat)}, nil, tc.since, SameName)
+		if ready := len(missing) == 0; ready != tc.ready {
+			t.Errorf("%s: ready %v (%v), want %v", tc.name, ready, missing, tc.ready)
+		}
+		if !tc.ready && !strings.Contains(missing["n1"].why, "has not reported its status since the lab started") {
+			t.Errorf("%s: %q", tc.name, missing["n1"].why)
 		}
 	}
 }

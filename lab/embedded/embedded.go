@@ -106,10 +106,22 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 		done(err)
 		return backend.UpResult{Reused: true}, err
 	}
+	resume := false
 	if _, err := os.Stat(string(dir)); err == nil {
-		// State without a live lab process: a lab that crashed or was killed.
-		logger.Info("Removing stale state of a lab that no longer runs", "dir", dir)
-		if err := b.removeState(ctx, dir); err != nil {
+		// State without a live lab process: a lab that crashed or was
+		// killed. One that had come up with this configuration comes back
+		// on its etcd data, as a rebooted cluster does; any other is
+		// deleted.
+		why := b.resumable(dir, cfg)
+		resume = why == ""
+		if resume {
+			logger.Info("Resuming a lab whose process ended, on its etcd data", "dir", dir)
+			err = b.undoRealNodes(ctx, dir)
+		} else {
+			logger.Info("Removing stale state of a lab that no longer runs", "dir", dir, "why", why)
+			err = b.removeState(ctx, dir)
+		}
+		if err != nil {
 			return backend.UpResult{}, err
 		}
 	}
@@ -140,17 +152,24 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 		}
 	}
 
-	done = progress("Starting control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager)")
+	step := "Starting control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager)"
+	if resume {
+		step = fmt.Sprintf("Resuming lab %q on its etcd data (its process had ended): starting the control plane", cfg.Name)
+	}
+	done = progress(step)
+	started := time.Now()
 	err = b.start(ctx, dir, cfg, bin)
 	done(err)
 	if err != nil {
-		return backend.UpResult{}, err
+		return backend.UpResult{Resumed: resume}, err
 	}
 
 	done = progress(fmt.Sprintf("Waiting for %d node(s) to be Ready with their GPUs published", len(cfg.Nodes)))
-	err = backend.WaitReady(ctx, dir.Kubeconfig(), cfg, backend.SameName, b.nodeLogHint(dir))
+	// A resumed lab's etcd has its nodes Ready from before: only what
+	// their kubelets report from now on counts.
+	err = backend.WaitReadySince(ctx, dir.Kubeconfig(), cfg, started, backend.SameName, b.nodeLogHint(dir))
 	done(err)
-	return backend.UpResult{}, err
+	return backend.UpResult{Resumed: resume}, err
 }
 
 // ErrDegraded means a process of a running lab has died.
@@ -258,7 +277,9 @@ func (b *Backend) start(ctx context.Context, dir labstate.Dir, cfg *config.Confi
 		default:
 		}
 		s, err := dir.ReadStatus()
-		if err != nil {
+		if err != nil || s.PID != cmd.Process.Pid {
+			// A resumed lab's state holds the status of the process
+			// that was killed until the new one writes its own.
 			return false, nil
 		}
 		last = s
@@ -342,21 +363,8 @@ func (b *Backend) removeState(ctx context.Context, dir labstate.Dir) error {
 	if err := procid.Stop(ctx, procs, stopTimeout); err != nil {
 		return fmt.Errorf("stopping the lab of %s: %w", dir, err)
 	}
-	// A lab process stopped by SIGTERM cleaned up after its real node; one
-	// that was killed did not. The node's host record says what to undo;
-	// the configuration is not needed (it may no longer validate).
-	if nodes, _ := realnode.NodesWithHostRecords(dir); len(nodes) > 0 {
-		bin, err := b.binary(ctx)
-		if err == nil {
-			var out []byte
-			out, err = exec.CommandContext(ctx, bin, "lab", "cleanup", "--state-dir="+string(dir)).CombinedOutput()
-			if err != nil {
-				err = fmt.Errorf("%w: %s", err, out)
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("cleaning up the real node of %s (its state is kept; retry with go run mage.go lab:down): %w", dir, err)
-		}
+	if err := b.undoRealNodes(ctx, dir); err != nil {
+		return err
 	}
 	for _, nd := range dir.Nodes() {
 		if err := nd.Unlink(); err != nil {
@@ -367,6 +375,61 @@ func (b *Backend) removeState(ctx context.Context, dir labstate.Dir) error {
 		return fmt.Errorf("removing lab state %s: %w", dir, err)
 	}
 	return nil
+}
+
+// undoRealNodes undoes what the real nodes of a lab whose process no
+// longer runs did to the host. A lab process stopped by SIGTERM cleaned up
+// after its real node; one that was killed did not. The node's host record
+// says what to undo; the configuration is not needed (it may no longer
+// validate).
+func (b *Backend) undoRealNodes(ctx context.Context, dir labstate.Dir) error {
+	nodes, _ := realnode.NodesWithHostRecords(dir)
+	if len(nodes) == 0 {
+		return nil
+	}
+	bin, err := b.binary(ctx)
+	if err == nil {
+		var out []byte
+		out, err = exec.CommandContext(ctx, bin, "lab", "cleanup", "--state-dir="+string(dir)).CombinedOutput()
+		if err != nil {
+			err = fmt.Errorf("%w: %s", err, out)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("cleaning up the real node of %s (its state is kept; retry with go run mage.go lab:down): %w", dir, err)
+	}
+	return nil
+}
+
+// resumable says why the state of a lab whose process no longer runs
+// cannot be resumed, or "" when it can: the lab had come up (its last
+// status is Running) with the configuration asked for now, its etcd data
+// is there, and the test that owned it, if any, still runs. A lab that
+// failed to start, was being stopped, or belonged to an ended test is
+// deleted instead.
+func (b *Backend) resumable(dir labstate.Dir, cfg *config.Config) string {
+	st, err := dir.ReadStatus()
+	switch {
+	case err != nil:
+		return fmt.Sprintf("no readable status (%v)", err)
+	case st.Phase != labstate.PhaseRunning:
+		return "its last status is " + st.Phase
+	case st.ConfigHash != cfg.Hash():
+		return "it ran another configuration"
+	}
+	if _, err := os.Stat(dir.Etcd()); err != nil {
+		return fmt.Sprintf("no etcd data (%v)", err)
+	}
+	owner, owned, err := dir.ReadOwner()
+	switch {
+	case err != nil:
+		return err.Error()
+	case owned && !owner.Alive():
+		return "its owner " + owner.String() + " has ended"
+	case owned && b.owner != owner.PID:
+		return "it belongs to " + owner.String()
+	}
+	return ""
 }
 
 func hasRealNode(cfg *config.Config) bool {
@@ -405,6 +468,9 @@ func (b *Backend) Status(ctx context.Context, name string) (*backend.Status, err
 	if !running {
 		st.Phase = backend.PhaseFailed
 		st.Message = "the lab process is not running (stale state: `go run mage.go lab:up` replaces it, `go run mage.go lab:down` removes it)"
+		if cfg, err := config.Load(dir.Config()); err == nil && b.resumable(dir, cfg) == "" {
+			st.Message = "the lab process is not running (`go run mage.go lab:up` resumes the lab on its etcd data, `go run mage.go lab:down` removes it)"
+		}
 		if s, err := dir.ReadStatus(); err == nil && s.Message != "" {
 			st.Message = s.Message + "; " + st.Message
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/procid"
+	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -109,5 +110,103 @@ func TestSocketPathsIncludeRollingUpdateNames(t *testing.T) {
 	err := checkSocketPaths(deep, cfg("d"+name))
 	if !errors.Is(err, ErrPathTooLong) || !strings.Contains(err.Error(), "/dra-uuuu") || !strings.Contains(err.Error(), "driver name") {
 		t.Fatalf("checkSocketPaths with a %d-byte driver name = %v; want ErrPathTooLong naming the DRA socket and the driver name", len(name)+1, err)
+	}
+}
+
+// TestResumable: only the state of a lab that had come up with the same
+// configuration, whose etcd data is there and whose owner (if any) still
+// runs, is resumed; any other stale state is replaced.
+func TestResumable(t *testing.T) {
+	cfg := &config.Config{APIVersion: config.APIVersion, Kind: config.Kind, Name: "lab", Nodes: []config.Node{{Name: "n1"}}}
+	other := &config.Config{APIVersion: config.APIVersion, Kind: config.Kind, Name: "lab", Nodes: []config.Node{{Name: "n2"}}}
+	for _, c := range []*config.Config{cfg, other} {
+		if err := c.Complete(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	self, err := procid.Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := self
+	ended.StartTime-- // this PID, started at another time: a process that has ended
+	for _, tc := range []struct {
+		name    string
+		phase   string
+		noEtcd  bool
+		owner   *procid.ID
+		backend int
+		want    string
+	}{
+		{name: "came up", phase: labstate.PhaseRunning},
+		{name: "owned by this process", phase: labstate.PhaseRunning, owner: &self, backend: self.PID},
+		{name: "failed to start", phase: labstate.PhaseFailed, want: "last status is Failed"},
+		{name: "was stopping", phase: labstate.PhaseStopping, want: "last status is Stopping"},
+		{name: "no etcd data", phase: labstate.PhaseRunning, noEtcd: true, want: "no etcd data"},
+		{name: "owner ended", phase: labstate.PhaseRunning, owner: &ended, backend: self.PID, want: "has ended"},
+		{name: "another owner", phase: labstate.PhaseRunning, owner: &self, want: "belongs to"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := New(t.TempDir(), noBinary).OwnedBy(tc.backend)
+			dir := b.dir("lab")
+			if err := os.MkdirAll(string(dir), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if !tc.noEtcd {
+				if err := os.MkdirAll(dir.Etcd(), 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.owner != nil {
+				if err := dir.WriteOwner(*tc.owner); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := dir.WriteStatus(&labstate.Status{Phase: tc.phase, ConfigHash: cfg.Hash()}); err != nil {
+				t.Fatal(err)
+			}
+			got := b.resumable(dir, cfg)
+			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+				t.Errorf("resumable = %q, want %q", got, tc.want)
+			}
+			if tc.want == "" {
+				if why := b.resumable(dir, other); !strings.Contains(why, "another configuration") {
+					t.Errorf("resumable with another configuration = %q, want it refused", why)
+				}
+			}
+		})
+	}
+}
+
+// TestUpExplainsDegradedLab: Up on a running lab one of whose processes
+// has ended (and not yet been started again) says which, and how to
+// recreate the lab, instead of reusing it.
+func TestUpExplainsDegradedLab(t *testing.T) {
+	labProc, node := stranger(t), stranger(t)
+	cfg := &config.Config{APIVersion: config.APIVersion, Kind: config.Kind, Name: "degraded", Nodes: []config.Node{{Name: "n1"}}}
+	if err := cfg.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	b := New(t.TempDir(), noBinary)
+	dir := b.dir("degraded")
+	if err := os.MkdirAll(string(dir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Record(dir.Config()); err != nil {
+		t.Fatal(err)
+	}
+	pidFile, _ := json.Marshal(labProc)
+	if err := os.WriteFile(dir.PIDFile(), pidFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	status := &labstate.Status{Phase: labstate.PhaseRunning, ID: labProc, ConfigHash: cfg.Hash(), Processes: []labstate.ProcessStatus{
+		{Role: labstate.RoleNode, Node: "n1", ID: node, Exit: "signal: killed"},
+	}}
+	if err := dir.WriteStatus(status); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.Up(context.Background(), cfg, ui.NoProgress)
+	if !errors.Is(err, ErrDegraded) || !strings.Contains(err.Error(), "node n1: exited: signal: killed") || !strings.Contains(err.Error(), "lab:down") {
+		t.Errorf("Up on a degraded lab = %v; want ErrDegraded naming the node and how to recreate the lab", err)
 	}
 }

@@ -1,0 +1,71 @@
+package soak
+
+import (
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/procid"
+	"github.com/dralab/dralab/internal/realnode"
+	"github.com/dralab/dralab/lab"
+)
+
+// labResources are what a running lab holds on the host, as recorded
+// before lab:down: its processes, their listeners, its state directory and
+// its nodes' short links.
+type labResources struct {
+	procs     []procid.ID
+	listeners []procid.Listener
+	stateDir  string
+	links     []string
+}
+
+// recordResources records what the lab holds now.
+func recordResources(st *lab.Status) (labResources, error) {
+	dir := labstate.Dir(st.StateDir)
+	r := labResources{stateDir: st.StateDir}
+	s, err := dir.ReadStatus()
+	if err != nil {
+		return r, err
+	}
+	r.procs = append(r.procs, s.ID)
+	for _, p := range s.Processes {
+		r.procs = append(r.procs, p.ID)
+	}
+	if r.listeners, err = procid.Listeners(r.procs); err != nil {
+		return r, err
+	}
+	for _, nd := range dir.Nodes() {
+		r.links = append(r.links, nd.ShortLink())
+	}
+	return r, nil
+}
+
+// left finds what remains of the recorded resources: processes that still
+// run, ports that still accept connections, mounts under the state
+// directory, the state directory and short links.
+func (r labResources) left() []finding {
+	var out []finding
+	for _, p := range r.procs {
+		if p.Alive() {
+			out = append(out, newFinding(InvLeftovers, "a process of the lab still runs", p.String()))
+		}
+	}
+	for _, l := range r.listeners {
+		if c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(l.Port)), time.Second); err == nil {
+			c.Close()
+			out = append(out, newFinding(InvLeftovers, "a port of the lab still accepts connections", l.String()))
+		}
+	}
+	for _, m := range realnode.MountsUnder(r.stateDir) {
+		out = append(out, newFinding(InvLeftovers, "a mount of the lab remains", m))
+	}
+	for _, p := range append([]string{r.stateDir}, r.links...) {
+		if _, err := os.Lstat(p); err == nil {
+			out = append(out, newFinding(InvLeftovers, "a file of the lab remains", p))
+		}
+	}
+	return out
+}
