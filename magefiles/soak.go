@@ -77,6 +77,9 @@ func runSoak(ctx context.Context, d time.Duration) error {
 	}
 	if dir := os.Getenv("ARTIFACTS"); dir != "" {
 		file := filepath.Join(dir, "soak.json")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return errors.Join(runErr, err)
+		}
 		if err := soak.WriteJSON(file, rep); err != nil {
 			return errors.Join(runErr, err)
 		}

@@ -321,12 +321,16 @@ type process struct {
 	// Guarded by supervisor.mu.
 	rebinds   int
 	logOffset int64
-	cmd       *exec.Cmd
-	id        procid.ID
-	running   bool
-	restarts  int
-	exit      string
-	stopping  bool
+	// started is when the process last started; crashes counts its ends
+	// in a row that came before stableRun.
+	started  time.Time
+	crashes  int
+	cmd      *exec.Cmd
+	id       procid.ID
+	running  bool
+	restarts int
+	exit     string
+	stopping bool
 }
 
 func newSupervisor(o Options) *supervisor {
@@ -381,7 +385,7 @@ func (s *supervisor) spawn(ctx context.Context, p *process) error {
 	}
 	klog.FromContext(ctx).V(1).Info("Started process", "role", p.role, "node", p.node, "pid", cmd.Process.Pid)
 	s.mu.Lock()
-	p.cmd, p.id, p.running, p.logOffset = cmd, id, true, offset
+	p.cmd, p.id, p.running, p.logOffset, p.started = cmd, id, true, offset, time.Now()
 	s.mu.Unlock()
 	s.wg.Add(1)
 	go s.wait(ctx, p, cmd)
@@ -399,12 +403,18 @@ func (s *supervisor) wait(ctx context.Context, p *process, cmd *exec.Cmd) {
 	}
 	again := p.restart && !p.stopping && ctx.Err() == nil
 	rebind := p.rebind != nil && !p.stopping && ctx.Err() == nil && p.rebinds < maxRebinds && s.portTaken(p)
+	if time.Since(p.started) < stableRun {
+		p.crashes++
+	} else {
+		p.crashes = 0
+	}
+	delay := restartDelay(p.crashes)
 	s.mu.Unlock()
 	if rebind {
 		s.rebind(ctx, p)
 		return
 	}
-	klog.FromContext(ctx).Info("Process ended", "role", p.role, "node", p.node, "exit", p.exit, "restart", again)
+	klog.FromContext(ctx).Info("Process ended", "role", p.role, "node", p.node, "exit", p.exit, "restart", again, "after", delay)
 	s.notify()
 	if !again {
 		return
@@ -412,7 +422,7 @@ func (s *supervisor) wait(ctx context.Context, p *process, cmd *exec.Cmd) {
 	select {
 	case <-ctx.Done():
 		return
-	case <-time.After(time.Second):
+	case <-time.After(delay):
 	}
 	s.mu.Lock()
 	stopping := p.stopping
@@ -427,6 +437,22 @@ func (s *supervisor) wait(ctx context.Context, p *process, cmd *exec.Cmd) {
 		klog.FromContext(ctx).Error(err, "Restarting process", "role", p.role, "node", p.node)
 	}
 	s.notify()
+}
+
+// stableRun is how long a process must have run for its end not to count
+// as a crash on start.
+const stableRun = 10 * time.Second
+
+// restartDelay is how long a process waits to be started again after
+// ending crashes times in a row without a stable run: a second, doubled
+// for each crash after the first, at most 30 s, as systemd and the
+// kubelet back off a process that cannot start.
+func restartDelay(crashes int) time.Duration {
+	d := time.Second
+	for i := 1; i < crashes && d < 30*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 30*time.Second)
 }
 
 // maxRebinds bounds how often a process is given another port.

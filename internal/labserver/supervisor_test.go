@@ -88,3 +88,17 @@ func TestPortTakenStartsAgainOnAnotherPort(t *testing.T) {
 		t.Errorf("a node that failed without a port conflict was started again (ports %v)", rebinds())
 	}
 }
+
+// TestRestartDelay: a process that keeps failing on start is started again
+// after 1, 2, 4 … seconds, never more than 30; one that had run stably is
+// started again after a second.
+func TestRestartDelay(t *testing.T) {
+	for crashes, want := range map[int]time.Duration{
+		0: time.Second, 1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second,
+		5: 16 * time.Second, 6: 30 * time.Second, 100: 30 * time.Second,
+	} {
+		if got := restartDelay(crashes); got != want {
+			t.Errorf("restartDelay(%d) = %s, want %s", crashes, got, want)
+		}
+	}
+}

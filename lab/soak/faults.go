@@ -258,6 +258,7 @@ func (f *faults) killLab(ctx context.Context, st *labstate.Status, c *checker) (
 	res, err := f.lab.Up(upCtx)
 	target := fmt.Sprintf("lab process (pid %d)", st.ID.PID)
 	if err != nil {
+		c.violate(newFinding(InvResume, "lab:up of the killed lab failed: "+err.Error(), target))
 		return target, fmt.Errorf("lab:up of the killed lab: %w", err)
 	}
 	klog.FromContext(ctx).V(1).Info("Lab up again", "resumed", res.Resumed, "took", time.Since(started))

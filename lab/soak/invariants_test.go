@@ -349,3 +349,17 @@ func TestLeftovers(t *testing.T) {
 		t.Errorf("after all went: %v", keys(got))
 	}
 }
+
+func TestSummarise(t *testing.T) {
+	var seconds []float64
+	for i := 100; i > 0; i-- {
+		seconds = append(seconds, float64(i))
+	}
+	got := summarise(seconds)
+	if got != (Latency{Count: 100, P50: 51, P99: 100, Max: 100}) {
+		t.Errorf("summarise(1…100) = %+v", got)
+	}
+	if got := summarise(nil); got != (Latency{}) {
+		t.Errorf("summarise(nil) = %+v", got)
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -89,7 +90,7 @@ func (o *Options) complete() {
 // driver is back within seconds, but the kubelet retries a pod's
 // preparation on a back-off of its own, and a resumed lab's scheduler
 // starts its queue anew.
-var podBounds = bounds{containerCreating: 2 * time.Minute, terminating: 2 * time.Minute, unexplained: 45 * time.Second}
+var podBounds = bounds{containerCreating: time.Minute, terminating: time.Minute, unexplained: 45 * time.Second}
 
 // confirmAfter is how long a finding about objects that change one after
 // the other (a claim and a driver's files) must persist to be a
@@ -118,11 +119,32 @@ type Report struct {
 	ClaimsDeleted int            `json:"claimsDeleted"`
 	// APIErrors counts churn requests the API server failed.
 	APIErrors int `json:"apiErrors"`
+	// Start is how long pods took from being scheduled to their container
+	// running (the kubelet preparing their claims), in seconds (the API's
+	// timestamps have whole seconds), over every pod seen running.
+	Start Latency `json:"startSeconds"`
 	// Checks counts invariant evaluations by invariant; Rounds the rounds
 	// of checks.
 	Checks     map[string]int `json:"checks"`
 	Rounds     int            `json:"rounds"`
 	Violations []Violation    `json:"violations"`
+}
+
+// Latency summarises durations in seconds.
+type Latency struct {
+	Count int     `json:"count"`
+	P50   float64 `json:"p50"`
+	P99   float64 `json:"p99"`
+	Max   float64 `json:"max"`
+}
+
+func summarise(seconds []float64) Latency {
+	if len(seconds) == 0 {
+		return Latency{}
+	}
+	s := slices.Sorted(slices.Values(seconds))
+	at := func(q float64) float64 { return s[min(len(s)-1, int(q*float64(len(s))))] }
+	return Latency{Count: len(s), P50: at(0.5), P99: at(0.99), Max: s[len(s)-1]}
 }
 
 // Event is one injected fault.
@@ -208,6 +230,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		c.violate(f)
 	}
 	rep.Checks, rep.Rounds, rep.Violations = c.results()
+	c.mu.Lock()
+	rep.Start = summarise(c.startSeconds)
+	c.mu.Unlock()
 	err = errors.Join(runErr, stErr)
 	if err == nil && len(rep.Violations) > 0 {
 		err = fmt.Errorf("%w: %d", ErrViolations, len(rep.Violations))
@@ -496,6 +521,7 @@ func (s *soak) observe(ctx context.Context) (*observation, error) {
 	o.at = time.Now()
 	o.pods, o.claims, o.slices, o.nodes, o.classes, o.rules = pods.Items, claims.Items, resourceSlices.Items, nodes.Items, classes.Items, rules.Items
 	s.countClaims(o.claims)
+	s.checker.started(o.pods)
 	return o, nil
 }
 
@@ -533,10 +559,34 @@ type checker struct {
 	rounds     int
 	violations []Violation
 	claims     map[types.UID]bool
+	// running are the pods seen running; startSeconds how long each took
+	// from being scheduled.
+	running      map[types.UID]bool
+	startSeconds []float64
 }
 
 func newChecker() *checker {
-	return &checker{start: time.Now(), suspects: map[string]time.Time{}, reported: map[string]bool{}, checks: map[string]int{}, claims: map[types.UID]bool{}}
+	return &checker{start: time.Now(), suspects: map[string]time.Time{}, reported: map[string]bool{}, checks: map[string]int{},
+		claims: map[types.UID]bool{}, running: map[types.UID]bool{}}
+}
+
+// started records how long the pods seen running for the first time took
+// from being scheduled to their container's start.
+func (c *checker) started(pods []v1.Pod) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range pods {
+		p := &pods[i]
+		if c.running[p.UID] || p.Status.Phase != v1.PodRunning || len(p.Status.ContainerStatuses) == 0 {
+			continue
+		}
+		st := p.Status.ContainerStatuses[0].State.Running
+		if st == nil {
+			continue
+		}
+		c.running[p.UID] = true
+		c.startSeconds = append(c.startSeconds, max(0, st.StartedAt.Sub(scheduledAt(p)).Seconds()))
+	}
 }
 
 // immediate are the invariants whose one observation is proof: they read

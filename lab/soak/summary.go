@@ -33,6 +33,7 @@ func WriteSummary(w io.Writer, r *Report) error {
 	}
 	fmt.Fprintf(&b, "Churned:           %d groups (%s); %d pods created, %d deleted; %d claims seen, %d deleted; %d API errors\n",
 		groups, strings.Join(kinds, ", "), r.PodsCreated, r.PodsDeleted, r.ClaimsSeen, r.ClaimsDeleted, r.APIErrors)
+	fmt.Fprintf(&b, "Scheduled→running: p50 %.0f s, p99 %.0f s, max %.0f s over %d pods (whole seconds)\n", r.Start.P50, r.Start.P99, r.Start.Max, r.Start.Count)
 	var checks []string
 	for _, k := range slices.Sorted(maps.Keys(r.Checks)) {
 		checks = append(checks, fmt.Sprintf("%s %d", k, r.Checks[k]))
