@@ -11,6 +11,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -66,7 +67,10 @@ type faults struct {
 }
 
 // inject injects the next available fault and says which, and on what.
-// pause is held (for writing) while the lab's API is down.
+// pause is held (for writing) while the lab's API is down. A fault that
+// cannot be injected now is an error too: the caller decides (a GPU is
+// failed and healed by name of a published device, and a node whose
+// kubelet has just started again publishes none for a moment).
 func (f *faults) inject(ctx context.Context, pause interface {
 	Lock()
 	Unlock()
@@ -215,11 +219,19 @@ func (f *faults) healGPU(ctx context.Context) (string, error) {
 	return ref.String(), nil
 }
 
-// healAll heals every GPU the soak failed.
+// healAll heals every GPU the soak failed, trying each for up to a
+// minute: a node whose kubelet has just started again has no
+// ResourceSlices until its driver publishes them anew, and a GPU is healed
+// only by name of a published one.
 func (f *faults) healAll(ctx context.Context) error {
 	for len(f.failed) > 0 {
-		if err := f.lab.HealGPU(ctx, f.failed[0]); err != nil {
-			return err
+		var last error
+		err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+			last = f.lab.HealGPU(ctx, f.failed[0])
+			return last == nil, nil
+		})
+		if err != nil {
+			return fmt.Errorf("healing %s: %w (last: %w)", f.failed[0], err, last)
 		}
 		f.failed = f.failed[1:]
 	}

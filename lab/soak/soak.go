@@ -110,6 +110,9 @@ type Report struct {
 	// Faults counts the faults injected by kind; Events lists them.
 	Faults map[string]int `json:"faults"`
 	Events []Event        `json:"events"`
+	// FaultErrors are faults that could not be injected when their turn
+	// came (a GPU to heal that its node did not publish at that moment).
+	FaultErrors []string `json:"faultErrors,omitempty"`
 	// Groups counts what was churned by kind: pods with their claim (two
 	// pods for a shared claim).
 	Groups        map[string]int `json:"groups"`
@@ -117,8 +120,11 @@ type Report struct {
 	PodsDeleted   int            `json:"podsDeleted"`
 	ClaimsSeen    int            `json:"claimsSeen"`
 	ClaimsDeleted int            `json:"claimsDeleted"`
-	// APIErrors counts churn requests the API server failed.
-	APIErrors int `json:"apiErrors"`
+	// APIErrors counts churn requests the API server failed, ReadErrors
+	// the checks' reads of the cluster that failed (each read again at
+	// the next check).
+	APIErrors  int `json:"apiErrors"`
+	ReadErrors int `json:"readErrors"`
 	// Start is how long pods took from being scheduled to their container
 	// running (the kubelet preparing their claims), in seconds (the API's
 	// timestamps have whole seconds), over every pod seen running.
@@ -303,7 +309,13 @@ func (s *soak) run(ctx context.Context) error {
 	errs := make(chan error, 3)
 	wg.Add(3)
 	go func() { defer wg.Done(); s.churn(churnCtx, w) }()
-	go func() { defer wg.Done(); errs <- s.inject(ctx, churnCtx, f) }()
+	go func() {
+		defer wg.Done()
+		if err := s.inject(ctx, churnCtx, f); err != nil {
+			errs <- err
+			stop() // the lab is not up: nothing more to churn
+		}
+	}()
 	go func() { defer wg.Done(); errs <- s.checkContinuously(churnCtx) }()
 	wg.Wait()
 	stop()
@@ -384,8 +396,14 @@ func (s *soak) inject(ctx, until context.Context, f *faults) error {
 		case <-time.After(jitter(times, s.o.FaultInterval)):
 		}
 		kind, target, err := f.inject(ctx, &s.pause, s.checker)
-		if err != nil {
+		switch {
+		case err != nil && kind == FaultKillLab:
 			return fmt.Errorf("injecting %s (%s): %w", kind, target, err)
+		case err != nil:
+			// Tried again at the kind's next turn.
+			s.rep.FaultErrors = append(s.rep.FaultErrors, fmt.Sprintf("%s: %v", kind, err))
+			logger.Info("Fault not injected", "kind", kind, "err", err)
+			continue
 		}
 		if kind == "" {
 			continue
@@ -409,9 +427,16 @@ func (s *soak) checkContinuously(ctx context.Context) error {
 		}
 		s.pause.RLock()
 		obs, err := s.observe(ctx)
-		if err == nil {
-			err = s.checker.round(ctx, checks, obs, confirmAfter)
+		if err != nil {
+			s.pause.RUnlock()
+			if ctx.Err() == nil {
+				// Read again at the next check.
+				s.rep.ReadErrors++
+				klog.FromContext(ctx).Info("Reading the cluster for a check failed", "err", err)
+			}
+			continue
 		}
+		err = s.checker.round(ctx, checks, obs, confirmAfter)
 		s.pause.RUnlock()
 		if err != nil && ctx.Err() == nil {
 			return err

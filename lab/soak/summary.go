@@ -24,15 +24,18 @@ func WriteSummary(w io.Writer, r *Report) error {
 		total += r.Faults[k]
 		faults = append(faults, fmt.Sprintf("%s %d", k, r.Faults[k]))
 	}
-	fmt.Fprintf(&b, "Faults injected:   %d (%s)\n", total, strings.Join(faults, ", "))
+	fmt.Fprintf(&b, "Faults injected:   %d (%s); %d not injected when their turn came\n", total, strings.Join(faults, ", "), len(r.FaultErrors))
+	for _, e := range r.FaultErrors {
+		fmt.Fprintf(&b, "  not injected: %s\n", e)
+	}
 	groups := 0
 	var kinds []string
 	for _, k := range slices.Sorted(maps.Keys(r.Groups)) {
 		groups += r.Groups[k]
 		kinds = append(kinds, fmt.Sprintf("%s %d", k, r.Groups[k]))
 	}
-	fmt.Fprintf(&b, "Churned:           %d groups (%s); %d pods created, %d deleted; %d claims seen, %d deleted; %d API errors\n",
-		groups, strings.Join(kinds, ", "), r.PodsCreated, r.PodsDeleted, r.ClaimsSeen, r.ClaimsDeleted, r.APIErrors)
+	fmt.Fprintf(&b, "Churned:           %d groups (%s); %d pods created, %d deleted; %d claims seen, %d deleted; %d API errors, %d failed reads\n",
+		groups, strings.Join(kinds, ", "), r.PodsCreated, r.PodsDeleted, r.ClaimsSeen, r.ClaimsDeleted, r.APIErrors, r.ReadErrors)
 	fmt.Fprintf(&b, "Scheduled→running: p50 %.0f s, p99 %.0f s, max %.0f s over %d pods (whole seconds)\n", r.Start.P50, r.Start.P99, r.Start.Max, r.Start.Count)
 	var checks []string
 	for _, k := range slices.Sorted(maps.Keys(r.Checks)) {
