@@ -660,9 +660,14 @@ func (r *run) cleanup(ctx context.Context) error {
 		return errors.Join(errs...)
 	}
 	// The namespace controller gets there too, but deleting the pods
-	// directly frees their devices seconds sooner.
-	zero := metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}
-	if err := r.Client.CoreV1().Pods(r.ns).DeleteCollection(ctx, zero, metav1.ListOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	// directly frees their devices seconds sooner. Not with a grace period
+	// of 0: such a pod leaves the API before its kubelet has unprepared
+	// its claims, so its devices would look free while their driver still
+	// holds them, and whoever uses the lab next (another scenario, the
+	// conformance sanity layer) would be refused them. With a grace period
+	// the kubelet removes the pod once it has unprepared its claims.
+	graceful := metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](1)}
+	if err := r.Client.CoreV1().Pods(r.ns).DeleteCollection(ctx, graceful, metav1.ListOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, err)
 	}
 	if err := r.Client.ResourceV1().ResourceClaims(r.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil && !apierrors.IsNotFound(err) {
