@@ -246,10 +246,22 @@ func (f *faults) killLab(ctx context.Context, st *labstate.Status, c *checker) (
 	if err != nil {
 		return "", err
 	}
+	pods, err := f.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", err
+	}
+	// A claim on its way out (deleted, or of a pod being deleted) may be
+	// gone after lab:up for good reason: only the others must survive.
+	leaving := map[types.UID]bool{}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			leaving[p.UID] = true
+		}
+	}
 	allocated := map[types.UID]*resourceapi.ResourceClaim{}
 	for i := range before.Items {
-		if before.Items[i].Status.Allocation != nil {
-			allocated[before.Items[i].UID] = &before.Items[i]
+		if c := &before.Items[i]; c.Status.Allocation != nil && !claimLeaving(c, leaving) {
+			allocated[c.UID] = c
 		}
 	}
 	if err := st.ID.Signal(syscall.SIGKILL); err != nil {
@@ -299,4 +311,23 @@ func (f *faults) killLab(ctx context.Context, st *labstate.Status, c *checker) (
 		}
 	}
 	return fmt.Sprintf("%s; resumed in %.1f s with %d allocated claims", target, time.Since(started).Seconds(), len(allocated)), nil
+}
+
+// claimLeaving tells whether a claim is being deleted, or belongs to or is
+// reserved for a pod that is.
+func claimLeaving(c *resourceapi.ResourceClaim, leavingPods map[types.UID]bool) bool {
+	if c.DeletionTimestamp != nil {
+		return true
+	}
+	for _, o := range c.OwnerReferences {
+		if leavingPods[o.UID] {
+			return true
+		}
+	}
+	for _, r := range c.Status.ReservedFor {
+		if leavingPods[r.UID] {
+			return true
+		}
+	}
+	return false
 }

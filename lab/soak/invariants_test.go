@@ -363,3 +363,24 @@ func TestSummarise(t *testing.T) {
 		t.Errorf("summarise(nil) = %+v", got)
 	}
 }
+
+// A claim on its way out before the lab is killed need not survive it.
+func TestClaimLeaving(t *testing.T) {
+	leaving := map[types.UID]bool{"p-gone": true}
+	owned := allocated("1", "n1", "n1/gpu-0")
+	owned.OwnerReferences = []metav1.OwnerReference{{Kind: "Pod", Name: "p", UID: "p-gone"}}
+	reserved := allocated("2", "n1", "n1/gpu-1")
+	reserved.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p", UID: "p-gone"}}
+	deleted := allocated("3", "n1", "n1/gpu-2")
+	deleted.DeletionTimestamp = ptr.To(metav1.NewTime(now))
+	staying := allocated("4", "n1", "n1/gpu-3")
+	staying.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "q", UID: "q-running"}}
+	for _, c := range []resourceapi.ResourceClaim{owned, reserved, deleted} {
+		if !claimLeaving(&c, leaving) {
+			t.Errorf("claim %s: not leaving, want leaving", c.Name)
+		}
+	}
+	if claimLeaving(&staying, leaving) {
+		t.Error("a claim of a running pod counted as leaving")
+	}
+}
