@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/labstate"
@@ -167,19 +168,19 @@ func (f *faults) failGPU(ctx context.Context) (string, error) {
 	if len(f.failed) >= maxFailed || f.cfg.Driver != nil {
 		return "", nil
 	}
-	slices, err := f.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	list, err := f.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return "", err
 	}
 	var gpus []lab.GPURef
-	for _, s := range slices.Items {
-		n := f.node(ptrString(s.Spec.NodeName))
+	for _, s := range list.Items {
+		n := f.node(ptr.Deref(s.Spec.NodeName, ""))
 		if s.Spec.Driver != gpu.DriverName || n == nil || n.GPUs == nil || n.GPUs.Mode != config.GPUModeDRA {
 			continue
 		}
 		for i := range s.Spec.Devices {
 			ref := lab.GPURef{Node: n.Name, Device: s.Spec.Devices[i].Name}
-			if attr(&s.Spec.Devices[i], gpu.AttrType) == gpu.TypeGPU && !containsRef(f.failed, ref) {
+			if attr(&s.Spec.Devices[i], gpu.AttrType) == gpu.TypeGPU && !slices.Contains(f.failed, ref) {
 				gpus = append(gpus, ref)
 			}
 		}
@@ -195,15 +196,6 @@ func (f *faults) failGPU(ctx context.Context) (string, error) {
 	f.failed = append(f.failed, ref)
 	return fmt.Sprintf("%s with XID %d", ref, xid), nil
 }
-
-func ptrString(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
-func containsRef(refs []lab.GPURef, ref lab.GPURef) bool { return slices.Contains(refs, ref) }
 
 // healGPU heals a random failed GPU.
 func (f *faults) healGPU(ctx context.Context) (string, error) {

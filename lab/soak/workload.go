@@ -50,7 +50,6 @@ type inventory struct {
 	tiers       []string
 	sharedTiers []string
 	migProfiles []string
-	devices     int
 }
 
 // readInventory reads the GPU driver's devices from the slices.
@@ -64,7 +63,6 @@ func readInventory(ctx context.Context, slices []resourceapi.ResourceSlice) (inv
 		}
 		for j := range s.Spec.Devices {
 			d := &s.Spec.Devices[j]
-			inv.devices++
 			switch attr(d, gpu.AttrType) {
 			case gpu.TypeMIG:
 				profiles[attr(d, gpu.AttrProfile)] = true
@@ -284,9 +282,6 @@ func (w *workload) delete(ctx context.Context, g group) error {
 	}
 	return errors.Join(errs...)
 }
-
-// pickIndex picks one of n things.
-func (w *workload) pickIndex(n int) int { return w.rng.IntN(n) }
 
 // shuffled returns the names in a random order.
 func shuffled(rng *rand.Rand, names []string) []string {
