@@ -122,7 +122,7 @@ func dashboardDuringFallback(ctx context.Context, t *testing.T, cfg *envconf.Con
 		t.Fatal(err)
 	}
 	for _, f := range res.Failures() {
-		t.Errorf("scenarios/%s/scenario.yaml: %s", s.Name, f)
+		t.Errorf("%s: %s", s.Source("scenario.yaml"), f)
 	}
 	if !checked {
 		t.Fatalf("the scenario never reached step %q", s.Steps[1].Name)

@@ -52,10 +52,11 @@ func TestKindLab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	all, err := scenarios.All()
+	all, from, err := scenarios.Selected()
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("scenarios: %s", from)
 	for _, s := range all {
 		t.Run(s.Name, func(t *testing.T) { runScenario(ctx, t, restConfig, s) })
 	}

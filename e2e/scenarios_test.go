@@ -23,10 +23,11 @@ import (
 // --labels scenario=prioritized-fallback or --skip-labels tier=slow.
 func TestScenarios(t *testing.T) {
 	requireCluster(t)
-	all, err := scenarios.All()
+	all, from, err := scenarios.Selected()
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("scenarios: %s", from)
 	var feats []features.Feature
 	for _, s := range all {
 		feats = append(feats, features.New(s.Name).
@@ -73,7 +74,7 @@ func runScenario(ctx context.Context, t *testing.T, restConfig *rest.Config, s *
 		t.Fatal(err)
 	}
 	for _, f := range res.Failures() {
-		t.Errorf("scenarios/%s/scenario.yaml: %s", s.Name, f)
+		t.Errorf("%s: %s", s.Source("scenario.yaml"), f)
 	}
 	t.Logf("scenario %s took %s", s.Name, res.Duration)
 }
@@ -90,4 +91,97 @@ func writeReport(ctx context.Context, t *testing.T, path string, s *scenarios.Sc
 		return
 	}
 	t.Logf("report: %s", path)
+}
+
+// TestScenarioFromFolder runs a scenario that is not built in: a workshop
+// author's folder, written here into a temporary directory, loaded as
+// DRALAB_SCENARIOS loads one, and run on the lab like the built-in ones.
+func TestScenarioFromFolder(t *testing.T) {
+	requireCluster(t)
+	dir := t.TempDir()
+	files := map[string]string{
+		"scenario.yaml": `apiVersion: scenarios.dralab.dev/v1alpha1
+kind: Scenario
+name: my-inference
+title: "A workshop's own scenario: inference on an L4, training on an H100"
+summary: Two pods describe the GPU they need; each lands on its tier.
+labels: {tier: fast}
+requires:
+  tiers: [h100, l4]
+steps:
+- name: the claims and the pods
+  apply: [workload.yaml]
+  expect:
+  - pods: inference
+    phase: Running
+    tier: l4
+  - pods: training
+    phase: Running
+    tier: h100
+`,
+		"workload.yaml": `apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: l4}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly: {deviceClassName: l4.gpu.dralab.dev}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: h100}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly: {deviceClassName: h100.gpu.dralab.dev}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: inference}
+spec:
+  containers:
+  - name: main
+    image: registry.k8s.io/pause:3.10
+    resources: {claims: [{name: gpu}]}
+  resourceClaims: [{name: gpu, resourceClaimTemplateName: l4}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: training}
+spec:
+  containers:
+  - name: main
+    image: registry.k8s.io/pause:3.10
+    resources: {claims: [{name: gpu}]}
+  resourceClaims: [{name: gpu, resourceClaimTemplateName: h100}]
+`,
+	}
+	if err := os.Mkdir(filepath.Join(dir, "my-inference"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, "my-inference", name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv(scenarios.EnvDir, dir)
+	all, from, err := scenarios.Selected()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := scenarios.Find(all, "my-inference")
+	if err != nil || from != dir || len(all) != 1 {
+		t.Fatalf("scenarios of %s: %v (%v)", dir, scenarios.Names(all), err)
+	}
+	feat := features.New(s.Name).
+		Assess(s.Title, func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			runScenario(ctx, t, cfg.Client().RESTConfig(), s)
+			return ctx
+		}).
+		Feature()
+	testenv.Test(t, feat)
 }

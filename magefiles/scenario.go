@@ -24,11 +24,15 @@ import (
 // Scenario lists and runs scenarios on the running lab.
 type Scenario mg.Namespace
 
-// List lists the scenarios.
+// List lists the scenarios: the built-in ones, or those of the folder
+// DRALAB_SCENARIOS names (one folder per scenario, as under scenarios/).
 func (Scenario) List() error {
-	all, err := scenarios.All()
+	all, from, err := scenarios.Selected()
 	if err != nil {
 		return err
+	}
+	if from != "built-in" {
+		fmt.Printf("Scenarios of %s (%s):\n\n", from, scenarios.EnvDir)
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "SCENARIO\tTITLE")
@@ -41,9 +45,14 @@ func (Scenario) List() error {
 }
 
 // Run runs a scenario on the running lab, prints each step's allocation
-// table, and fails when an outcome differs from scenario.yaml.
+// table, and fails when an outcome differs from scenario.yaml. With
+// DRALAB_SCENARIOS it runs one of that folder's scenarios.
 func (Scenario) Run(ctx context.Context, name string) error {
-	s, err := scenarios.Get(name)
+	all, _, err := scenarios.Selected()
+	if err != nil {
+		return err
+	}
+	s, err := scenarios.Find(all, name)
 	if err != nil {
 		return err
 	}
@@ -70,7 +79,7 @@ func (Scenario) Run(ctx context.Context, name string) error {
 	done := u.Step("Running " + s.Name)
 	res, err := runner.Run(ctx, s)
 	if err == nil && !res.Passed() {
-		err = fmt.Errorf("scenario %s: outcomes differ from scenarios/%s/scenario.yaml:\n  %s", s.Name, s.Name, strings.Join(res.Failures(), "\n  "))
+		err = fmt.Errorf("scenario %s: outcomes differ from %s:\n  %s", s.Name, s.Source("scenario.yaml"), strings.Join(res.Failures(), "\n  "))
 	}
 	done(err)
 	path, rerr := writeScenarioReport(ctx, s, res, err)

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -21,6 +22,7 @@ import (
 	"github.com/dralab/dralab/internal/junit"
 	"github.com/dralab/dralab/internal/target"
 	"github.com/dralab/dralab/internal/ui"
+	"github.com/dralab/dralab/scenarios"
 )
 
 // Test runs the test tiers.
@@ -36,8 +38,13 @@ func (Test) Unit() error {
 // cluster when it is a dralab lab or DRALAB_TARGET names its context, else
 // it refuses. It prints the target first. With $ARTIFACTS set it writes
 // there junit-e2e.xml, e2e.html (a row per test, linking each scenario's
-// own report) and every scenario's HTML report.
+// own report) and every scenario's HTML report. With DRALAB_SCENARIOS it
+// runs that folder's scenarios instead of the built-in ones.
 func (Test) E2E(ctx context.Context) error {
+	scenarioDir, err := scenarioFolder()
+	if err != nil {
+		return err
+	}
 	t, err := target.Resolve(target.Request{Kubeconfig: os.Getenv("KUBECONFIG"), Consent: os.Getenv(target.EnvConsent)})
 	if err != nil {
 		return err
@@ -52,11 +59,33 @@ func (Test) E2E(ctx context.Context) error {
 		args = append(args, "-args", "--kubeconfig="+t.Kubeconfig)
 	}
 	env := map[string]string{build.EnvBinary: bin}
+	if scenarioDir != "" {
+		env[scenarios.EnvDir] = scenarioDir
+		ui.Stderr().Println("Scenarios: " + scenarioDir)
+	}
 	dir := os.Getenv("ARTIFACTS")
 	if dir == "" {
 		return sh.RunWithV(env, "go", args...)
 	}
 	return goTestWithReports(ctx, env, args, dir, "e2e", "dralab e2e")
+}
+
+// scenarioFolder checks the folder DRALAB_SCENARIOS names, before anything
+// is built, and returns it absolute (go test runs in the package's folder);
+// "" when it is not set.
+func scenarioFolder() (string, error) {
+	dir := os.Getenv(scenarios.EnvDir)
+	if dir == "" {
+		return "", nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	if _, err := scenarios.LoadDir(abs); err != nil {
+		return "", fmt.Errorf("%s=%s: %w", scenarios.EnvDir, dir, err)
+	}
+	return abs, nil
 }
 
 // goTestWithReports runs go test with -json, showing its output as -v

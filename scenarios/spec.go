@@ -1,14 +1,17 @@
 // Package scenarios holds dralab's scenarios, one folder each: a README (the
 // story), the manifests, and scenario.yaml, which says what the scenario
-// needs and what must happen. The folders are embedded in the binary; docs,
-// mage and the e2e suite all read the same files, and the Runner applies a
-// scenario to a cluster and compares what happened with what it expects.
+// needs and what must happen. The built-in folders are embedded in the
+// binary; docs, mage and the e2e suite all read the same files. Load and
+// LoadDir read scenarios of the same format from elsewhere (a workshop's
+// folder, named by DRALAB_SCENARIOS). The Runner applies a scenario to a
+// cluster and compares what happened with what it expects.
 package scenarios
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path"
 	"slices"
 
@@ -46,7 +49,11 @@ type Scenario struct {
 	NamespaceLabels map[string]string `json:"namespaceLabels,omitempty"`
 	Steps           []Step            `json:"steps"`
 
-	dir string
+	// fsys holds the scenario's folder, dir; prefix is how messages name
+	// fsys's root ("scenarios" for the built-in ones, a path on disk).
+	fsys   fs.FS
+	dir    string
+	prefix string
 }
 
 // Requirements are what a scenario needs from the cluster.
