@@ -36,7 +36,7 @@ func FuzzParse(f *testing.F) {
 		if err := rep.WriteXML(&out, "fuzz"); err != nil {
 			t.Fatalf("a report does not write: %v", err)
 		}
-		var doc xmlSuites
+		var doc junitSuites
 		if err := xml.Unmarshal(out.Bytes(), &doc); err != nil {
 			t.Fatalf("the JUnit document does not read back: %v\n%s", err, out.Bytes())
 		}

@@ -1,19 +1,24 @@
 // Package junit turns the event stream of go test -json into a JUnit XML
 // report, which CI systems display per test, and a short table for people.
+// gotestsum's testjson reads the stream and go-junit-report's junit writes
+// the XML; this package decides what a case is and says why it failed or
+// was skipped.
 // Each leaf test is one case; a package that failed outside any test (it
 // did not build, or TestMain failed) is a case of its own, so that no
 // failure is lost between the two formats.
 package junit
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
+
+	"gotest.tools/gotestsum/testjson"
 )
 
 // Status is a case's result, spelt as go test spells it.
@@ -57,242 +62,191 @@ type Report struct {
 	Stray []string
 }
 
-// event is a test2json event (go doc cmd/test2json) or a build event
-// (go help buildjson), which go test -json interleaves.
+// event is what Parse reads of each test2json event (go doc cmd/test2json)
+// and build event (go help buildjson) itself: gotestsum's Execution keeps
+// neither which package's build a package failed on, nor build output by
+// package, nor the order packages started in.
 type event struct {
 	Time        time.Time
 	Action      string
 	Package     string
-	Test        string
-	Elapsed     float64
 	Output      string
-	FailedBuild string
 	ImportPath  string
+	FailedBuild string
 }
 
-type testKey struct{ pkg, test string }
-
-type testRun struct {
-	testKey
-	// result is the last pass, fail, skip or bench action; "" for a test
-	// that never finished.
-	result  string
-	elapsed float64
-	output  strings.Builder
+// stream is what Parse reads from the lines themselves.
+type stream struct {
+	// order lists packages in the order of their first event.
+	order []string
+	// builds holds build output by package path.
+	builds map[string][]string
+	// failedBuild is the package whose build a package failed on.
+	failedBuild map[string]string
 }
 
-type packageRun struct {
-	name        string
-	result      string
-	elapsed     float64
-	failedBuild string
-	output      strings.Builder
-	tests       []*testRun
-}
-
-type parser struct {
-	report   Report
-	packages map[string]*packageRun
-	order    []*packageRun
-	tests    map[testKey]*testRun
-	// builds holds build output by package path (an ImportPath without its
-	// " [pkg.test]" variant suffix).
-	builds map[string]*strings.Builder
-	// strayBuild is the package of the last "# pkg" header among stray
-	// lines: an older go's compiler errors follow such a header.
-	strayBuild string
-}
-
-// Parse reads a go test -json stream. Events are decoded leniently, since
-// test2json adds fields over time; a line that is not JSON is kept in
-// Stray, a line that is broken JSON is an error.
+// Parse reads a go test -json stream. gotestsum's testjson decides each
+// test's and package's result; Parse makes a case of each leaf test, of a
+// parent test that failed on its own, and of each package that failed
+// outside its tests. A line that is not JSON is kept in Stray; a line that
+// is broken JSON is an error naming it.
 func Parse(r io.Reader) (*Report, error) {
-	p := &parser{
-		packages: map[string]*packageRun{},
-		tests:    map[testKey]*testRun{},
-		builds:   map[string]*strings.Builder{},
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("reading go test -json output: %w", err)
 	}
-	br := bufio.NewReader(r)
-	for n := 1; ; n++ {
-		line, err := br.ReadString('\n')
-		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("reading go test -json output: %w", err)
-		}
-		if perr := p.line(line); perr != nil {
-			return nil, fmt.Errorf("go test -json output line %d: %w", n, perr)
-		}
-		if err != nil {
-			break
-		}
-	}
-	p.finish()
-	return &p.report, nil
-}
-
-func (p *parser) line(line string) error {
-	trimmed := strings.TrimSpace(line)
-	if trimmed == "" {
-		return nil
-	}
-	if !strings.HasPrefix(trimmed, "{") {
-		p.report.Stray = append(p.report.Stray, strings.TrimRight(line, "\r\n"))
-		if header, ok := strings.CutPrefix(trimmed, "# "); ok {
-			p.strayBuild = packagePath(header)
-		} else if p.strayBuild != "" {
-			p.build(p.strayBuild).WriteString(line)
-		}
-		return nil
-	}
-	var e event
-	if err := json.Unmarshal([]byte(trimmed), &e); err != nil {
-		return err
-	}
-	p.event(&e)
-	return nil
-}
-
-func (p *parser) event(e *event) {
-	if p.report.Started.IsZero() && !e.Time.IsZero() {
-		p.report.Started = e.Time
-	}
-	switch e.Action {
-	case "build-output":
-		p.build(packagePath(e.ImportPath)).WriteString(e.Output)
-		return
-	case "build-fail":
-		// The package's fail event names the failed build; nothing to add.
-		return
-	}
-	pkg := p.pkg(e.Package)
-	if e.Test == "" {
-		switch e.Action {
-		case "output":
-			pkg.output.WriteString(e.Output)
-		case "pass", "fail", "skip":
-			pkg.result, pkg.elapsed, pkg.failedBuild = e.Action, e.Elapsed, e.FailedBuild
-		}
-		return
-	}
-	t := p.test(pkg, e.Test)
-	switch e.Action {
-	case "output":
-		t.output.WriteString(e.Output)
-	case "pass", "fail", "skip", "bench":
-		t.result, t.elapsed = e.Action, e.Elapsed
-	}
-}
-
-func (p *parser) pkg(name string) *packageRun {
-	pkg, ok := p.packages[name]
-	if !ok {
-		pkg = &packageRun{name: name}
-		p.packages[name] = pkg
-		p.order = append(p.order, pkg)
-	}
-	return pkg
-}
-
-func (p *parser) test(pkg *packageRun, name string) *testRun {
-	k := testKey{pkg.name, name}
-	t, ok := p.tests[k]
-	if !ok {
-		t = &testRun{testKey: k}
-		p.tests[k] = t
-		pkg.tests = append(pkg.tests, t)
-	}
-	return t
-}
-
-func (p *parser) build(path string) *strings.Builder {
-	b, ok := p.builds[path]
-	if !ok {
-		b = &strings.Builder{}
-		p.builds[path] = b
-	}
-	return b
-}
-
-// packagePath drops the variant suffix of a package ID:
-// "example.com/p [example.com/p.test]" is built for package example.com/p.
-func packagePath(id string) string {
-	path, _, _ := strings.Cut(strings.TrimSpace(id), " ")
-	return path
-}
-
-func (p *parser) finish() {
-	// A parent's result only sums up its subtests; it is a case itself
-	// when it has none, or when it failed on its own (an error after its
-	// subtests passed), which would otherwise go unreported.
-	hasSubtests := map[testKey]bool{}
-	failedSubtest := map[testKey]bool{}
-	for _, t := range p.tests {
-		failed := p.status(t) == Failed
-		for i, c := range t.test {
-			if c != '/' {
+	report := &Report{}
+	st := stream{builds: map[string][]string{}, failedBuild: map[string]string{}}
+	seen := map[string]bool{}
+	// An older go wrote compiler errors to stderr, which callers may merge
+	// into the stream: they follow a "# pkg" header.
+	strayBuild := ""
+	for n, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimRight(line, "\r")
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case trimmed == "":
+		case !strings.HasPrefix(trimmed, "{"):
+			report.Stray = append(report.Stray, line)
+			if header, ok := strings.CutPrefix(trimmed, "# "); ok {
+				strayBuild = packagePath(header)
+			} else if strayBuild != "" {
+				st.builds[strayBuild] = append(st.builds[strayBuild], line)
+			}
+		default:
+			var e event
+			if err := json.Unmarshal([]byte(trimmed), &e); err != nil {
+				return nil, fmt.Errorf("go test -json output line %d: %w", n+1, err)
+			}
+			if report.Started.IsZero() && !e.Time.IsZero() {
+				report.Started = e.Time
+			}
+			if e.Action == "build-output" {
+				path := packagePath(e.ImportPath)
+				st.builds[path] = append(st.builds[path], strings.TrimSuffix(e.Output, "\n"))
 				continue
 			}
-			parent := testKey{t.pkg, t.test[:i]}
-			hasSubtests[parent] = true
-			failedSubtest[parent] = failedSubtest[parent] || failed
+			if e.Package != "" && !seen[e.Package] {
+				seen[e.Package] = true
+				st.order = append(st.order, e.Package)
+			}
+			if e.FailedBuild != "" {
+				st.failedBuild[e.Package] = packagePath(e.FailedBuild)
+			}
 		}
 	}
-	for _, pkg := range p.order {
-		p.report.Elapsed += seconds(pkg.elapsed)
-		pkgFailed := false
-		for _, t := range pkg.tests {
-			status := p.status(t)
-			if hasSubtests[t.testKey] && !(status == Failed && !failedSubtest[t.testKey]) {
-				continue
-			}
-			c := Case{Package: t.pkg, Name: t.test, Status: status, Elapsed: seconds(t.elapsed)}
-			lines := logLines(t.output.String())
-			c.Output = strings.Join(lines, "\n")
-			switch {
-			case status == Skipped:
-				c.Message = lastEntry(lines)
-			case status == Failed && t.result == "":
-				c.Message = "did not finish"
-				if l := firstPanic(lines); l != "" {
-					c.Message += ": " + l
-				}
-			case status == Failed:
-				c.Message = firstLine(lines)
-			}
-			pkgFailed = pkgFailed || status == Failed
-			p.report.Cases = append(p.report.Cases, c)
-		}
-		if pkg.result == "fail" && !pkgFailed {
-			p.report.Cases = append(p.report.Cases, p.packageCase(pkg))
-		}
+	exec, err := testjson.ScanTestOutput(testjson.ScanConfig{
+		Stdout:                   bytes.NewReader(data),
+		Handler:                  ignore{},
+		IgnoreNonJSONOutputLines: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading go test -json output: %w", err)
 	}
+	for _, name := range st.order {
+		pkg := exec.Package(name)
+		if pkg == nil {
+			continue
+		}
+		if pkg.Result() != "" {
+			report.Elapsed += pkg.Elapsed().Round(time.Millisecond)
+		}
+		report.Cases = append(report.Cases, st.packageCases(name, pkg)...)
+	}
+	return report, nil
 }
 
-func (p *parser) status(t *testRun) Status {
-	switch t.result {
-	case "pass", "bench":
-		return Passed
-	case "skip":
+// ignore is a testjson.EventHandler for a scan that only builds the
+// Execution.
+type ignore struct{}
+
+func (ignore) Event(testjson.TestEvent, *testjson.Execution) error { return nil }
+func (ignore) Err(string) error                                    { return nil }
+
+// neverFinished is the Elapsed testjson gives a test that had no result.
+const neverFinished = -1
+
+// packageCases are the cases of one package in the order its tests started:
+// each leaf test, a parent test that failed on its own although its
+// subtests passed, and the package itself when it failed with no failed
+// test (it did not build, or failed before or after its tests: TestMain, a
+// leak check).
+func (st *stream) packageCases(name string, pkg *testjson.Package) []Case {
+	passed := pkg.Result() == testjson.ActionPass
+	var tests []testjson.TestCase
+	for _, group := range [][]testjson.TestCase{pkg.Passed, pkg.Failed, pkg.Skipped} {
+		tests = append(tests, group...)
+	}
+	slices.SortFunc(tests, func(a, b testjson.TestCase) int { return a.ID - b.ID })
+	statuses := map[string]Status{}
+	for _, t := range tests {
+		statuses[t.Test.Name()] = testStatus(pkg, t, passed)
+	}
+	hasSubtests, failedSubtest := map[string]bool{}, map[string]bool{}
+	for test, status := range statuses {
+		for p := testjson.TestName(test).Parent(); p != ""; p = testjson.TestName(p).Parent() {
+			hasSubtests[p] = true
+			failedSubtest[p] = failedSubtest[p] || status == Failed
+		}
+	}
+	var out []Case
+	testFailed := false
+	for _, t := range tests {
+		test := t.Test.Name()
+		status := statuses[test]
+		if hasSubtests[test] && !(status == Failed && !failedSubtest[test]) {
+			continue
+		}
+		lines := logLines(strings.Join(pkg.OutputLines(t), ""))
+		c := Case{Package: name, Name: test, Status: status, Output: strings.Join(lines, "\n")}
+		if t.Elapsed > 0 {
+			c.Elapsed = t.Elapsed.Round(time.Millisecond)
+		}
+		switch {
+		case status == Skipped:
+			c.Message = lastEntry(lines)
+		case status == Failed && t.Elapsed == neverFinished:
+			c.Message = "did not finish"
+			// testjson files what follows a timeout's panic under the
+			// package: the first panic line is said either way.
+			if l := firstPanic(append(lines, logLines(pkg.Output(0))...)); l != "" {
+				c.Message += ": " + l
+			}
+		case status == Failed:
+			c.Message = firstLine(lines)
+		}
+		testFailed = testFailed || status == Failed
+		out = append(out, c)
+	}
+	if pkg.Result() == testjson.ActionFail && !testFailed {
+		out = append(out, st.packageCase(name, pkg))
+	}
+	return out
+}
+
+// testStatus is a test's result as a case's. A test with no result ended
+// with its test binary (a panic in another goroutine, a timeout, os.Exit)
+// unless its package passed: go test reports no result for a benchmark
+// that logged nothing.
+func testStatus(pkg *testjson.Package, t testjson.TestCase, pkgPassed bool) Status {
+	switch {
+	case slices.ContainsFunc(pkg.Skipped, func(s testjson.TestCase) bool { return s.ID == t.ID }):
 		return Skipped
-	case "fail":
-		return Failed
-	}
-	// go test reports no result for a benchmark that logged nothing; in a
-	// package that passed, nothing else can be left unfinished. Otherwise
-	// the test binary ended under the test: a panic in another goroutine,
-	// a timeout, os.Exit.
-	if p.packages[t.pkg].result == "pass" {
+	case slices.ContainsFunc(pkg.Passed, func(s testjson.TestCase) bool { return s.ID == t.ID }):
+		return Passed
+	case t.Elapsed == neverFinished && pkgPassed:
 		return Passed
 	}
 	return Failed
 }
 
 // packageCase reports a package that failed with no failed test: it did
-// not build, or failed before or after its tests (TestMain, a leak check).
-func (p *parser) packageCase(pkg *packageRun) Case {
-	c := Case{Package: pkg.name, Name: pkg.name, Status: Failed, Elapsed: seconds(pkg.elapsed)}
+// not build, or failed before or after its tests.
+func (st *stream) packageCase(name string, pkg *testjson.Package) Case {
+	c := Case{Package: name, Name: name, Status: Failed, Elapsed: pkg.Elapsed().Round(time.Millisecond)}
 	var own []string
-	buildFailed := pkg.failedBuild != ""
-	for _, l := range logLines(pkg.output.String()) {
+	buildFailed := st.failedBuild[name] != ""
+	for _, l := range logLines(pkg.Output(0)) {
 		if strings.HasSuffix(l, "[build failed]") || strings.HasSuffix(l, "[setup failed]") {
 			buildFailed = true
 		}
@@ -302,20 +256,16 @@ func (p *parser) packageCase(pkg *packageRun) Case {
 	}
 	if !buildFailed {
 		c.Output = strings.Join(own, "\n")
-		c.Message = firstLine(own)
-		if c.Message == "" {
+		if c.Message = firstLine(own); c.Message == "" {
 			c.Message = "package failed outside its tests"
 		}
 		return c
 	}
-	failed := packagePath(pkg.failedBuild)
+	failed := st.failedBuild[name]
 	if failed == "" {
-		failed = pkg.name
+		failed = name
 	}
-	var build []string
-	if b, ok := p.builds[failed]; ok {
-		build = logLines(b.String())
-	}
+	build := logLines(strings.Join(st.builds[failed], "\n"))
 	c.Output = strings.Join(append(build, own...), "\n")
 	c.Message = "build failed"
 	for _, l := range build {
@@ -327,15 +277,18 @@ func (p *parser) packageCase(pkg *packageRun) Case {
 	return c
 }
 
+// packagePath drops the variant suffix of a package ID:
+// "example.com/p [example.com/p.test]" is built for package example.com/p.
+func packagePath(id string) string {
+	path, _, _ := strings.Cut(strings.TrimSpace(id), " ")
+	return path
+}
+
 // isGoTestSummary reports whether a package output line is one go test
 // prints about every package, which says nothing about why it failed.
 func isGoTestSummary(l string) bool {
 	return l == "PASS" || l == "FAIL" ||
 		strings.HasPrefix(l, "FAIL\t") || strings.HasPrefix(l, "ok  \t") || strings.HasPrefix(l, "?   \t")
-}
-
-func seconds(s float64) time.Duration {
-	return time.Duration(s * float64(time.Second)).Round(time.Millisecond)
 }
 
 // isFraming reports whether a line is go test's own bookkeeping

@@ -76,7 +76,8 @@ func TestParseSubtestsSkipsAndOwnFailures(t *testing.T) {
 			"sanity_test.go:40: unprepare left the CDI spec behind:\n    /var/run/cdi/gpu.dralab.dev-claim-1.json"},
 		{conformance, "TestSanity/Restart", Skipped, 0, "driver.yaml: sanity.restartable is false", ""},
 		{conformance, "TestPrioritizedList", Skipped, 0, "DRAPrioritizedList is not enabled in driver.yaml:\ncapabilities.DRAPrioritizedList is false", ""},
-		{conformance, "TestAdminAccess", Passed, 1500 * time.Millisecond, "", "admin claim sees gpu-0"},
+		// testjson keeps no output of a passed top-level test.
+		{conformance, "TestAdminAccess", Passed, 1500 * time.Millisecond, "", ""},
 		// Its subtest passed; the parent's own error must not be lost.
 		{conformance, "TestCleanup", Failed, 400 * time.Millisecond, "2 ResourceClaims left in namespace conformance-1", ""},
 		{conformance, "TestCleanup/Claims", Passed, 100 * time.Millisecond, "", "deleted 2 claims"},
@@ -230,7 +231,7 @@ func TestWriteXML(t *testing.T) {
 		t.Fatalf("%d suites, want 1", len(doc.Suites))
 	}
 	s := doc.Suites[0]
-	if s.Name != "dra-conformance" || s.Tests != 7 || s.Failures != 2 || s.Skipped != 2 || s.Time != "2.300" || s.Timestamp != "2025-06-01T10:00:00" {
+	if s.Name != "dra-conformance" || s.Tests != 7 || s.Failures != 2 || s.Skipped != 2 || s.Time != "2.300" || s.Timestamp != "2025-06-01T10:00:00Z" {
 		t.Errorf("testsuite = %s tests=%d failures=%d skipped=%d time=%s timestamp=%s", s.Name, s.Tests, s.Failures, s.Skipped, s.Time, s.Timestamp)
 	}
 	var names []string
@@ -331,5 +332,32 @@ not an event
 	want := "=== RUN   TestA\n    a_test.go:3: hello\nnot an event\nok  \tp\t0.1s\n"
 	if out.String() != want {
 		t.Errorf("echoed %q, want %q", out.String(), want)
+	}
+}
+
+// TestParseRecordedGoTestRuns reads what go test -json printed for the
+// packages of testdata/fixture (see its README).
+func TestParseRecordedGoTestRuns(t *testing.T) {
+	const fx = "example.com/fx/"
+	long := "unprepare left the CDI spec behind " + strings.Repeat("x", 5000) + ":"
+	checkCases(t, parseFile(t, "testdata/recorded-a.json"), []brief{
+		{fx + "a", "TestSanity/Prepare", Passed, 0, "", "prepared claim default/gpu-claim"},
+		{fx + "a", "TestSanity/Unprepare", Failed, 0, long, "/var/run/cdi/claim-1.json"},
+		{fx + "a", "TestSanity/Restart", Skipped, 0, "driver.yaml: sanity.restartable is false", ""},
+		{fx + "a", "TestGPU", Skipped, 0, "no GPU on this machine", "probing /dev/nvidia0"},
+		{fx + "a", "TestCleanup", Failed, 0, "2 ResourceClaims left in namespace conformance-1", ""},
+		{fx + "a", "TestCleanup/Claims", Passed, 0, "", "deleted 2 claims"},
+	})
+	r := parseFile(t, "testdata/recorded-all.json")
+	const undefined = "build failed: c/c_test.go:5:33: undefined: undefinedThing"
+	checkCases(t, r, []brief{
+		{fx + "a", fx + "a", Failed, 0, undefined, "undefined: undefinedThing"},
+		{fx + "b", "TestPrepare", Passed, 0, "", ""},
+		{fx + "b", fx + "b", Failed, 69 * time.Millisecond, "goleak: found unexpected goroutines:", ""},
+		{fx + "c", fx + "c", Failed, 0, undefined, ""},
+		{fx + "d", "TestPodRunning/h100", Failed, 0, "did not finish: panic: test timed out after 3s", "waiting for pod gpu-0 to run"},
+	})
+	if r.Started.IsZero() || r.Elapsed < 3*time.Second {
+		t.Errorf("Started %v, Elapsed %v: want the first event's time and the packages' 3 s and more", r.Started, r.Elapsed)
 	}
 }

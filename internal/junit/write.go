@@ -9,82 +9,37 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
+
+	"github.com/jstemmer/go-junit-report/v2/junit"
 )
 
-// The JUnit schema as CI systems (Jenkins, GitLab, GitHub test reporters)
-// read it: a suite per run, a case per test, classname the package.
-type (
-	xmlSuites struct {
-		XMLName  xml.Name   `xml:"testsuites"`
-		Tests    int        `xml:"tests,attr"`
-		Failures int        `xml:"failures,attr"`
-		Skipped  int        `xml:"skipped,attr"`
-		Time     string     `xml:"time,attr"`
-		Suites   []xmlSuite `xml:"testsuite"`
-	}
-	xmlSuite struct {
-		Name      string    `xml:"name,attr"`
-		Tests     int       `xml:"tests,attr"`
-		Failures  int       `xml:"failures,attr"`
-		Skipped   int       `xml:"skipped,attr"`
-		Time      string    `xml:"time,attr"`
-		Timestamp string    `xml:"timestamp,attr,omitempty"`
-		Cases     []xmlCase `xml:"testcase"`
-	}
-	xmlCase struct {
-		Classname string      `xml:"classname,attr"`
-		Name      string      `xml:"name,attr"`
-		Time      string      `xml:"time,attr"`
-		Failure   *xmlFailure `xml:"failure,omitempty"`
-		Skipped   *xmlSkipped `xml:"skipped,omitempty"`
-	}
-	xmlFailure struct {
-		Message string `xml:"message,attr"`
-		// CDATA keeps the output's lines and tabs readable in the file,
-		// where character data would escape every newline.
-		Output string `xml:",cdata"`
-	}
-	xmlSkipped struct {
-		Message string `xml:"message,attr"`
-	}
-)
-
-// WriteXML writes the report as a JUnit XML document with one suite named
-// suiteName. Characters XML cannot hold, such as the escape codes of
-// coloured output, become U+FFFD, so any test output makes a valid document.
+// WriteXML writes the report as a JUnit XML document (go-junit-report's
+// schema, as Jenkins, GitLab and GitHub test reporters read it) with one
+// suite named suiteName, a case per test, classname the package.
+// Characters XML cannot hold, such as the escape codes of coloured output,
+// become U+FFFD, so any test output makes a valid document.
 func (r *Report) WriteXML(w io.Writer, suiteName string) error {
-	tests, failures, skipped := r.counts()
-	suite := xmlSuite{
-		Name:     suiteName,
-		Tests:    tests,
-		Failures: failures,
-		Skipped:  skipped,
-		Time:     xmlSeconds(r.Elapsed),
-	}
+	suite := junit.Testsuite{Name: suiteName, Time: xmlSeconds(r.Elapsed)}
 	if !r.Started.IsZero() {
-		suite.Timestamp = r.Started.UTC().Format("2006-01-02T15:04:05")
+		suite.SetTimestamp(r.Started.UTC())
 	}
 	for _, c := range r.Cases {
-		xc := xmlCase{Classname: c.Package, Name: c.Name, Time: xmlSeconds(c.Elapsed)}
+		tc := junit.Testcase{Classname: c.Package, Name: c.Name, Time: xmlSeconds(c.Elapsed)}
 		switch c.Status {
 		case Failed:
-			xc.Failure = &xmlFailure{Message: c.Message, Output: xmlChars(c.Output)}
+			tc.Failure = &junit.Result{Message: c.Message, Data: xmlChars(c.Output)}
 		case Skipped:
-			xc.Skipped = &xmlSkipped{Message: c.Message}
+			tc.Skipped = &junit.Result{Message: c.Message}
 		}
-		suite.Cases = append(suite.Cases, xc)
+		suite.AddTestcase(tc)
 	}
-	doc := xmlSuites{Tests: tests, Failures: failures, Skipped: skipped, Time: suite.Time, Suites: []xmlSuite{suite}}
-
+	var doc junit.Testsuites
+	doc.AddSuite(suite)
+	doc.Time = suite.Time
 	if _, err := io.WriteString(w, xml.Header); err != nil {
 		return fmt.Errorf("writing JUnit XML: %w", err)
 	}
-	enc := xml.NewEncoder(w)
-	enc.Indent("", "  ")
-	if err := enc.Encode(doc); err != nil {
-		return fmt.Errorf("writing JUnit XML: %w", err)
-	}
-	if _, err := io.WriteString(w, "\n"); err != nil {
+	if err := doc.WriteXML(w); err != nil {
 		return fmt.Errorf("writing JUnit XML: %w", err)
 	}
 	return nil
