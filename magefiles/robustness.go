@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/magefile/mage/sh"
@@ -30,7 +31,8 @@ const defaultFuzzTime = "5s"
 
 // Fuzz runs every fuzz target of the repository (each func FuzzX in a
 // _test.go file) for $FUZZTIME each (default 5s; FUZZTIME=10m for a
-// longer hunt), one after the other, on at most two workers. A failure
+// longer hunt), one after the other, on $FUZZPARALLEL workers (default 2;
+// 1 leaves a core of a two-core machine free during a long hunt). A failure
 // leaves its input in the package's testdata/fuzz/FuzzX, where go test
 // runs it as a seed from then on: commit it with the fix. docs/robustness.md
 // says what each target checks.
@@ -38,6 +40,13 @@ func (Test) Fuzz(ctx context.Context) error {
 	fuzzTime := os.Getenv("FUZZTIME")
 	if fuzzTime == "" {
 		fuzzTime = defaultFuzzTime
+	}
+	parallel := os.Getenv("FUZZPARALLEL")
+	if parallel == "" {
+		parallel = "2"
+	}
+	if n, err := strconv.Atoi(parallel); err != nil || n < 1 {
+		return fmt.Errorf("FUZZPARALLEL=%s: want a number of workers, 1 or more", parallel)
 	}
 	targets, err := fuzzTargets(".")
 	if err != nil {
@@ -49,7 +58,7 @@ func (Test) Fuzz(ctx context.Context) error {
 	var failed []string
 	for _, t := range targets {
 		ui.Stderr().Println(fmt.Sprintf("Fuzzing %s in %s for %s", t.name, t.pkg, fuzzTime))
-		if err := runFuzzTarget(ctx, t, fuzzTime); err != nil {
+		if err := runFuzzTarget(ctx, t, fuzzTime, parallel); err != nil {
 			ui.Stderr().Println(fmt.Sprintf("%s in %s: %v", t.name, t.pkg, err))
 			failed = append(failed, t.name+" ("+t.pkg+")")
 		}
@@ -121,10 +130,10 @@ func isFuzzSignature(t *ast.FuncType) bool {
 // exceeded" and no failing input (go.dev/issue/75804, fixed in Go 1.27):
 // such a run counts as passed. A failing input is always written to
 // testdata/fuzz, and its run fails.
-func runFuzzTarget(ctx context.Context, t fuzzTarget, fuzzTime string) error {
+func runFuzzTarget(ctx context.Context, t fuzzTarget, fuzzTime, parallel string) error {
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-fuzz", "^"+t.name+"$", "-fuzztime", fuzzTime,
-		"-fuzzminimizetime", "10s", "-parallel", "2", t.pkg)
+		"-fuzzminimizetime", "10s", "-parallel", parallel, t.pkg)
 	cmd.Stdout = io.MultiWriter(os.Stdout, &out)
 	cmd.Stderr = io.MultiWriter(os.Stderr, &out)
 	err := cmd.Run()
