@@ -16,7 +16,8 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/env"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 
-	"github.com/dralab/dralab/internal/target"
+	"github.com/dralab/dralab/drivers/conformance/target"
+	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/testlab"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
@@ -44,7 +45,7 @@ func TestMain(m *testing.M) {
 	case cfg.KubeconfigFile() == "":
 		testenv.Setup(startEmbeddedLab).Finish(stopEmbeddedLab)
 	default:
-		t, err := target.Resolve(target.Request{Kubeconfig: cfg.KubeconfigFile(), Context: cfg.KubeContext(), Consent: os.Getenv(target.EnvConsent)})
+		t, err := target.Resolve(target.Request{Kubeconfig: cfg.KubeconfigFile(), Context: cfg.KubeContext(), Consent: os.Getenv(target.EnvConsent), Lab: labstate.LabOf})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)

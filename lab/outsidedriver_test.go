@@ -21,9 +21,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dralab/dralab/drivers/conformance"
+	"github.com/dralab/dralab/drivers/conformance/results"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/build"
-	"github.com/dralab/dralab/internal/junit"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -183,7 +183,9 @@ func TestOutsideDriverAsDeployed(t *testing.T) {
 	// The driver returns its driver-wide CDI device with every claim: the
 	// concurrent check passed with it, not without it.
 	wide := `driver-wide ["` + gpu.CDIKind + `=node"]`
-	if !slices.ContainsFunc(report.Cases, func(c junit.Case) bool { return c.Name == "TestSanity/concurrent" && strings.Contains(c.Output, wide) }) {
+	if !slices.ContainsFunc(report.Cases, func(c results.Case) bool {
+		return c.Name == "TestSanity/concurrent" && strings.Contains(c.Output, wide)
+	}) {
 		t.Errorf("the concurrent check's output does not say %s", wide)
 	}
 
@@ -335,23 +337,23 @@ func metric(body, series string) float64 {
 // requirePassed fails the test if a check of the report failed, or if a
 // named check (a test, with its subtests) did not run or did not pass
 // every part: a skipped assessment leaves its feature passed.
-func requirePassed(t *testing.T, r *junit.Report, checks ...string) {
+func requirePassed(t *testing.T, r *results.Report, checks ...string) {
 	t.Helper()
 	for _, c := range r.Cases {
 		t.Logf("%s %s (%v) %s", c.Status, c.Name, c.Elapsed.Round(time.Millisecond), c.Message)
-		if c.Status == junit.Failed {
+		if c.Status == results.Failed {
 			t.Errorf("check %s failed: %s\n%s", c.Name, c.Message, c.Output)
 		}
 	}
 	for _, want := range checks {
-		cases := slices.DeleteFunc(slices.Clone(r.Cases), func(c junit.Case) bool {
+		cases := slices.DeleteFunc(slices.Clone(r.Cases), func(c results.Case) bool {
 			return c.Name != want && !strings.HasPrefix(c.Name, want+"/")
 		})
 		if len(cases) == 0 {
 			t.Errorf("check %s did not run", want)
 		}
 		for _, c := range cases {
-			if c.Status != junit.Passed {
+			if c.Status != results.Passed {
 				t.Errorf("check %s: %s %s", c.Name, c.Status, c.Message)
 			}
 		}

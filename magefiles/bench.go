@@ -12,7 +12,7 @@ import (
 	"github.com/magefile/mage/mg"
 	"github.com/magefile/mage/sh"
 
-	"github.com/dralab/dralab/internal/strictyaml"
+	"github.com/dralab/dralab/drivers/conformance/strictyaml"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/scalebench"

@@ -13,9 +13,10 @@ import (
 	"github.com/magefile/mage/mg"
 
 	"github.com/dralab/dralab/drivers/conformance"
+	"github.com/dralab/dralab/drivers/conformance/target"
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/dashboard"
-	"github.com/dralab/dralab/internal/target"
+	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/ui"
 )
 
@@ -43,6 +44,7 @@ func runConformance(ctx context.Context, manifest, layer string) error {
 	o := conformance.Options{
 		Manifest: manifest, Layer: layer,
 		Kubeconfig: os.Getenv("KUBECONFIG"), Target: os.Getenv(target.EnvConsent), LabConfig: os.Getenv("DRALAB_CONFIG"),
+		Lab: labstate.LabOf,
 	}
 	where, err := conformance.Where(o)
 	if err != nil {

@@ -17,10 +17,11 @@ import (
 	"github.com/magefile/mage/mg"
 	"github.com/magefile/mage/sh"
 
+	"github.com/dralab/dralab/drivers/conformance/results"
+	"github.com/dralab/dralab/drivers/conformance/target"
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/dashboard"
-	"github.com/dralab/dralab/internal/junit"
-	"github.com/dralab/dralab/internal/target"
+	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/scenarios"
 )
@@ -45,7 +46,7 @@ func (Test) E2E(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	t, err := target.Resolve(target.Request{Kubeconfig: os.Getenv("KUBECONFIG"), Consent: os.Getenv(target.EnvConsent)})
+	t, err := target.Resolve(target.Request{Kubeconfig: os.Getenv("KUBECONFIG"), Consent: os.Getenv(target.EnvConsent), Lab: labstate.LabOf})
 	if err != nil {
 		return err
 	}
@@ -103,10 +104,10 @@ func goTestWithReports(ctx context.Context, env map[string]string, args []string
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	cmd.Stdout = io.MultiWriter(&events, junit.Echo(os.Stdout))
+	cmd.Stdout = io.MultiWriter(&events, results.Echo(os.Stdout))
 	cmd.Stderr = os.Stderr
 	runErr := cmd.Run()
-	rep, err := junit.Parse(&events)
+	rep, err := results.Parse(&events)
 	if err != nil {
 		return errors.Join(runErr, err)
 	}

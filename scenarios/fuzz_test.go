@@ -4,7 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/dralab/dralab/internal/fuzzcheck"
+	"github.com/dralab/dralab/drivers/conformance/fuzzcheck"
 )
 
 // FuzzParse: a scenario.yaml either fails naming its file (and, when it

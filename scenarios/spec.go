@@ -19,8 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	sigsjson "sigs.k8s.io/json"
 
+	"github.com/dralab/dralab/drivers/conformance/strictyaml"
 	"github.com/dralab/dralab/drivers/gpu"
-	"github.com/dralab/dralab/internal/strictyaml"
 )
 
 // Scenario file identity.

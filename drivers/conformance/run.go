@@ -15,8 +15,8 @@ import (
 	"path/filepath"
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
-	"github.com/dralab/dralab/internal/junit"
-	"github.com/dralab/dralab/internal/target"
+	"github.com/dralab/dralab/drivers/conformance/results"
+	"github.com/dralab/dralab/drivers/conformance/target"
 )
 
 // Layers select what Run runs.
@@ -48,6 +48,8 @@ type Options struct {
 	Log io.Writer
 	// Env is added to the test's environment.
 	Env []string
+	// Lab tells whether Kubeconfig is a lab's own (target.Request.Lab).
+	Lab func(kubeconfig, server string) (dir string, ok bool)
 }
 
 // ErrNoConsent means Options.Kubeconfig is not a dralab lab's and
@@ -57,7 +59,7 @@ var ErrNoConsent = target.ErrNoConsent
 // Run runs the suite and returns its report; an error means the suite
 // could not run (a bad manifest, a cluster it may not use, a build
 // failure), not that checks failed: see Report.Failed.
-func Run(ctx context.Context, o Options) (*junit.Report, error) {
+func Run(ctx context.Context, o Options) (*results.Report, error) {
 	// A bad manifest or a cluster the suite may not touch is one clear
 	// error before anything is built.
 	if _, err := manifest.Load(o.Manifest); err != nil {
@@ -113,7 +115,7 @@ func Run(ctx context.Context, o Options) (*junit.Report, error) {
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	report, err := junit.Parse(&out)
+	report, err := results.Parse(&out)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +141,7 @@ func Run(ctx context.Context, o Options) (*junit.Report, error) {
 // the kubeconfig is not a dralab lab's and Options.Target does not name
 // its context.
 func Where(o Options) (string, error) {
-	t, err := target.Resolve(target.Request{Kubeconfig: o.Kubeconfig, Consent: o.Target})
+	t, err := target.Resolve(target.Request{Kubeconfig: o.Kubeconfig, Consent: o.Target, Lab: o.Lab})
 	if err != nil {
 		return "", err
 	}

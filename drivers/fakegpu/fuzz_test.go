@@ -3,7 +3,7 @@ package fakegpu
 import (
 	"testing"
 
-	"github.com/dralab/dralab/internal/fuzzcheck"
+	"github.com/dralab/dralab/drivers/conformance/fuzzcheck"
 )
 
 // FuzzParseProfile: a GPU profile either fails naming its file (and, when

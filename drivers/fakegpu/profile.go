@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/dralab/dralab/internal/strictyaml"
+	"github.com/dralab/dralab/drivers/conformance/strictyaml"
 )
 
 // Profile file identity.

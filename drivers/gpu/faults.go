@@ -15,10 +15,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/dralab/dralab/drivers/conformance/strictyaml"
 	"github.com/dralab/dralab/drivers/kit"
 	"github.com/dralab/dralab/internal/atomicfile"
 	"github.com/dralab/dralab/internal/natural"
-	"github.com/dralab/dralab/internal/strictyaml"
 )
 
 // TaintKeyXID is the taint a GPU driver puts on a device whose GPU reported

@@ -8,9 +8,9 @@ import (
 
 	sigsjson "sigs.k8s.io/json"
 
+	"github.com/dralab/dralab/drivers/conformance/fuzzcheck"
 	"github.com/dralab/dralab/drivers/conformance/manifest"
-	"github.com/dralab/dralab/internal/fuzzcheck"
-	"github.com/dralab/dralab/internal/strictyaml"
+	"github.com/dralab/dralab/drivers/conformance/strictyaml"
 )
 
 // FuzzConfigure: a GPUConfig's opaque parameters either fail naming

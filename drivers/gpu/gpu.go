@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/cel"
 
-	"github.com/dralab/dralab/internal/devicecel"
+	"github.com/dralab/dralab/drivers/conformance/devicecel"
 )
 
 const (

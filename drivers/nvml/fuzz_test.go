@@ -8,7 +8,7 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/dralab/dralab/internal/fuzzcheck"
+	"github.com/dralab/dralab/drivers/conformance/fuzzcheck"
 )
 
 // FuzzParseSource: a --nvml source either is ErrUnknownSource quoting it

@@ -26,8 +26,9 @@ import (
 
 	"github.com/dralab/dralab/drivers/conformance/cluster"
 	"github.com/dralab/dralab/drivers/conformance/manifest"
+	"github.com/dralab/dralab/drivers/conformance/target"
+	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/realnode"
-	"github.com/dralab/dralab/internal/target"
 	"github.com/dralab/dralab/internal/testlab"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
@@ -69,7 +70,7 @@ func TestMain(m *testing.M) {
 		}
 		testenv.Setup(startLab).Finish(stopLab)
 	default:
-		t, err := target.Resolve(target.Request{Kubeconfig: cfg.KubeconfigFile(), Context: cfg.KubeContext(), Consent: os.Getenv(target.EnvConsent)})
+		t, err := target.Resolve(target.Request{Kubeconfig: cfg.KubeconfigFile(), Context: cfg.KubeContext(), Consent: os.Getenv(target.EnvConsent), Lab: labstate.LabOf})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)

@@ -8,8 +8,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dralab/dralab/drivers/conformance/sanity"
+	"github.com/dralab/dralab/drivers/conformance/target"
 	"github.com/dralab/dralab/internal/labstate"
-	"github.com/dralab/dralab/internal/target"
 	"github.com/dralab/dralab/internal/testlab"
 )
 
@@ -22,7 +22,7 @@ func TestSanity(t *testing.T) {
 	}
 	ctx := context.Background()
 	kubeconfig := testenv.EnvConf().KubeconfigFile()
-	where, err := target.Resolve(target.Request{Kubeconfig: kubeconfig, Context: testenv.EnvConf().KubeContext(), Consent: os.Getenv(target.EnvConsent)})
+	where, err := target.Resolve(target.Request{Kubeconfig: kubeconfig, Context: testenv.EnvConf().KubeContext(), Consent: os.Getenv(target.EnvConsent), Lab: labstate.LabOf})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/dralab/dralab/drivers/conformance/results"
 	"github.com/dralab/dralab/internal/atomicfile"
-	"github.com/dralab/dralab/internal/junit"
 	"github.com/dralab/dralab/internal/report"
 	"github.com/dralab/dralab/scenarios"
 )
@@ -112,14 +112,14 @@ func ScenarioReport(ctx context.Context, s *scenarios.Scenario, res *scenarios.R
 // TestReport is the report of a go test run: a row per test, its output
 // where it failed; links names reports of tests' own (test name → path
 // relative to the report).
-func TestReport(title string, rep *junit.Report, links map[string]string) *Report {
+func TestReport(title string, rep *results.Report, links map[string]string) *Report {
 	r := &Report{Title: title, Generated: time.Now(), Passed: !rep.Failed()}
 	if rep.Elapsed > 0 {
 		r.Duration = rep.Elapsed.Round(100 * time.Millisecond).String()
 	}
 	for _, c := range rep.Cases {
 		rc := ReportCase{Name: c.Name, Status: string(c.Status), Elapsed: c.Elapsed.Round(time.Millisecond).String(), Message: c.Message, Link: links[c.Name]}
-		if c.Status == junit.Failed {
+		if c.Status == results.Failed {
 			rc.Output = c.Output
 		}
 		r.Cases = append(r.Cases, rc)

@@ -14,9 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/dralab/dralab/drivers/conformance/results"
 	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/dashboard/browsertest"
-	"github.com/dralab/dralab/internal/junit"
 	"github.com/dralab/dralab/internal/report"
 	"github.com/dralab/dralab/scenarios"
 )
@@ -150,10 +150,10 @@ func TestScenarioReportInABrowser(t *testing.T) {
 // A test run's report: a row per test with its result, a failed test's
 // output, a link to a test's own report.
 func TestTestReport(t *testing.T) {
-	rep := &junit.Report{Cases: []junit.Case{
-		{Name: "TestScenarios/claims", Status: junit.Passed, Elapsed: 2 * time.Second},
-		{Name: "TestScenarios/counting", Status: junit.Failed, Message: "expected 4 pods", Output: "worker-3 is Pending"},
-		{Name: "TestKind", Status: junit.Skipped, Message: "no Docker on this machine"},
+	rep := &results.Report{Cases: []results.Case{
+		{Name: "TestScenarios/claims", Status: results.Passed, Elapsed: 2 * time.Second},
+		{Name: "TestScenarios/counting", Status: results.Failed, Message: "expected 4 pods", Output: "worker-3 is Pending"},
+		{Name: "TestKind", Status: results.Skipped, Message: "no Docker on this machine"},
 	}}
 	var b bytes.Buffer
 	if err := dashboard.WriteReport(&b, dashboard.TestReport("e2e", rep, map[string]string{"TestScenarios/claims": "scenario-claims.html"})); err != nil {

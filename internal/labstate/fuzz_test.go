@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dralab/dralab/internal/fuzzcheck"
+	"github.com/dralab/dralab/drivers/conformance/fuzzcheck"
 	"github.com/dralab/dralab/internal/procid"
 )
 

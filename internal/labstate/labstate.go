@@ -83,6 +83,24 @@ func (d Dir) Log(component string) string { return d.path("logs", component+".lo
 // PIDFile holds the lab process's PID.
 func (d Dir) PIDFile() string { return d.path("lab.pid") }
 
+// LabOf tells whether a kubeconfig file pointing at server is an embedded
+// lab's own: the administrator kubeconfig in a lab's state directory, whose
+// status names the same API server. It returns the directory. The suites
+// that create and delete objects (target.Request.Lab) run on such a lab
+// without consent; a copy of the file elsewhere, or a lab since restarted
+// on another port, needs consent.
+func LabOf(kubeconfig, server string) (string, bool) {
+	dir := Dir(filepath.Dir(kubeconfig))
+	if dir.Kubeconfig() != kubeconfig {
+		return "", false
+	}
+	st, err := dir.ReadStatus()
+	if err != nil || st.APIServer == "" || st.APIServer != server {
+		return "", false
+	}
+	return string(dir), true
+}
+
 // StatusFile is written by the lab process as it starts, runs and stops.
 func (d Dir) StatusFile() string { return d.path("status.json") }
 

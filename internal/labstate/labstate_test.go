@@ -151,3 +151,34 @@ func TestShortLink(t *testing.T) {
 		t.Errorf("Unlink touched another's link: %q, %v", target, err)
 	}
 }
+
+func TestLabOf(t *testing.T) {
+	dir := Dir(filepath.Join(t.TempDir(), "mylab"))
+	if err := os.MkdirAll(string(dir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	const server = "https://127.0.0.1:40001"
+	if err := os.WriteFile(dir.Kubeconfig(), []byte("apiVersion: v1\nkind: Config\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := LabOf(dir.Kubeconfig(), server); ok {
+		t.Error("a directory without a status is a lab")
+	}
+	if err := dir.WriteStatus(&Status{Phase: PhaseRunning, APIServer: server}); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := LabOf(dir.Kubeconfig(), server); !ok || got != string(dir) {
+		t.Errorf("LabOf(the lab's kubeconfig) = %q, %v; want %s", got, ok, dir)
+	}
+	if _, ok := LabOf(dir.Kubeconfig(), "https://127.0.0.1:40002"); ok {
+		t.Error("a kubeconfig at another server than the lab's status names is the lab's")
+	}
+	copied := filepath.Join(t.TempDir(), "kubeconfig")
+	if _, ok := LabOf(copied, server); ok {
+		t.Error("a copy of the lab's kubeconfig elsewhere is the lab's")
+	}
+	other := filepath.Join(string(dir), "other.kubeconfig")
+	if _, ok := LabOf(other, server); ok {
+		t.Error("another file in the lab's directory is the lab's kubeconfig")
+	}
+}

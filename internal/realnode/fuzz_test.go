@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/dralab/dralab/internal/fuzzcheck"
+	"github.com/dralab/dralab/drivers/conformance/fuzzcheck"
 	"github.com/dralab/dralab/internal/labstate"
 )
 

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/cel"
 
-	"github.com/dralab/dralab/internal/devicecel"
+	"github.com/dralab/dralab/drivers/conformance/devicecel"
 )
 
 // Reason codes of a waiting pod, beyond the scheduler's generic "cannot

@@ -24,10 +24,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/conformance/strictyaml"
 	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/drivers/nvml"
 	"github.com/dralab/dralab/internal/atomicfile"
-	"github.com/dralab/dralab/internal/strictyaml"
 	"github.com/dralab/dralab/lab/examples"
 )
 

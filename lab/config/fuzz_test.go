@@ -3,7 +3,7 @@ package config
 import (
 	"testing"
 
-	"github.com/dralab/dralab/internal/fuzzcheck"
+	"github.com/dralab/dralab/drivers/conformance/fuzzcheck"
 )
 
 // FuzzParse: a lab configuration either fails naming its file (and, when

@@ -16,7 +16,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/utils/ptr"
 
-	"github.com/dralab/dralab/internal/devicecel"
+	"github.com/dralab/dralab/drivers/conformance/devicecel"
 )
 
 // device is a published device with its pool.

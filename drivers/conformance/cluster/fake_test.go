@@ -19,8 +19,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/conformance/devicecel"
 	"github.com/dralab/dralab/drivers/conformance/manifest"
-	"github.com/dralab/dralab/internal/devicecel"
 )
 
 // The fake cluster's one node and its devices.

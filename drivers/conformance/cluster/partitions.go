@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/dralab/dralab/internal/devicecel"
+	"github.com/dralab/dralab/drivers/conformance/devicecel"
 )
 
 // pool is what one node publishes for a pool: its devices and its

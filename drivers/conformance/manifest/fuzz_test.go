@@ -3,7 +3,7 @@ package manifest
 import (
 	"testing"
 
-	"github.com/dralab/dralab/internal/fuzzcheck"
+	"github.com/dralab/dralab/drivers/conformance/fuzzcheck"
 )
 
 // FuzzParse: a driver manifest either fails naming its file (and, when it

@@ -23,8 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/dralab/dralab/internal/devicecel"
-	"github.com/dralab/dralab/internal/strictyaml"
+	"github.com/dralab/dralab/drivers/conformance/devicecel"
+	"github.com/dralab/dralab/drivers/conformance/strictyaml"
 )
 
 // Manifest file identity.

@@ -1,4 +1,4 @@
-package junit
+package results
 
 import (
 	"bytes"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dralab/dralab/internal/fuzzcheck"
+	"github.com/dralab/dralab/drivers/conformance/fuzzcheck"
 )
 
 // FuzzParse: a go test -json stream either fails naming the line of its

@@ -1,8 +1,9 @@
 // Package target decides which cluster the test suites that create and
-// delete objects (the conformance suite, e2e) may run on. A dralab lab's
-// own kubeconfig is fair game; any other cluster only when the user names
-// its context in DRALAB_TARGET. A KUBECONFIG that is merely set in a shell
-// is not consent: it is usually the cluster someone works on.
+// delete objects (the conformance suite, e2e) may run on. A lab's own
+// kubeconfig (as Request.Lab tells) is fair game; any other cluster only
+// when the user names its context in DRALAB_TARGET. A KUBECONFIG that is
+// merely set in a shell is not consent: it is usually the cluster someone
+// works on.
 package target
 
 import (
@@ -11,8 +12,6 @@ import (
 	"path/filepath"
 
 	"k8s.io/client-go/tools/clientcmd"
-
-	"github.com/dralab/dralab/internal/labstate"
 )
 
 // EnvConsent names the kubeconfig context a user allows the suites to run
@@ -32,6 +31,11 @@ type Request struct {
 	// Consent is the context the user allows although it is not a lab
 	// (the value of EnvConsent).
 	Consent string
+	// Lab tells whether a kubeconfig file pointing at server is a lab's
+	// own, which the suites may use without consent, and returns the lab's
+	// state directory. dralab's commands pass the embedded lab's; nil:
+	// every cluster needs consent.
+	Lab func(kubeconfig, server string) (dir string, ok bool)
 }
 
 // Target is a cluster a suite may run on.
@@ -94,9 +98,11 @@ func Resolve(r Request) (*Target, error) {
 		return nil, fmt.Errorf("kubeconfig %s: context %q names cluster %q, which it does not define", file, t.Context, kctx.Cluster)
 	}
 	t.Server = cluster.Server
-	if dir, ok := labDir(file, t.Server); ok {
-		t.LabDir = dir
-		return t, nil
+	if r.Lab != nil {
+		if dir, ok := r.Lab(file, t.Server); ok {
+			t.LabDir = dir
+			return t, nil
+		}
 	}
 	switch r.Consent {
 	case t.Context:
@@ -107,19 +113,4 @@ func Resolve(r Request) (*Target, error) {
 	default:
 		return nil, fmt.Errorf("kubeconfig %s points at context %q (server %s), but %s=%s names another: %w", file, t.Context, t.Server, EnvConsent, r.Consent, ErrNoConsent)
 	}
-}
-
-// labDir tells whether a kubeconfig is an embedded lab's own: the
-// administrator kubeconfig in a lab's state directory, whose status names
-// the same API server.
-func labDir(kubeconfig, server string) (string, bool) {
-	dir := labstate.Dir(filepath.Dir(kubeconfig))
-	if dir.Kubeconfig() != kubeconfig {
-		return "", false
-	}
-	st, err := dir.ReadStatus()
-	if err != nil || st.APIServer == "" || st.APIServer != server {
-		return "", false
-	}
-	return string(dir), true
 }

@@ -9,8 +9,6 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-
-	"github.com/dralab/dralab/internal/labstate"
 )
 
 // writeKubeconfig writes a kubeconfig whose current context is ctx, at
@@ -30,22 +28,25 @@ func writeKubeconfig(t *testing.T, file, ctx, server string) {
 	}
 }
 
-// lab writes what an embedded lab's state directory holds about its API
-// server: the administrator kubeconfig and a status naming the server.
-func lab(t *testing.T, statusServer string) string {
-	t.Helper()
-	dir := labstate.Dir(filepath.Join(t.TempDir(), "mylab"))
-	writeKubeconfig(t, dir.Kubeconfig(), "dralab", "https://127.0.0.1:40001")
-	if err := dir.WriteStatus(&labstate.Status{Phase: labstate.PhaseRunning, APIServer: statusServer}); err != nil {
-		t.Fatal(err)
+// labServer is the API server of the one lab these tests know.
+const labServer = "https://127.0.0.1:40001"
+
+// isLab is a Request.Lab that knows one lab: its kubeconfig file at its
+// server.
+func isLab(kubeconfig string) func(string, string) (string, bool) {
+	return func(file, server string) (string, bool) {
+		if file != kubeconfig || server != labServer {
+			return "", false
+		}
+		return filepath.Dir(file), true
 	}
-	return dir.Kubeconfig()
 }
 
 func TestResolve(t *testing.T) {
 	foreign := filepath.Join(t.TempDir(), "config")
 	writeKubeconfig(t, foreign, "prod", "https://10.0.0.1:6443")
-	labKubeconfig := lab(t, "https://127.0.0.1:40001")
+	labKubeconfig := filepath.Join(t.TempDir(), "mylab", "kubeconfig")
+	writeKubeconfig(t, labKubeconfig, "dralab", labServer)
 
 	t.Run("no kubeconfig: a fresh lab", func(t *testing.T) {
 		got, err := Resolve(Request{})
@@ -103,29 +104,24 @@ func TestResolve(t *testing.T) {
 		}
 	})
 	t.Run("a lab's own kubeconfig", func(t *testing.T) {
-		got, err := Resolve(Request{Kubeconfig: labKubeconfig})
+		got, err := Resolve(Request{Kubeconfig: labKubeconfig, Lab: isLab(labKubeconfig)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.LabDir != filepath.Dir(labKubeconfig) || got.Server != "https://127.0.0.1:40001" {
+		if got.LabDir != filepath.Dir(labKubeconfig) || got.Server != labServer {
 			t.Errorf("got %+v, want the lab in %s", got, filepath.Dir(labKubeconfig))
 		}
+		if !strings.Contains(got.String(), "the dralab lab in "+filepath.Dir(labKubeconfig)) {
+			t.Errorf("String() = %q", got)
+		}
 	})
-	t.Run("a lab's directory whose status names another server", func(t *testing.T) {
-		if _, err := Resolve(Request{Kubeconfig: lab(t, "https://127.0.0.1:40002")}); !errors.Is(err, ErrNoConsent) {
+	t.Run("without a Lab, a lab's kubeconfig needs consent too", func(t *testing.T) {
+		if _, err := Resolve(Request{Kubeconfig: labKubeconfig}); !errors.Is(err, ErrNoConsent) {
 			t.Fatalf("got %v, want ErrNoConsent", err)
 		}
 	})
-	t.Run("a copy of a lab's kubeconfig elsewhere", func(t *testing.T) {
-		data, err := os.ReadFile(labKubeconfig)
-		if err != nil {
-			t.Fatal(err)
-		}
-		copied := filepath.Join(t.TempDir(), "kubeconfig")
-		if err := os.WriteFile(copied, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := Resolve(Request{Kubeconfig: copied}); !errors.Is(err, ErrNoConsent) {
+	t.Run("a Lab that does not know the kubeconfig", func(t *testing.T) {
+		if _, err := Resolve(Request{Kubeconfig: foreign, Lab: isLab(labKubeconfig)}); !errors.Is(err, ErrNoConsent) {
 			t.Fatalf("got %v, want ErrNoConsent", err)
 		}
 	})

@@ -1,4 +1,4 @@
-package junit
+package results
 
 import (
 	"encoding/xml"

@@ -5,8 +5,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/dralab/dralab/internal/fuzzcheck"
-	"github.com/dralab/dralab/internal/strictyaml"
+	"github.com/dralab/dralab/drivers/conformance/fuzzcheck"
+	"github.com/dralab/dralab/drivers/conformance/strictyaml"
 )
 
 // FuzzDecode: any YAML document either fails or decodes to a value that,
@@ -14,7 +14,7 @@ import (
 // files each have a target of their own; this one is the YAML layer under
 // them all, with no type to restrict what the fuzzer reaches.
 func FuzzDecode(f *testing.F) {
-	fuzzcheck.AddFiles(f, "../../lab/examples/*.yaml", "../../scenarios/*/scenario.yaml", "../../drivers/*/driver.yaml", "../../drivers/fakegpu/profiles/*.yaml")
+	fuzzcheck.AddFiles(f, "../manifest/testdata/*.yaml", "../../*/driver.yaml", "../../fakegpu/profiles/*.yaml")
 	fuzzcheck.AddStrings(f,
 		"",
 		"# only a comment\n",

@@ -1,12 +1,14 @@
-// Package junit turns the event stream of go test -json into a JUnit XML
-// report, which CI systems display per test, and a short table for people.
-// gotestsum's testjson reads the stream and go-junit-report's junit writes
-// the XML; this package decides what a case is and says why it failed or
-// was skipped.
-// Each leaf test is one case; a package that failed outside any test (it
-// did not build, or TestMain failed) is a case of its own, so that no
-// failure is lost between the two formats.
-package junit
+// Package results holds a test run's results as cases (a test, a check,
+// or a package that failed outside its tests) and writes them as JUnit XML,
+// which CI systems display per test, and as a short table for people. The
+// cases come from the conformance suite run in-process, or from the event
+// stream of go test -json: gotestsum's testjson reads the stream,
+// go-junit-report's junit writes the XML, and this package decides what a
+// case is and says why it failed or was skipped. Each leaf test is one
+// case; a package that failed outside any test (it did not build, or
+// TestMain failed) is a case of its own, so that no failure is lost
+// between the two formats.
+package results
 
 import (
 	"bytes"
