@@ -24,6 +24,7 @@ import (
 	"github.com/dralab/dralab/drivers/conformance/results"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/internal/testlab"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -173,18 +174,18 @@ func TestOutsideDriverAsDeployed(t *testing.T) {
 	}
 
 	start = time.Now()
-	report, err := conformance.Run(ctx, conformance.Options{Manifest: manifestFile, Kubeconfig: l.Kubeconfig()})
+	report, err := testlab.Conformance(ctx, conformance.Options{Manifest: manifestFile, Kubeconfig: l.Kubeconfig()}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("conformance run: %v", time.Since(start).Round(time.Second))
-	requirePassed(t, report, "TestSanity/concurrent", "TestSanity/restart", "TestCluster/single_device",
-		"TestCluster/shared_claim", "TestCluster/prioritized_list", "TestCluster/admin_access", "TestCluster/device_taints")
+	requirePassed(t, report, "sanity/concurrent", "sanity/restart", "cluster/single device",
+		"cluster/shared claim", "cluster/prioritized list", "cluster/admin access", "cluster/device taints")
 	// The driver returns its driver-wide CDI device with every claim: the
 	// concurrent check passed with it, not without it.
 	wide := `driver-wide ["` + gpu.CDIKind + `=node"]`
 	if !slices.ContainsFunc(report.Cases, func(c results.Case) bool {
-		return c.Name == "TestSanity/concurrent" && strings.Contains(c.Output, wide)
+		return c.Name == "sanity/concurrent" && strings.Contains(c.Output, wide)
 	}) {
 		t.Errorf("the concurrent check's output does not say %s", wide)
 	}

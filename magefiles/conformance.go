@@ -9,15 +9,19 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/magefile/mage/mg"
 
 	"github.com/dralab/dralab/drivers/conformance"
+	"github.com/dralab/dralab/drivers/conformance/results"
 	"github.com/dralab/dralab/drivers/conformance/target"
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/testlab"
 	"github.com/dralab/dralab/internal/ui"
+	"github.com/dralab/dralab/lab/config"
 )
 
 // Conformance runs the DRA driver conformance suite for a driver manifest.
@@ -43,18 +47,29 @@ func (Conformance) Sanity(ctx context.Context, manifest string) error {
 func runConformance(ctx context.Context, manifest, layer string) error {
 	o := conformance.Options{
 		Manifest: manifest, Layer: layer,
-		Kubeconfig: os.Getenv("KUBECONFIG"), Target: os.Getenv(target.EnvConsent), LabConfig: os.Getenv("DRALAB_CONFIG"),
-		Lab: labstate.LabOf,
+		Kubeconfig: os.Getenv("KUBECONFIG"), Target: os.Getenv(target.EnvConsent), Lab: labstate.LabOf,
 	}
 	where, err := conformance.Where(o)
 	if err != nil {
 		return err
 	}
+	var labCfg *config.Config
+	if o.Kubeconfig == "" {
+		if file := os.Getenv("DRALAB_CONFIG"); file != "" {
+			if labCfg, err = config.Load(file); err != nil {
+				return err
+			}
+		}
+	}
 	u := ui.Stderr()
 	u.Println("Target: " + where)
-	bin, err := buildDralab(ctx)
-	if err != nil {
-		return err
+	if o.Kubeconfig == "" {
+		// The lab runs the dralab binary of this checkout.
+		bin, err := buildDralab(ctx)
+		if err != nil {
+			return err
+		}
+		os.Setenv(build.EnvBinary, bin)
 	}
 	dir := os.Getenv("ARTIFACTS")
 	if dir == "" {
@@ -65,12 +80,11 @@ func runConformance(ctx context.Context, manifest, layer string) error {
 	}
 	name := strings.TrimSuffix(filepath.Base(filepath.Dir(manifest))+"-"+filepath.Base(manifest), ".yaml")
 	o.JUnit = filepath.Join(dir, "junit-conformance-"+name+".xml")
-	o.Env = []string{build.EnvBinary + "=" + bin}
-	if os.Getenv("CI") != "" || mg.Verbose() {
-		o.Log = os.Stderr
+	o.OnCase = func(c results.Case) {
+		u.Println(fmt.Sprintf("  %s %s (%s)", c.Status, c.Name, c.Elapsed.Round(100*time.Millisecond)))
 	}
 	done := u.Step("Running the conformance suite of " + manifest)
-	report, err := conformance.Run(ctx, o)
+	report, err := testlab.Conformance(ctx, o, labCfg)
 	if err == nil && report.Failed() {
 		err = fmt.Errorf("the driver fails conformance checks")
 	}

@@ -1,21 +1,31 @@
 // Package conformance runs dralab's DRA driver conformance suite for the
-// driver a manifest (package manifest) describes: layer 1, kubelet-plugin
-// sanity over gRPC (package sanity), and layer 2, cluster features with
-// e2e-framework (package cluster). Run drives both through `go test -json`
-// on e2e/conformance and turns the result into a summary and JUnit XML.
+// driver a manifest (package manifest) describes, in-process: layer 1,
+// kubelet-plugin sanity over gRPC (package sanity), where the plugin's
+// sockets can be reached, and layer 2, cluster features (package cluster),
+// on any cluster the caller may use (package target). It returns one
+// results.Case per check, which results writes as JUnit XML and a summary.
+//
+// cmd/dralab-conformance runs it from a driver's CI; dralab's
+// conformance:run runs it on an embedded lab it starts itself.
 package conformance
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"strings"
+	"time"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/dralab/dralab/drivers/conformance/cluster"
 	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/drivers/conformance/results"
+	"github.com/dralab/dralab/drivers/conformance/sanity"
 	"github.com/dralab/dralab/drivers/conformance/target"
 )
 
@@ -26,122 +36,160 @@ const (
 	LayerCluster = "cluster"
 )
 
+// Package is the classname of every case Run reports.
+const Package = "dralab-conformance"
+
 // Options of a conformance run.
 type Options struct {
 	// Manifest is the driver's manifest file (required).
 	Manifest string
-	// Kubeconfig runs against that cluster: a dralab lab's own kubeconfig,
-	// or any cluster whose context Target names. Empty: an embedded lab of
-	// LabConfig (empty: the default lab) that the run starts and deletes.
+	// Kubeconfig is the one kubeconfig file of the cluster to run on
+	// (required), Context its context to use instead of the current one.
 	Kubeconfig string
-	LabConfig  string
+	Context    string
 	// Target is the kubeconfig context the caller allows the suite to run
-	// on although it is not a dralab lab (what DRALAB_TARGET says): the
-	// suite creates and deletes namespaces, claims and DeviceTaintRules
-	// there. A Kubeconfig alone is not that consent.
+	// on although it is not a lab's (what DRALAB_TARGET says): the suite
+	// creates and deletes namespaces, claims and DeviceTaintRules there. A
+	// Kubeconfig alone is not that consent.
 	Target string
-	// Layer is LayerAll, LayerSanity or LayerCluster.
-	Layer string
-	// JUnit is the JUnit XML file to write; empty: none.
-	JUnit string
-	// Log receives the test output as it runs; nil: discarded.
-	Log io.Writer
-	// Env is added to the test's environment.
-	Env []string
 	// Lab tells whether Kubeconfig is a lab's own (target.Request.Lab).
 	Lab func(kubeconfig, server string) (dir string, ok bool)
+	// Layer is LayerAll, LayerSanity or LayerCluster.
+	Layer string
+	// Sanity returns the sanity layer's configuration for the cluster
+	// Run found: which node, and where its plugin registry and CDI
+	// directory are. Nil, or an error wrapping ErrNoNode, skips the layer
+	// with the reason: it needs a node's plugin sockets.
+	Sanity func(ctx context.Context, t *target.Target, client kubernetes.Interface, m *manifest.Manifest) (sanity.Config, error)
+	// Cluster tunes the cluster layer (proof image, health command
+	// environment).
+	Cluster cluster.Options
+	// JUnit is the JUnit XML file to write; empty: none.
+	JUnit string
+	// OnCase is called with each case as its layer ends; nil: nothing.
+	OnCase func(results.Case)
 }
 
-// ErrNoConsent means Options.Kubeconfig is not a dralab lab's and
-// Options.Target does not name its context.
+// ErrNoConsent means Options.Kubeconfig is not a lab's and Options.Target
+// does not name its context.
 var ErrNoConsent = target.ErrNoConsent
 
+// ErrNoNode means the sanity layer cannot reach a node's plugin sockets
+// from where Run runs; the layer is skipped with the error as its reason.
+var ErrNoNode = errors.New("the sanity layer talks to a node's kubelet plugin sockets")
+
 // Run runs the suite and returns its report; an error means the suite
-// could not run (a bad manifest, a cluster it may not use, a build
-// failure), not that checks failed: see Report.Failed.
+// could not run (a bad manifest, a cluster it may not use), not that
+// checks failed: see Report.Failed.
 func Run(ctx context.Context, o Options) (*results.Report, error) {
-	// A bad manifest or a cluster the suite may not touch is one clear
-	// error before anything is built.
-	if _, err := manifest.Load(o.Manifest); err != nil {
-		return nil, err
-	}
-	if _, err := Where(o); err != nil {
-		return nil, err
-	}
-	abs := func(p string) (string, error) {
-		if p == "" {
-			return "", nil
-		}
-		return filepath.Abs(p)
-	}
-	var err error
-	if o.Manifest, err = abs(o.Manifest); err != nil {
-		return nil, err
-	}
-	if o.LabConfig, err = abs(o.LabConfig); err != nil {
-		return nil, err
-	}
-	if o.Kubeconfig, err = abs(o.Kubeconfig); err != nil {
-		return nil, err
-	}
-	args := []string{"test", "-json", "-count=1", "-timeout=30m"}
-	switch o.Layer {
-	case LayerAll:
-	case LayerSanity:
-		args = append(args, "-run=^TestSanity$")
-	case LayerCluster:
-		args = append(args, "-run=^TestCluster$")
-	default:
-		return nil, fmt.Errorf("layer %q: want %s, %s or both (empty)", o.Layer, LayerSanity, LayerCluster)
-	}
-	args = append(args, "github.com/dralab/dralab/e2e/conformance", "-args", "--manifest="+o.Manifest)
-	if o.Kubeconfig != "" {
-		args = append(args, "--kubeconfig="+o.Kubeconfig)
-	} else if o.LabConfig != "" {
-		args = append(args, "--lab-config="+o.LabConfig)
-	}
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, "go", args...)
-	// The suite's TestMain checks the target again, with this consent.
-	cmd.Env = append(append(os.Environ(), o.Env...), target.EnvConsent+"="+o.Target)
-	log := o.Log
-	if log == nil {
-		log = io.Discard
-	}
-	cmd.Stdout = io.MultiWriter(&out, log)
-	cmd.Stderr = log
-	// go test exits non-zero when a check fails: the report says which.
-	_ = cmd.Run()
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	report, err := results.Parse(&out)
+	m, err := manifest.Load(o.Manifest)
 	if err != nil {
 		return nil, err
 	}
-	if len(report.Cases) == 0 {
-		return nil, fmt.Errorf("%v ran no check", cmd.Args)
+	switch o.Layer {
+	case LayerAll, LayerSanity, LayerCluster:
+	default:
+		return nil, fmt.Errorf("layer %q: want %s, %s or both (empty)", o.Layer, LayerSanity, LayerCluster)
+	}
+	t, err := resolve(o)
+	if err != nil {
+		return nil, err
+	}
+	if t == nil {
+		return nil, errors.New("no cluster to run on: give a kubeconfig (dralab's conformance:run starts an embedded lab itself)")
+	}
+	restConfig, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: t.Kubeconfig},
+		&clientcmd.ConfigOverrides{CurrentContext: t.Context}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", t.Kubeconfig, err)
+	}
+	report := &results.Report{Started: time.Now()}
+	add := func(cases ...results.Case) {
+		for _, c := range cases {
+			report.Cases = append(report.Cases, c)
+			report.Elapsed += c.Elapsed
+			if o.OnCase != nil {
+				o.OnCase(c)
+			}
+		}
+	}
+	if o.Layer != LayerCluster {
+		add(runSanity(ctx, o, t, restConfig, m)...)
+	}
+	if o.Layer != LayerSanity {
+		for _, r := range cluster.Run(ctx, m, restConfig, o.Cluster) {
+			add(results.Case{
+				Package: Package, Name: "cluster/" + r.Feature, Status: r.Status, Elapsed: r.Elapsed,
+				Message: r.Message, Output: strings.Join(r.Log, "\n"),
+			})
+		}
+	}
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
 	}
 	if o.JUnit != "" {
-		f, err := os.Create(o.JUnit)
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		if err := report.WriteXML(f, "dralab conformance: "+filepath.Base(o.Manifest)); err != nil {
-			return nil, err
+		if err := writeJUnit(o.JUnit, report, "dralab conformance: "+filepath.Base(o.Manifest)); err != nil {
+			return report, err
 		}
 	}
 	return report, nil
 }
 
-// Where says where Run would run: "a fresh embedded lab", or the context
-// and server of Options.Kubeconfig. It fails, with an error wrapping
-// ErrNoConsent that names the context, its server and how to consent, when
-// the kubeconfig is not a dralab lab's and Options.Target does not name
-// its context.
+// runSanity runs layer 1, or reports why it cannot.
+func runSanity(ctx context.Context, o Options, t *target.Target, restConfig *rest.Config, m *manifest.Manifest) []results.Case {
+	layer := func(status results.Status, msg string) []results.Case {
+		return []results.Case{{Package: Package, Name: "sanity", Status: status, Message: msg}}
+	}
+	if o.Sanity == nil {
+		return layer(results.Skipped, ErrNoNode.Error()+": run it on the node, or call drivers/conformance/sanity from the driver's own tests")
+	}
+	client, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return layer(results.Failed, err.Error())
+	}
+	cfg, err := o.Sanity(ctx, t, client, m)
+	if errors.Is(err, ErrNoNode) {
+		return layer(results.Skipped, err.Error())
+	}
+	if err != nil {
+		return layer(results.Failed, "setup: "+err.Error())
+	}
+	var out []results.Case
+	for _, r := range sanity.Run(ctx, cfg) {
+		c := results.Case{Package: Package, Name: "sanity/" + r.Check, Status: r.Status, Elapsed: r.Elapsed}
+		if r.Status == results.Passed {
+			c.Output = r.Message
+		} else {
+			c.Message = r.Message
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func writeJUnit(file string, r *results.Report, suite string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := r.WriteXML(f, suite); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func resolve(o Options) (*target.Target, error) {
+	return target.Resolve(target.Request{Kubeconfig: o.Kubeconfig, Context: o.Context, Consent: o.Target, Lab: o.Lab})
+}
+
+// Where says where Run would run: the context and server of
+// Options.Kubeconfig. It fails, with an error wrapping ErrNoConsent that
+// names the context, its server and how to consent, when the kubeconfig is
+// not a lab's and Options.Target does not name its context.
 func Where(o Options) (string, error) {
-	t, err := target.Resolve(target.Request{Kubeconfig: o.Kubeconfig, Consent: o.Target, Lab: o.Lab})
+	t, err := resolve(o)
 	if err != nil {
 		return "", err
 	}

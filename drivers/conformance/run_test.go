@@ -3,14 +3,21 @@ package conformance_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/dralab/dralab/drivers/conformance"
+	"github.com/dralab/dralab/drivers/conformance/manifest"
+	"github.com/dralab/dralab/drivers/conformance/results"
+	"github.com/dralab/dralab/drivers/conformance/sanity"
+	"github.com/dralab/dralab/drivers/conformance/target"
 )
 
 // A kubeconfig alone does not let the suite touch a cluster: Run refuses
@@ -47,5 +54,57 @@ func TestRunRefusesAClusterWithoutConsent(t *testing.T) {
 	o.Target = ""
 	if where, err := conformance.Where(o); err != nil || !strings.Contains(where, "fresh embedded lab") {
 		t.Errorf("no kubeconfig: Where = %q, %v", where, err)
+	}
+}
+
+// The sanity layer needs a node's plugin sockets: without a way to reach
+// them it is one skipped case that says why, and a Sanity that cannot set
+// it up fails it; either way the JUnit file says so. No cluster is called.
+func TestRunSanityLayerWithoutANode(t *testing.T) {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://10.0.0.1:6443"}
+	cfg.Contexts["ci"] = &clientcmdapi.Context{Cluster: "c"}
+	cfg.CurrentContext = "ci"
+	kubeconfig := filepath.Join(t.TempDir(), "config")
+	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	junit := filepath.Join(t.TempDir(), "junit.xml")
+	o := conformance.Options{Manifest: "../fakegpu/driver.yaml", Kubeconfig: kubeconfig, Target: "ci", Layer: conformance.LayerSanity, JUnit: junit}
+	var seen []results.Case
+	o.OnCase = func(c results.Case) { seen = append(seen, c) }
+	report, err := conformance.Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(report.Cases) != 1 || report.Cases[0].Name != "sanity" || report.Cases[0].Status != results.Skipped ||
+		!strings.Contains(report.Cases[0].Message, "plugin sockets") || len(seen) != 1 || report.Failed() {
+		t.Fatalf("cases %+v (seen %d), want the sanity layer skipped, saying why", report.Cases, len(seen))
+	}
+	data, err := os.ReadFile(junit)
+	if err != nil || !strings.Contains(string(data), `<skipped message="the sanity layer talks to a node&#39;s kubelet plugin sockets`) {
+		t.Errorf("JUnit %s = %s, %v", junit, data, err)
+	}
+
+	o.Sanity = func(context.Context, *target.Target, kubernetes.Interface, *manifest.Manifest) (sanity.Config, error) {
+		return sanity.Config{}, fmt.Errorf("%w: none on this machine", conformance.ErrNoNode)
+	}
+	if report, err = conformance.Run(context.Background(), o); err != nil || report.Cases[0].Status != results.Skipped || !strings.Contains(report.Cases[0].Message, "none on this machine") {
+		t.Errorf("a Sanity without a node: %+v, %v; want the layer skipped with its reason", report, err)
+	}
+	o.Sanity = func(context.Context, *target.Target, kubernetes.Interface, *manifest.Manifest) (sanity.Config, error) {
+		return sanity.Config{}, errors.New("no node has the driver's devices")
+	}
+	if report, err = conformance.Run(context.Background(), o); err != nil || !report.Failed() || report.Cases[0].Message != "setup: no node has the driver's devices" {
+		t.Errorf("a Sanity that fails: %+v, %v; want the layer failed with its error", report, err)
+	}
+
+	o.Layer = "both"
+	if _, err := conformance.Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), `layer "both"`) {
+		t.Errorf("an unknown layer: %v", err)
+	}
+	o.Layer, o.Kubeconfig, o.Target = conformance.LayerSanity, "", ""
+	if _, err := conformance.Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "give a kubeconfig") {
+		t.Errorf("no kubeconfig: %v", err)
 	}
 }

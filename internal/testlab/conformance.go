@@ -1,7 +1,20 @@
 package testlab
 
 import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/dralab/dralab/drivers/conformance"
+	"github.com/dralab/dralab/drivers/conformance/manifest"
+	"github.com/dralab/dralab/drivers/conformance/results"
+	"github.com/dralab/dralab/drivers/conformance/sanity"
+	"github.com/dralab/dralab/drivers/conformance/target"
 	"github.com/dralab/dralab/drivers/fakegpu"
+	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -22,4 +35,41 @@ func ConformanceConfig() (*config.Config, error) {
 		config.Node{Name: "gpu-h100-fabric", GPUs: &config.GPUs{Profile: "h100-80gb", Count: 1, Attach: fakegpu.AttachFabric}},
 	)
 	return cfg, cfg.Complete()
+}
+
+// Conformance runs the conformance suite of o on the cluster of
+// o.Kubeconfig when it is set, else on an embedded lab of labCfg (nil:
+// ConformanceConfig) that it starts and deletes. A lab's own kubeconfig
+// needs no consent; on an embedded lab the sanity layer runs on its
+// busiest node, and on one it started the manifest's health commands act
+// on it.
+func Conformance(ctx context.Context, o conformance.Options, labCfg *config.Config) (_ *results.Report, err error) {
+	o.Lab = labstate.LabOf
+	if o.Kubeconfig == "" {
+		if labCfg == nil {
+			if labCfg, err = ConformanceConfig(); err != nil {
+				return nil, err
+			}
+		}
+		l, err := Start(ctx, labCfg, "dralab-conformance")
+		defer func() { err = errors.Join(err, Stop(context.WithoutCancel(ctx), l)) }()
+		if err != nil {
+			return nil, err
+		}
+		o.Kubeconfig = l.Kubeconfig()
+		if o.Cluster.Image == "" {
+			// Imported on a real node; any image "runs" on a hollow one.
+			o.Cluster.Image = realnode.BusyboxImage
+		}
+		if o.Cluster.CommandEnv, err = CommandEnv(ctx, l); err != nil {
+			return nil, err
+		}
+	}
+	o.Sanity = func(ctx context.Context, t *target.Target, client kubernetes.Interface, m *manifest.Manifest) (sanity.Config, error) {
+		if t.LabDir == "" {
+			return sanity.Config{}, fmt.Errorf("%w, and %s is not an embedded lab's kubeconfig: run it on the embedded lab, or call drivers/conformance/sanity from the driver's own tests", conformance.ErrNoNode, t.Kubeconfig)
+		}
+		return SanityConfig(ctx, labstate.Dir(t.LabDir), client, m)
+	}
+	return conformance.Run(ctx, o)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -21,7 +20,7 @@ import (
 // still so), and is bound and proves its device once they are. A pod
 // seen bound while the claim, read after it, lacks a condition fails the
 // check, as does a failure condition.
-func (s *suite) bindingConditions(ctx context.Context, t *testing.T, k *kit) error {
+func (s *suite) bindingConditions(ctx context.Context, logf logFunc, k *kit) error {
 	spec := s.m.BindingConditions
 	d, node, pin, err := k.withBindingConditions(ctx)
 	if err != nil {
@@ -100,7 +99,7 @@ func (s *suite) bindingConditions(ctx context.Context, t *testing.T, k *kit) err
 	if err != nil {
 		return err
 	}
-	t.Logf("pod %s waited unbound while %s/%s on node %s had binding conditions %v unmet (allocated after %v, bound after %v), then runs and proves %q",
+	logf("pod %s waited unbound while %s/%s on node %s had binding conditions %v unmet (allocated after %v, bound after %v), then runs and proves %q",
 		name, result.Pool, result.Device, node, result.BindingConditions, allocatedAt.Round(time.Millisecond), boundAt.Round(time.Millisecond), v)
 	return nil
 }

@@ -34,7 +34,7 @@ func TestBindingConditionsHoldThePod(t *testing.T) {
 	f, k := newFakeClusterOf(t, refuseWithEvent, attachableGPUs())
 	withBindingConditions(k)
 	f.setConditionsAfter(t, time.Second, bindingConditions)
-	if err := k.bindingConditions(context.Background(), t, k); err != nil {
+	if err := k.bindingConditions(context.Background(), t.Logf, k); err != nil {
 		t.Fatal(err)
 	}
 	f.mu.Lock()
@@ -50,7 +50,7 @@ func TestBindingConditionsFailWhenBoundBefore(t *testing.T) {
 	f.ignoreBindingConditions.Store(true)
 	withBindingConditions(k)
 	f.setConditionsAfter(t, time.Second, bindingConditions)
-	err := k.bindingConditions(context.Background(), t, k)
+	err := k.bindingConditions(context.Background(), t.Logf, k)
 	if err == nil || !strings.Contains(err.Error(), "is bound to node-a while the binding conditions [example.com/attached] of node-a/gpu-1 are not all True") {
 		t.Fatalf("got %v, want the pod found bound before its binding conditions", err)
 	}
@@ -61,7 +61,7 @@ func TestBindingConditionsFailOnAFailureCondition(t *testing.T) {
 	f, k := newFakeClusterOf(t, refuseWithEvent, attachableGPUs())
 	withBindingConditions(k)
 	f.setConditionsAfter(t, 500*time.Millisecond, func(r resourceapi.DeviceRequestAllocationResult) []string { return r.BindingFailureConditions })
-	err := k.bindingConditions(context.Background(), t, k)
+	err := k.bindingConditions(context.Background(), t.Logf, k)
 	if err == nil || !strings.Contains(err.Error(), "the failure condition example.com/attach-failed of node-a/gpu-1 is True") {
 		t.Fatalf("got %v, want the failure condition named", err)
 	}
@@ -72,7 +72,7 @@ func TestBindingConditionsNeedToBeSeenWaiting(t *testing.T) {
 	f, k := newFakeClusterOf(t, refuseWithEvent, attachableGPUs())
 	withBindingConditions(k)
 	f.conditionsAtAllocation = bindingConditions
-	err := k.bindingConditions(context.Background(), t, k)
+	err := k.bindingConditions(context.Background(), t.Logf, k)
 	if err == nil || !strings.Contains(err.Error(), "never seen unbound") {
 		t.Fatalf("got %v, want the missing evidence named", err)
 	}
@@ -82,7 +82,7 @@ func TestBindingConditionsNeedToBeSeenWaiting(t *testing.T) {
 func TestBindingConditionsNeedDevicesWithThem(t *testing.T) {
 	_, k := newFakeClusterOf(t, refuseWithEvent, fakeDevices(2, true))
 	withBindingConditions(k)
-	err := k.bindingConditions(context.Background(), t, k)
+	err := k.bindingConditions(context.Background(), t.Logf, k)
 	if err == nil || !strings.Contains(err.Error(), "no free device of class gpu.example.com publishes binding conditions") {
 		t.Fatalf("got %v, want no device found", err)
 	}

@@ -11,7 +11,8 @@
 // removes what an interrupted run left, found by LabelManagedBy, and
 // nothing else. The only device a feature taints is one it was allocated.
 //
-// A driver author's own e2e-framework suite can run them:
+// Run runs them and returns their results (dralab-conformance does); a
+// driver author's own e2e-framework suite can run them as features:
 //
 //	testenv.Test(t, cluster.Features(m, cluster.Options{})...)
 package cluster
@@ -41,6 +42,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
+	"github.com/dralab/dralab/drivers/conformance/results"
 )
 
 // Options tune the features to the cluster.
@@ -75,8 +77,60 @@ const TaintKey = "conformance.dralab.dev/tainted"
 // ("core" for what every driver must do), for --labels.
 const LabelCapability = "capability"
 
-// Features returns one feature per check of the manifest's driver.
+// Result is what one feature found.
+type Result struct {
+	// Feature is the feature's name, e.g. "single device".
+	Feature string
+	// Capability is what the feature checks: "core" for what every driver
+	// must do, else the manifest's capability.
+	Capability string
+	// Rule is what the feature requires of the driver, in words.
+	Rule   string
+	Status results.Status
+	// Message says why the feature failed or was skipped.
+	Message string
+	// Log is what the check noted as it ran: what it saw the driver do.
+	Log     []string
+	Elapsed time.Duration
+}
+
+// Run runs every feature of the manifest's driver on the cluster of cfg,
+// one after the other, and returns a result per feature. A misbehaving
+// driver or cluster fails features; it never makes Run panic.
+func Run(ctx context.Context, m *manifest.Manifest, cfg *rest.Config, o Options) []Result {
+	s := newSuite(m, o)
+	var out []Result
+	for _, f := range s.features() {
+		var log []string
+		r := s.run(ctx, cfg, f, func(format string, args ...any) { log = append(log, fmt.Sprintf(format, args...)) })
+		r.Log = log
+		out = append(out, r)
+	}
+	return out
+}
+
+// Features returns one e2e-framework feature per check of the manifest's
+// driver, labelled with LabelCapability, for a driver author's own suite.
 func Features(m *manifest.Manifest, o Options) []features.Feature {
+	s := newSuite(m, o)
+	var out []features.Feature
+	for _, f := range s.features() {
+		out = append(out, features.New(f.name).WithLabel(LabelCapability, f.label()).
+			Assess(f.rule, func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+				r := s.run(ctx, cfg.Client().RESTConfig(), f, t.Logf)
+				switch r.Status {
+				case results.Skipped:
+					t.Skip(r.Message)
+				case results.Failed:
+					t.Fatal(r.Message)
+				}
+				return ctx
+			}).Feature())
+	}
+	return out
+}
+
+func newSuite(m *manifest.Manifest, o Options) *suite {
 	if o.Image == "" {
 		o.Image = "busybox:1.37"
 	}
@@ -86,24 +140,40 @@ func Features(m *manifest.Manifest, o Options) []features.Feature {
 	if o.RunID == "" {
 		o.RunID = rand.String(8)
 	}
-	s := &suite{m: m, o: o}
-	out := []features.Feature{
-		s.feature("single device", "", "a pod with a claim of the class runs and proves its device", s.singleDevice),
-		s.feature("shared claim", manifest.SharedClaims, "two pods sharing one claim prove the same device", s.sharedClaim),
-		s.feature("prioritized list", manifest.DRAPrioritizedList, "the first class with a free device is chosen", s.prioritizedList),
-		s.feature("admin access", manifest.DRAAdminAccess, "an admin claim gets an in-use device, the workload keeps it", s.adminAccess),
-		s.feature("device taints", manifest.DRADeviceTaints, "tainted devices are not allocated until untainted", s.deviceTaints),
-		s.feature("extended resource", manifest.DRAExtendedResource, "a pod asking for the extended resource gets a device", s.extendedResource),
-		s.feature("opaque config", manifest.OpaqueConfig, "valid configuration is prepared, invalid configuration fails preparation", s.opaqueConfig),
-		s.feature("partitionable devices", manifest.DRAPartitionableDevices, "partitions are allocated until their counters are exhausted, never beyond, and the next claim waits", s.partitions),
-		s.feature("consumable capacity", manifest.DRAConsumableCapacity, "two claims share one device with distinct shareIDs within its capacity", s.shares),
-		s.feature("binding conditions", manifest.DRADeviceBindingConditions, "a pod is not bound before its device's binding conditions are True in the claim's status, and is bound and runs after", s.bindingConditions),
+	return &suite{m: m, o: o}
+}
+
+// feature is one check with what it checks.
+type feature struct {
+	name       string
+	capability manifest.Capability
+	rule       string
+	check      check
+}
+
+func (f feature) label() string {
+	if f.capability == "" {
+		return "core"
 	}
-	out = append(out,
-		s.feature("claim device status", manifest.DRAResourceClaimDeviceStatus, "a prepared claim's status.devices has the driver's entry for its device, removed once the claim is unprepared", s.deviceStatus),
-		s.feature("resource health", manifest.ResourceHealthStatus, "a failed device is reported Unhealthy in the status of the pod that holds it", s.health),
-	)
-	return out
+	return string(f.capability)
+}
+
+// features are the suite's checks in the order they run.
+func (s *suite) features() []feature {
+	return []feature{
+		{"single device", "", "a pod with a claim of the class runs and proves its device", s.singleDevice},
+		{"shared claim", manifest.SharedClaims, "two pods sharing one claim prove the same device", s.sharedClaim},
+		{"prioritized list", manifest.DRAPrioritizedList, "the first class with a free device is chosen", s.prioritizedList},
+		{"admin access", manifest.DRAAdminAccess, "an admin claim gets an in-use device, the workload keeps it", s.adminAccess},
+		{"device taints", manifest.DRADeviceTaints, "tainted devices are not allocated until untainted", s.deviceTaints},
+		{"extended resource", manifest.DRAExtendedResource, "a pod asking for the extended resource gets a device", s.extendedResource},
+		{"opaque config", manifest.OpaqueConfig, "valid configuration is prepared, invalid configuration fails preparation", s.opaqueConfig},
+		{"partitionable devices", manifest.DRAPartitionableDevices, "partitions are allocated until their counters are exhausted, never beyond, and the next claim waits", s.partitions},
+		{"consumable capacity", manifest.DRAConsumableCapacity, "two claims share one device with distinct shareIDs within its capacity", s.shares},
+		{"binding conditions", manifest.DRADeviceBindingConditions, "a pod is not bound before its device's binding conditions are True in the claim's status, and is bound and runs after", s.bindingConditions},
+		{"claim device status", manifest.DRAResourceClaimDeviceStatus, "a prepared claim's status.devices has the driver's entry for its device, removed once the claim is unprepared", s.deviceStatus},
+		{"resource health", manifest.ResourceHealthStatus, "a failed device is reported Unhealthy in the status of the pod that holds it", s.health},
+	}
 }
 
 type suite struct {
@@ -119,53 +189,70 @@ func (s *suite) labels() map[string]string {
 	return map[string]string{LabelManagedBy: ManagedBy, LabelRun: s.o.RunID}
 }
 
-type check func(ctx context.Context, t *testing.T, k *kit) error
+// logFunc notes what a check saw, as t.Logf does.
+type logFunc func(format string, args ...any)
 
-// feature wraps a check: skipped when its capability is off, run in a
+type check func(ctx context.Context, logf logFunc, k *kit) error
+
+// run runs one feature: skipped when its capability is off, run in a
 // namespace of its own that is deleted afterwards, after what an earlier
-// run left is gone.
-func (s *suite) feature(name string, capability manifest.Capability, rule string, c check) features.Feature {
-	label := string(capability)
-	if label == "" {
-		label = "core"
+// run left is gone. A check that passed but left something behind fails.
+func (s *suite) run(ctx context.Context, cfg *rest.Config, f feature, logf logFunc) (r Result) {
+	r = Result{Feature: f.name, Capability: f.label(), Rule: f.rule}
+	start := time.Now()
+	defer func() { r.Elapsed = time.Since(start) }()
+	fail := func(format string, args ...any) Result {
+		r.Status, r.Message = results.Failed, fmt.Sprintf(format, args...)
+		return r
 	}
-	return features.New(name).WithLabel(LabelCapability, label).
-		Assess(rule, func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
-			switch skip, fail := gate(s.m, capability, c != nil); {
-			case skip != "":
-				t.Skip(skip)
-			case fail != "":
-				t.Fatal(fail)
+	switch skip, failure := gate(s.m, f.capability, f.check != nil); {
+	case skip != "":
+		r.Status, r.Message = results.Skipped, skip
+		return r
+	case failure != "":
+		return fail("%s", failure)
+	}
+	client, err := kubernetes.NewForConfig(clientConfig(cfg))
+	if err != nil {
+		return fail("%v", err)
+	}
+	// Claims an interrupted run left hold devices; its rules taint them.
+	s.leftovers.Do(func() {
+		var removed []string
+		removed, s.leftoversErr = removeLeftovers(ctx, client, s.o.RunID, s.m.Timeouts.PodRunning)
+		if len(removed) > 0 {
+			logf("removed what an earlier run left: %s", strings.Join(removed, ", "))
+		}
+	})
+	if s.leftoversErr != nil {
+		return fail("removing what an earlier run left: %v", s.leftoversErr)
+	}
+	k := &kit{suite: s, client: client, ns: "conformance-" + rand.String(5)}
+	if err := k.createNamespace(ctx, f.capability == manifest.DRAAdminAccess); err != nil {
+		return fail("%v", err)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			r.Status, r.Message = results.Failed, fmt.Sprintf("%s: internal: the check panicked: %v", f.name, p)
+		}
+		if err := k.cleanup(ctx); err != nil {
+			if r.Status == results.Failed {
+				r.Message += "; cleaning up also failed: " + err.Error()
+			} else {
+				r.Status, r.Message = results.Failed, err.Error()
 			}
-			client, err := kubernetes.NewForConfig(clientConfig(cfg.Client().RESTConfig()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Claims an interrupted run left hold devices; its rules taint them.
-			s.leftovers.Do(func() {
-				var removed []string
-				removed, s.leftoversErr = removeLeftovers(ctx, client, s.o.RunID, s.m.Timeouts.PodRunning)
-				if len(removed) > 0 {
-					t.Logf("removed what an earlier run left: %s", strings.Join(removed, ", "))
-				}
-			})
-			if s.leftoversErr != nil {
-				t.Fatalf("removing what an earlier run left: %v", s.leftoversErr)
-			}
-			k := &kit{suite: s, client: client, ns: "conformance-" + rand.String(5)}
-			if err := k.createNamespace(ctx, capability == manifest.DRAAdminAccess); err != nil {
-				t.Fatal(err)
-			}
-			defer k.cleanup(ctx, t)
-			err = c(ctx, t, k)
-			if skip := (skipCheck{}); errors.As(err, &skip) {
-				t.Skip(skip.reason)
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			return ctx
-		}).Feature()
+		}
+	}()
+	err = f.check(ctx, logf, k)
+	if skip := (skipCheck{}); errors.As(err, &skip) {
+		r.Status, r.Message = results.Skipped, skip.reason
+		return r
+	}
+	if err != nil {
+		return fail("%s: %v", f.name, err)
+	}
+	r.Status = results.Passed
+	return r
 }
 
 // gate says why a feature does not run its check: a reason to skip when
@@ -228,7 +315,7 @@ func (k *kit) createNamespace(ctx context.Context, adminAccess bool) error {
 // pods and claims (waiting, so that the next check finds the devices
 // free), then its namespace. It works on a context of its own: a check
 // that failed, timed out or was cancelled leaves nothing behind.
-func (k *kit) cleanup(ctx context.Context, t *testing.T) {
+func (k *kit) cleanup(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.m.Timeouts.PodRunning+time.Minute)
 	defer cancel()
 	errs := []error{deleteEach(ctx, "DeviceTaintRule", k.rules, k.client.ResourceV1().DeviceTaintRules().Delete)}
@@ -251,8 +338,9 @@ func (k *kit) cleanup(ctx context.Context, t *testing.T) {
 		k.remove(ctx, pods, claims),
 		deleteEach(ctx, "namespace", []string{k.ns}, k.client.CoreV1().Namespaces().Delete))
 	if err := errors.Join(errs...); err != nil {
-		t.Errorf("cleanup of %s: %v", k.ns, err)
+		return fmt.Errorf("cleanup of %s: %w", k.ns, err)
 	}
+	return nil
 }
 
 // remove deletes pods, waits until they are gone, then deletes claims and
@@ -569,16 +657,16 @@ func (k *kit) oneDevice(ctx context.Context, name string, mutate func(*v1.Pod)) 
 	return v, results[0], pod.Spec.NodeName, nil
 }
 
-func (s *suite) singleDevice(ctx context.Context, t *testing.T, k *kit) error {
+func (s *suite) singleDevice(ctx context.Context, logf logFunc, k *kit) error {
 	v, got, _, err := k.oneDevice(ctx, "one", nil)
 	if err != nil {
 		return err
 	}
-	t.Logf("pod one got %s/%s and proves %q", got.Pool, got.Device, v)
+	logf("pod one got %s/%s and proves %q", got.Pool, got.Device, v)
 	return nil
 }
 
-func (s *suite) sharedClaim(ctx context.Context, t *testing.T, k *kit) error {
+func (s *suite) sharedClaim(ctx context.Context, logf logFunc, k *kit) error {
 	if err := k.createClaim(ctx, "shared", k.request("dev")); err != nil {
 		return err
 	}
@@ -603,13 +691,13 @@ func (s *suite) sharedClaim(ctx context.Context, t *testing.T, k *kit) error {
 	if n := len(claim.Status.ReservedFor); n != 2 {
 		return fmt.Errorf("the shared claim is reserved for %d pods, want 2", n)
 	}
-	t.Logf("both pods prove %q", proofs[0])
+	logf("both pods prove %q", proofs[0])
 	return nil
 }
 
 // prioritizedList asks for the manifest's classes in order: the result must
 // be the first class that still has a free device.
-func (s *suite) prioritizedList(ctx context.Context, t *testing.T, k *kit) error {
+func (s *suite) prioritizedList(ctx context.Context, logf logFunc, k *kit) error {
 	free, err := freeDevices(ctx, k.client, s.m.Driver)
 	if err != nil {
 		return err
@@ -649,7 +737,7 @@ func (s *suite) prioritizedList(ctx context.Context, t *testing.T, k *kit) error
 	if len(results) != 1 || results[0].Request != wantRequest {
 		return fmt.Errorf("the claim got %v, want request %s (class %s, the first with a free device)", results, wantRequest, s.m.PrioritizedClasses[want])
 	}
-	t.Logf("prioritized list chose %s (%s): %s/%s", wantRequest, s.m.PrioritizedClasses[want], results[0].Pool, results[0].Device)
+	logf("prioritized list chose %s (%s): %s/%s", wantRequest, s.m.PrioritizedClasses[want], results[0].Pool, results[0].Device)
 	return nil
 }
 
@@ -661,7 +749,7 @@ func (s *suite) prioritizedList(ctx context.Context, t *testing.T, k *kit) error
 // stayed unschedulable ("cannot allocate all claims"), the allocator
 // apparently counting the admin claim's counters or capacity, which the
 // workload holds already.
-func (s *suite) adminAccess(ctx context.Context, t *testing.T, k *kit) error {
+func (s *suite) adminAccess(ctx context.Context, logf logFunc, k *kit) error {
 	plain, err := k.plainNodes(ctx)
 	if err != nil {
 		return err
@@ -699,7 +787,7 @@ func (s *suite) adminAccess(ctx context.Context, t *testing.T, k *kit) error {
 	if _, err := k.proof(ctx, "work"); err != nil {
 		return fmt.Errorf("the workload after the admin pod started: %w", err)
 	}
-	t.Logf("admin claim holds %d devices of node %s%s, %s/%s in use by the workload among them", len(results), node, selectorNote(req), used.Pool, used.Device)
+	logf("admin claim holds %d devices of node %s%s, %s/%s in use by the workload among them", len(results), node, selectorNote(req), used.Pool, used.Device)
 	return nil
 }
 
@@ -710,7 +798,7 @@ func (s *suite) adminAccess(ctx context.Context, t *testing.T, k *kit) error {
 // class on that node (CEL cannot name a device) must then stay
 // unallocated, and be allocated, that device among its results, once the
 // rule is deleted: the rule, on that one device, is what changed.
-func (s *suite) deviceTaints(ctx context.Context, t *testing.T, k *kit) error {
+func (s *suite) deviceTaints(ctx context.Context, logf logFunc, k *kit) error {
 	_, own, node, err := k.oneDevice(ctx, "probe", nil)
 	if err != nil {
 		return err
@@ -727,7 +815,7 @@ func (s *suite) deviceTaints(ctx context.Context, t *testing.T, k *kit) error {
 	}
 	k.rules = append(k.rules, rule.Name)
 	device := own.Driver + "/" + own.Pool + "/" + own.Device
-	t.Logf("tainted %s on node %s, the device claim probe got", device, node)
+	logf("tainted %s on node %s, the device claim probe got", device, node)
 	if err := k.remove(ctx, []string{"probe"}, []string{"probe"}); err != nil {
 		return fmt.Errorf("freeing %s: %w", device, err)
 	}
@@ -774,7 +862,7 @@ func (s *suite) deviceTaints(ctx context.Context, t *testing.T, k *kit) error {
 	}) {
 		return fmt.Errorf("after the taint was removed, the claim for every device of node %s got %v, without %s", node, got, device)
 	}
-	t.Logf("while %s was tainted, a claim for all %d devices of node %s%s stayed unallocated; untainted, it got them", device, len(got), node, selectorNote(every))
+	logf("while %s was tainted, a claim for all %d devices of node %s%s stayed unallocated; untainted, it got them", device, len(got), node, selectorNote(every))
 	return nil
 }
 
@@ -801,7 +889,7 @@ func (k *kit) taintRule(d resourceapi.DeviceRequestAllocationResult) *resourceap
 
 // extendedResource: a pod asking for the class's extended resource gets a
 // device through a claim the scheduler makes for it.
-func (s *suite) extendedResource(ctx context.Context, t *testing.T, k *kit) error {
+func (s *suite) extendedResource(ctx context.Context, logf logFunc, k *kit) error {
 	name := v1.ResourceName(s.m.ExtendedResource())
 	if err := k.pod(ctx, "counted", nil, func(p *v1.Pod) {
 		p.Spec.Containers[0].Resources.Limits = v1.ResourceList{name: resource.MustParse("1")}
@@ -820,7 +908,7 @@ func (s *suite) extendedResource(ctx context.Context, t *testing.T, k *kit) erro
 	if st == nil || st.ResourceClaimName == "" {
 		return fmt.Errorf("the pod runs but its status names no claim for %s", name)
 	}
-	t.Logf("pod asking for %s got claim %s and proves %q", name, st.ResourceClaimName, v)
+	logf("pod asking for %s got claim %s and proves %q", name, st.ResourceClaimName, v)
 	return nil
 }
 
@@ -828,7 +916,7 @@ func (s *suite) extendedResource(ctx context.Context, t *testing.T, k *kit) erro
 // runs; one with its invalid parameters is allocated and bound, and the
 // kubelet reports that the driver refused to prepare it. The check passes
 // on that report, never on a pod that has merely not started yet.
-func (s *suite) opaqueConfig(ctx context.Context, t *testing.T, k *kit) error {
+func (s *suite) opaqueConfig(ctx context.Context, logf logFunc, k *kit) error {
 	configured := func(name string, params []byte) error {
 		err := k.createClaimOf(ctx, name, resourceapi.DeviceClaim{
 			Requests: []resourceapi.DeviceRequest{k.request("dev")},
@@ -853,7 +941,7 @@ func (s *suite) opaqueConfig(ctx context.Context, t *testing.T, k *kit) error {
 	if err != nil {
 		return fmt.Errorf("the invalid configuration %s: %w", s.m.OpaqueConfig.Invalid, err)
 	}
-	t.Logf("invalid configuration refused: the kubelet reports %q", refused)
+	logf("invalid configuration refused: the kubelet reports %q", refused)
 	return nil
 }
 

@@ -23,10 +23,12 @@ import (
 func TestDeviceTaintsTaintsOnlyTheDeviceItWasAllocated(t *testing.T) {
 	f, k := newFakeCluster(t, refuseWithEvent)
 	ctx := context.Background()
-	if err := k.deviceTaints(ctx, t, k); err != nil {
+	if err := k.deviceTaints(ctx, t.Logf, k); err != nil {
 		t.Fatal(err)
 	}
-	k.cleanup(ctx, t)
+	if err := k.cleanup(ctx); err != nil {
+		t.Error(err)
+	}
 	rules := f.createdRules()
 	if len(rules) != 1 {
 		t.Fatalf("the check created %d DeviceTaintRules, want 1", len(rules))
@@ -51,11 +53,13 @@ func TestDeviceTaintsFailsWhenTheTaintIsIgnored(t *testing.T) {
 	f, k := newFakeCluster(t, refuseWithEvent)
 	ctx := context.Background()
 	f.ignoreTaints.Store(true)
-	err := k.deviceTaints(ctx, t, k)
+	err := k.deviceTaints(ctx, t.Logf, k)
 	if err == nil || !strings.Contains(err.Error(), "scheduled") {
 		t.Fatalf("got %v, want the pod scheduled while its device was tainted", err)
 	}
-	k.cleanup(ctx, t)
+	if err := k.cleanup(ctx); err != nil {
+		t.Error(err)
+	}
 	if rules, err := k.client.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{}); err != nil || len(rules.Items) > 0 {
 		t.Errorf("after the check failed, DeviceTaintRules remain: %v, %v", rules, err)
 	}
@@ -81,7 +85,7 @@ func TestOpaqueConfigPassesOnlyOnEvidence(t *testing.T) {
 			if tc.timeout > 0 {
 				k.m.Timeouts.PodRunning = tc.timeout
 			}
-			err := k.opaqueConfig(context.Background(), t, k)
+			err := k.opaqueConfig(context.Background(), t.Logf, k)
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatal(err)
@@ -100,7 +104,7 @@ func TestCreatedObjectsAreLabelledAndRemoved(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	// The device-taints check creates a claim, a pod and a rule and
 	// leaves a pod and its claim, allocated, for the cleanup.
-	if err := k.deviceTaints(ctx, t, k); err != nil {
+	if err := k.deviceTaints(ctx, t.Logf, k); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range f.createdRules() {
@@ -133,7 +137,9 @@ func TestCreatedObjectsAreLabelledAndRemoved(t *testing.T) {
 	}
 	k.rules = append(k.rules, rule.Name)
 	cancel()
-	k.cleanup(ctx, t)
+	if err := k.cleanup(ctx); err != nil {
+		t.Error(err)
+	}
 	bg := context.Background()
 	if rules, err := f.client.ResourceV1().DeviceTaintRules().List(bg, metav1.ListOptions{}); err != nil || len(rules.Items) > 0 {
 		t.Errorf("DeviceTaintRules remain: %v, %v", rules, err)
@@ -184,7 +190,7 @@ func claimOf(t *testing.T, k *kit, name string) *resourceapi.ResourceClaim {
 func TestAdminAccessBeyondTheClaimLimit(t *testing.T) {
 	_, k := newFakeClusterOf(t, refuseWithEvent, beyondClaimLimit())
 	ctx := context.Background()
-	if err := k.adminAccess(ctx, t, k); err != nil {
+	if err := k.adminAccess(ctx, t.Logf, k); err != nil {
 		t.Fatal(err)
 	}
 	work, admin := claimOf(t, k, "work"), claimOf(t, k, "admin")
@@ -197,7 +203,9 @@ func TestAdminAccessBeyondTheClaimLimit(t *testing.T) {
 		t.Errorf("the admin claim got %v, without the workload's %s", got, used.Device)
 	}
 	t.Logf("admin claim: %d devices, selectors %v", len(got), admin.Spec.Devices.Requests[0].Exactly.Selectors)
-	k.cleanup(ctx, t)
+	if err := k.cleanup(ctx); err != nil {
+		t.Error(err)
+	}
 }
 
 // The device-taints check works on such a node too: its claim for every
@@ -205,7 +213,7 @@ func TestAdminAccessBeyondTheClaimLimit(t *testing.T) {
 func TestDeviceTaintsBeyondTheClaimLimit(t *testing.T) {
 	f, k := newFakeClusterOf(t, refuseWithEvent, beyondClaimLimit())
 	ctx := context.Background()
-	if err := k.deviceTaints(ctx, t, k); err != nil {
+	if err := k.deviceTaints(ctx, t.Logf, k); err != nil {
 		t.Fatal(err)
 	}
 	rules := f.createdRules()
@@ -221,19 +229,23 @@ func TestDeviceTaintsBeyondTheClaimLimit(t *testing.T) {
 	if !slices.ContainsFunc(got, func(r resourceapi.DeviceRequestAllocationResult) bool { return r.Device == tainted }) {
 		t.Errorf("the claim for every device got %v, without the tainted %s", got, tainted)
 	}
-	k.cleanup(ctx, t)
+	if err := k.cleanup(ctx); err != nil {
+		t.Error(err)
+	}
 }
 
 // Devices no attribute tells apart cannot be narrowed: the check skips,
 // saying why, rather than asking for what no claim may hold.
 func TestClaimOfEveryDeviceSkipsWhenAttributesCannotNarrow(t *testing.T) {
 	_, k := newFakeClusterOf(t, refuseWithEvent, fakeDevices(40, false))
-	err := k.adminAccess(context.Background(), t, k)
+	err := k.adminAccess(context.Background(), t.Logf, k)
 	var skip skipCheck
 	if !errors.As(err, &skip) || !strings.Contains(err.Error(), "has 40 devices of class gpu.example.com, more than a claim may hold (32)") {
 		t.Fatalf("got %v, want a skip naming the 40 devices and the limit of 32", err)
 	}
-	k.cleanup(context.Background(), t)
+	if err := k.cleanup(context.Background()); err != nil {
+		t.Error(err)
+	}
 }
 
 // A proof fails as soon as the container's log disproves it, with what the
@@ -264,7 +276,7 @@ func TestProofFailsOnceTheLogIsIn(t *testing.T) {
 			f.mu.Unlock()
 			f.setLog(func(int) string { return "PATH=/bin\nGPU_DEVICE_0=cpu\n" })
 			start := time.Now()
-			err := k.singleDevice(context.Background(), t, k)
+			err := k.singleDevice(context.Background(), t.Logf, k)
 			took := time.Since(start)
 			if err == nil {
 				t.Fatal("a log without the proof passed")
@@ -277,7 +289,9 @@ func TestProofFailsOnceTheLogIsIn(t *testing.T) {
 			if took > 5*time.Second {
 				t.Errorf("failed after %v, want within seconds of the log being there (the pod-running timeout is %v)", took.Round(time.Millisecond), k.m.Timeouts.PodRunning)
 			}
-			k.cleanup(context.Background(), t)
+			if err := k.cleanup(context.Background()); err != nil {
+				t.Error(err)
+			}
 		})
 	}
 }
@@ -292,10 +306,12 @@ func TestProofWaitsForALogStillGrowing(t *testing.T) {
 		}
 		return "PATH=/bin\nGPU_DEVICE_0=gpu-0\n"
 	})
-	if err := k.singleDevice(context.Background(), t, k); err != nil {
+	if err := k.singleDevice(context.Background(), t.Logf, k); err != nil {
 		t.Fatal(err)
 	}
-	k.cleanup(context.Background(), t)
+	if err := k.cleanup(context.Background()); err != nil {
+		t.Error(err)
+	}
 }
 
 // withProof gives the check's manifest another proof.
@@ -348,7 +364,7 @@ func TestWaitsReportTheLastObservationOverClientErrors(t *testing.T) {
 				return nil
 			})
 			start := time.Now()
-			err := tc.check(k.suite)(context.Background(), t, k)
+			err := tc.check(k.suite)(context.Background(), t.Logf, k)
 			took := time.Since(start)
 			f.failPodReads(nil)
 			if err == nil {
@@ -366,7 +382,9 @@ func TestWaitsReportTheLastObservationOverClientErrors(t *testing.T) {
 			if took < k.m.Timeouts.PodRunning {
 				t.Errorf("the check gave up after %v of its %v wait, at a client error", took.Round(time.Millisecond), k.m.Timeouts.PodRunning)
 			}
-			k.cleanup(context.Background(), t)
+			if err := k.cleanup(context.Background()); err != nil {
+				t.Error(err)
+			}
 		})
 	}
 }

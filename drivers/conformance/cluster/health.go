@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -24,7 +23,7 @@ import (
 // when it deallocates a claim no pod uses.) The pod is then deleted and
 // waited for, so that the node has unprepared the claim before the next
 // check.
-func (s *suite) deviceStatus(ctx context.Context, t *testing.T, k *kit) error {
+func (s *suite) deviceStatus(ctx context.Context, logf logFunc, k *kit) error {
 	_, got, _, err := k.oneDevice(ctx, "status", nil)
 	if err != nil {
 		return err
@@ -53,7 +52,7 @@ func (s *suite) deviceStatus(ctx context.Context, t *testing.T, k *kit) error {
 	if written.Data != nil {
 		data = string(written.Data.Raw)
 	}
-	t.Logf("the driver wrote status.devices for %s/%s: conditions %v, data %s", got.Pool, got.Device, conds, data)
+	logf("the driver wrote status.devices for %s/%s: conditions %v, data %s", got.Pool, got.Device, conds, data)
 	return k.remove(ctx, []string{"status"}, nil)
 }
 
@@ -63,7 +62,7 @@ func (s *suite) deviceStatus(ctx context.Context, t *testing.T, k *kit) error {
 // evicted soon after (its claim tolerates NoExecute device taints, but a
 // driver may do more), so its status is watched from before the failure.
 // The heal command runs whatever happens.
-func (s *suite) health(ctx context.Context, t *testing.T, k *kit) error {
+func (s *suite) health(ctx context.Context, logf logFunc, k *kit) (err error) {
 	// The claim tolerates NoExecute device taints: a driver that taints a
 	// failed device must not have the pod evicted before the kubelet
 	// writes its status.
@@ -100,13 +99,13 @@ func (s *suite) health(ctx context.Context, t *testing.T, k *kit) error {
 	if out, err := s.runCommand(ctx, "fail", s.m.Health.Fail, vars); err != nil {
 		return err
 	} else if out != "" {
-		t.Logf("health.fail: %s", out)
+		logf("health.fail: %s", out)
 	}
 	defer func() {
-		if out, err := s.runCommand(context.WithoutCancel(ctx), "heal", s.m.Health.Heal, vars); err != nil {
-			t.Errorf("healing %s/%s: %v", got.Pool, got.Device, err)
+		if out, herr := s.runCommand(context.WithoutCancel(ctx), "heal", s.m.Health.Heal, vars); herr != nil {
+			err = errors.Join(err, fmt.Errorf("healing %s/%s: %w", got.Pool, got.Device, herr))
 		} else if out != "" {
-			t.Logf("health.heal: %s", out)
+			logf("health.heal: %s", out)
 		}
 	}()
 	deadline := time.After(k.m.Timeouts.PodRunning)
@@ -122,7 +121,7 @@ func (s *suite) health(ctx context.Context, t *testing.T, k *kit) error {
 				continue
 			}
 			if h, msg := unhealthy(p); h {
-				t.Logf("pod health reports its device %s/%s Unhealthy: %s", got.Pool, got.Device, msg)
+				logf("pod health reports its device %s/%s Unhealthy: %s", got.Pool, got.Device, msg)
 				return nil
 			}
 			last = fmt.Sprintf("pod %s: %s", p.Name, allocatedHealth(p))

@@ -66,14 +66,14 @@ func statusWriter(t *testing.T, f *fakeCluster, remove bool) {
 func TestDeviceStatusWritten(t *testing.T) {
 	f, k := newFakeCluster(t, refuseWithEvent)
 	statusWriter(t, f, true)
-	if err := k.deviceStatus(context.Background(), t, k); err != nil {
+	if err := k.deviceStatus(context.Background(), t.Logf, k); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestDeviceStatusNeverWritten(t *testing.T) {
 	_, k := newFakeCluster(t, refuseWithEvent)
-	err := k.deviceStatus(context.Background(), t, k)
+	err := k.deviceStatus(context.Background(), t.Logf, k)
 	if err == nil || !strings.Contains(err.Error(), "claim status to have an entry of gpu.example.com for node-a/") {
 		t.Fatalf("got %v, want the missing entry named", err)
 	}
@@ -120,7 +120,7 @@ func withHealth(t *testing.T, f *fakeCluster, k *kit, report bool) string {
 func TestHealthReportedUnhealthy(t *testing.T) {
 	f, k := newFakeCluster(t, refuseWithEvent)
 	dir := withHealth(t, f, k, true)
-	if err := k.health(context.Background(), t, k); err != nil {
+	if err := k.health(context.Background(), t.Logf, k); err != nil {
 		t.Fatal(err)
 	}
 	// The heal command ran, with the device's names in it.
@@ -132,7 +132,7 @@ func TestHealthReportedUnhealthy(t *testing.T) {
 func TestHealthNeverReported(t *testing.T) {
 	f, k := newFakeCluster(t, refuseWithEvent)
 	dir := withHealth(t, f, k, false)
-	err := k.health(context.Background(), t, k)
+	err := k.health(context.Background(), t.Logf, k)
 	if err == nil || !strings.Contains(err.Error(), "did not report its device Unhealthy") {
 		t.Fatalf("got %v, want the missing report named", err)
 	}
@@ -145,7 +145,7 @@ func TestHealthCommandFailureIsReported(t *testing.T) {
 	f, k := newFakeCluster(t, refuseWithEvent)
 	withHealth(t, f, k, true)
 	k.m.Health.Fail = []string{filepath.Join(t.TempDir(), "no-such-command"), "{device}"}
-	err := k.health(context.Background(), t, k)
+	err := k.health(context.Background(), t.Logf, k)
 	if err == nil || !strings.Contains(err.Error(), "health.fail command") {
 		t.Fatalf("got %v, want the failed command named", err)
 	}
@@ -163,7 +163,7 @@ func TestHealthCommandOnTheCommandPath(t *testing.T) {
 	k.m.Health.Fail = []string{"fail-a-gpu", "{device}"}
 	k.m.Health.Heal = []string{"rm", filepath.Join(dir, "failed-{device}")}
 	k.o.CommandEnv = []string{"PATH=" + bin + ":/usr/bin:/bin"}
-	if err := k.health(context.Background(), t, k); err != nil {
+	if err := k.health(context.Background(), t.Logf, k); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -207,7 +206,7 @@ func selectorWords(selector string) string {
 // proves its partition; the counters are never overcommitted; the waiting
 // claim stays unallocated while every partition it could take needs more
 // than the counters have left, and gets one once a partition is freed.
-func (s *suite) partitions(ctx context.Context, t *testing.T, k *kit) error {
+func (s *suite) partitions(ctx context.Context, logf logFunc, k *kit) error {
 	spec := s.m.Partitions
 	proof := s.m.Proof
 	if spec.Proof != nil {
@@ -301,7 +300,7 @@ func (s *suite) partitions(ctx context.Context, t *testing.T, k *kit) error {
 	} else if c.Status.Allocation != nil {
 		return fmt.Errorf("claim %s was allocated %v while its pod was unschedulable", waiting, c.Status.Allocation.Devices.Results)
 	}
-	t.Logf("node %s: %d partitions allocated (%v), proofs %v; claim %s waits, %d devices of the pool held back by counters: %s", p.node, len(running), got, proofs, waiting, blocked, blockers(p.devices, got, left))
+	logf("node %s: %d partitions allocated (%v), proofs %v; claim %s waits, %d devices of the pool held back by counters: %s", p.node, len(running), got, proofs, waiting, blocked, blockers(p.devices, got, left))
 	// The counters, not something else, held it back: freeing one
 	// partition lets it run.
 	if err := k.remove(ctx, running[:1], running[:1]); err != nil {
@@ -310,7 +309,7 @@ func (s *suite) partitions(ctx context.Context, t *testing.T, k *kit) error {
 	if _, err := k.proofWith(ctx, waiting, proof); err != nil {
 		return fmt.Errorf("after %s was freed: %w", running[0], err)
 	}
-	t.Logf("once %s was freed, %s got a partition", running[0], waiting)
+	logf("once %s was freed, %s got a partition", running[0], waiting)
 	return nil
 }
 
@@ -360,7 +359,7 @@ func (k *kit) allocatedOrUnschedulable(ctx context.Context, name string) (bool, 
 // device, are both allocated that device with distinct shareIDs, each
 // consuming at least its request, and the device's capacity covers what
 // every claim holding it consumes; both pods prove the device.
-func (s *suite) shares(ctx context.Context, t *testing.T, k *kit) error {
+func (s *suite) shares(ctx context.Context, logf logFunc, k *kit) error {
 	spec := s.m.Shares
 	d, node, pin, err := k.shareable(ctx)
 	if err != nil {
@@ -431,7 +430,7 @@ func (s *suite) shares(ctx context.Context, t *testing.T, k *kit) error {
 			return fmt.Errorf("device %s/%s: its claims consume %s of %s, more than its %s", d.pool, d.dev.Name, c.String(), name, total.String())
 		}
 	}
-	t.Logf("claims %v share %s/%s on node %s with shareIDs %s and %s, consuming %v of it (capacity %v)",
+	logf("claims %v share %s/%s on node %s with shareIDs %s and %s, consuming %v of it (capacity %v)",
 		names, d.pool, d.dev.Name, node, *results[0].ShareID, *results[1].ShareID, quantities(consumed), capacities(d.dev.Capacity))
 	return nil
 }

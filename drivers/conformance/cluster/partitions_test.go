@@ -54,7 +54,7 @@ func TestPartitionsUntilTheCountersAreExhausted(t *testing.T) {
 	f, k := newFakeClusterOf(t, refuseWithEvent, devices, set)
 	withPartitions(k, `device.attributes["gpu.example.com"].size == 1`)
 	ctx := context.Background()
-	if err := k.partitions(ctx, t, k); err != nil {
+	if err := k.partitions(ctx, t.Logf, k); err != nil {
 		t.Fatal(err)
 	}
 	f.mu.Lock()
@@ -78,7 +78,7 @@ func TestPartitionsFailOnOvercommit(t *testing.T) {
 	f, k := newFakeClusterOf(t, refuseWithEvent, devices, set)
 	f.ignoreCounters.Store(true)
 	withPartitions(k, `device.attributes["gpu.example.com"].size <= 2`)
-	err := k.partitions(context.Background(), t, k)
+	err := k.partitions(context.Background(), t.Logf, k)
 	if err == nil || !strings.Contains(err.Error(), "overcommit in pool node-a") || !strings.Contains(err.Error(), "gpu-0-counters/memory-slice-0: 2 consumed of 1") {
 		t.Fatalf("got %v, want the overcommit of gpu-0-counters named", err)
 	}
@@ -88,7 +88,7 @@ func TestPartitionsFailOnOvercommit(t *testing.T) {
 func TestPartitionsNeedCounters(t *testing.T) {
 	_, k := newFakeClusterOf(t, refuseWithEvent, fakeDevices(2, true))
 	withPartitions(k, "")
-	err := k.partitions(context.Background(), t, k)
+	err := k.partitions(context.Background(), t.Logf, k)
 	if err == nil || !strings.Contains(err.Error(), "consume counters: nothing to partition") {
 		t.Fatalf("got %v, want no partitions found", err)
 	}
@@ -113,7 +113,7 @@ func withShares(k *kit, request string) {
 func TestSharesOneDevice(t *testing.T) {
 	f, k := newFakeClusterOf(t, refuseWithEvent, sharedGPUs("24Gi"))
 	withShares(k, "8Gi")
-	if err := k.shares(context.Background(), t, k); err != nil {
+	if err := k.shares(context.Background(), t.Logf, k); err != nil {
 		t.Fatal(err)
 	}
 	f.mu.Lock()
@@ -128,7 +128,7 @@ func TestSharesFailWithOneShareID(t *testing.T) {
 	f, k := newFakeClusterOf(t, refuseWithEvent, sharedGPUs("24Gi"))
 	f.oneShareID.Store(true)
 	withShares(k, "8Gi")
-	err := k.shares(context.Background(), t, k)
+	err := k.shares(context.Background(), t.Logf, k)
 	if err == nil || !strings.Contains(err.Error(), "with the same shareID share-0") {
 		t.Fatalf("got %v, want the same shareID reported", err)
 	}
@@ -149,7 +149,7 @@ func TestSharesNeedRoomForTwo(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			_, k := newFakeClusterOf(t, refuseWithEvent, c.devices)
 			withShares(k, "8Gi")
-			if err := k.shares(context.Background(), t, k); err == nil || !strings.Contains(err.Error(), c.want) {
+			if err := k.shares(context.Background(), t.Logf, k); err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("got %v, want %q", err, c.want)
 			}
 		})

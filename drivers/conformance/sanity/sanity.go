@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
+	"github.com/dralab/dralab/drivers/conformance/results"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -53,23 +54,13 @@ type Config struct {
 	Restart func(ctx context.Context) error
 }
 
-// Status is the outcome of one check.
-type Status string
-
-// The outcomes of a check.
-const (
-	Pass Status = "pass"
-	Fail Status = "fail"
-	Skip Status = "skip"
-)
-
 // Result is what one check found.
 type Result struct {
 	// Check is the check's stable name, e.g. "cdi-ids-resolve".
 	Check string
 	// Rule is what the check requires of the driver, in words.
 	Rule   string
-	Status Status
+	Status results.Status
 	// Message says what happened. A failure's message starts with the name
 	// of the rule the driver broke, which is not always the check's own:
 	// the concurrent check fails with "cdi-ids-resolve: …" when a CDI ID
@@ -106,15 +97,15 @@ func Checks() []Check {
 // misbehaving driver fails checks; it never makes Run panic.
 func Run(ctx context.Context, cfg Config) []Result {
 	s, err := newSession(cfg)
-	var results []Result
+	var out []Result
 	for _, c := range Checks() {
 		if err != nil {
-			results = append(results, Result{Check: c.Name, Rule: c.Rule, Status: Fail, Message: err.Error()})
+			out = append(out, Result{Check: c.Name, Rule: c.Rule, Status: results.Failed, Message: err.Error()})
 			continue
 		}
-		results = append(results, s.run(ctx, c))
+		out = append(out, s.run(ctx, c))
 	}
-	return results
+	return out
 }
 
 // Test runs every check as a subtest of t: a failing check fails its
@@ -129,9 +120,9 @@ func Test(t *testing.T, cfg Config) {
 		t.Run(c.Name, func(t *testing.T) {
 			r := s.run(t.Context(), c)
 			switch r.Status {
-			case Fail:
+			case results.Failed:
 				t.Error(r.Message)
-			case Skip:
+			case results.Skipped:
 				t.Skip(r.Message)
 			default:
 				t.Log(r.Message)
@@ -199,33 +190,33 @@ func (s *session) run(ctx context.Context, c Check) (r Result) {
 	e := &env{s: s, prepared: map[types.UID]*resourceapi.ResourceClaim{}}
 	defer func() {
 		if p := recover(); p != nil {
-			r.Status, r.Message = Fail, fmt.Sprintf("internal: the check panicked: %v", p)
+			r.Status, r.Message = results.Failed, fmt.Sprintf("internal: the check panicked: %v", p)
 		}
 		if err := e.cleanup(ctx); err != nil {
-			if r.Status == Fail {
+			if r.Status == results.Failed {
 				r.Message += "; cleaning up also failed: " + err.Error()
 			} else {
 				// A check that passed but left a prepared claim behind
 				// still broke a rule: unpreparing must work.
-				r.Status, r.Message = Fail, err.Error()
+				r.Status, r.Message = results.Failed, err.Error()
 			}
 		}
 		r.Elapsed = time.Since(start)
 		logger.V(1).Info("Check done", "status", r.Status, "message", r.Message, "elapsed", r.Elapsed)
 	}()
 	if err := ctx.Err(); err != nil {
-		r.Status, r.Message = Fail, fmt.Sprintf("%s: not run: %v", setupRule, context.Cause(ctx))
+		r.Status, r.Message = results.Failed, fmt.Sprintf("%s: not run: %v", setupRule, context.Cause(ctx))
 		return r
 	}
 	msg, err := c.run(ctx, e)
 	var skip skipError
 	switch {
 	case errors.As(err, &skip):
-		r.Status, r.Message = Skip, skip.reason
+		r.Status, r.Message = results.Skipped, skip.reason
 	case err != nil:
-		r.Status, r.Message = Fail, err.Error()
+		r.Status, r.Message = results.Failed, err.Error()
 	default:
-		r.Status, r.Message = Pass, msg
+		r.Status, r.Message = results.Passed, msg
 	}
 	return r
 }

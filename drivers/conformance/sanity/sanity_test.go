@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
+	"github.com/dralab/dralab/drivers/conformance/results"
 	"github.com/dralab/dralab/drivers/conformance/sanity"
 	"github.com/dralab/dralab/drivers/kit"
 	v1 "k8s.io/api/core/v1"
@@ -189,7 +190,7 @@ func expect(t *testing.T, got map[string]sanity.Result, want map[string]string) 
 	for _, c := range sanity.Checks() {
 		r, w := got[c.Name], want[c.Name]
 		status, rule, _ := strings.Cut(w, ":")
-		if string(r.Status) != status {
+		if !strings.EqualFold(string(r.Status), status) {
 			t.Errorf("check %s: %s (%s), want %s", c.Name, r.Status, r.Message, status)
 			continue
 		}
@@ -486,12 +487,12 @@ func TestNoDriverFailsRegistration(t *testing.T) {
 }
 
 func TestInvalidConfigFailsEveryCheck(t *testing.T) {
-	results := sanity.Run(context.Background(), sanity.Config{})
-	if len(results) != len(sanity.Checks()) {
-		t.Fatalf("%d results", len(results))
+	got := sanity.Run(context.Background(), sanity.Config{})
+	if len(got) != len(sanity.Checks()) {
+		t.Fatalf("%d results", len(got))
 	}
-	for _, r := range results {
-		if r.Status != sanity.Fail || !strings.HasPrefix(r.Message, "setup: ") || !strings.Contains(r.Message, "no Manifest") {
+	for _, r := range got {
+		if r.Status != results.Failed || !strings.HasPrefix(r.Message, "setup: ") || !strings.Contains(r.Message, "no Manifest") {
 			t.Errorf("%s: %s %q, want a setup failure naming the missing Manifest", r.Check, r.Status, r.Message)
 		}
 	}
