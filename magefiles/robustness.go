@@ -57,10 +57,10 @@ func (Test) Fuzz(ctx context.Context) error {
 	}
 	var failed []string
 	for _, t := range targets {
-		ui.Stderr().Println(fmt.Sprintf("Fuzzing %s in %s for %s", t.name, t.pkg, fuzzTime))
+		ui.Stderr().Println(fmt.Sprintf("Fuzzing %s in %s for %s", t.name, filepath.Join(t.module, t.pkg), fuzzTime))
 		if err := runFuzzTarget(ctx, t, fuzzTime, parallel); err != nil {
 			ui.Stderr().Println(fmt.Sprintf("%s in %s: %v", t.name, t.pkg, err))
-			failed = append(failed, t.name+" ("+t.pkg+")")
+			failed = append(failed, t.name+" ("+filepath.Join(t.module, t.pkg)+")")
 		}
 	}
 	if len(failed) > 0 {
@@ -69,9 +69,10 @@ func (Test) Fuzz(ctx context.Context) error {
 	return nil
 }
 
-// fuzzTarget is a fuzz function and the package ("./lab/config") it is in.
+// fuzzTarget is a fuzz function, the package ("./lab/config") it is in,
+// and the folder of the module the package is named from.
 type fuzzTarget struct {
-	pkg, name string
+	module, pkg, name string
 }
 
 // fuzzTargets finds the fuzz functions of the module under root by parsing
@@ -101,15 +102,30 @@ func fuzzTargets(root string) ([]fuzzTarget, error) {
 		for _, decl := range file.Decls {
 			fn, ok := decl.(*ast.FuncDecl)
 			if ok && fn.Recv == nil && strings.HasPrefix(fn.Name.Name, "Fuzz") && isFuzzSignature(fn.Type) {
-				out = append(out, fuzzTarget{pkg: "./" + filepath.ToSlash(filepath.Dir(path)), name: fn.Name.Name})
+				module := moduleOf(root, filepath.Dir(path))
+				rel, err := filepath.Rel(module, filepath.Dir(path))
+				if err != nil {
+					return err
+				}
+				out = append(out, fuzzTarget{module: module, pkg: "./" + filepath.ToSlash(rel), name: fn.Name.Name})
 			}
 		}
 		return nil
 	})
 	slices.SortFunc(out, func(a, b fuzzTarget) int {
-		return strings.Compare(a.pkg+" "+a.name, b.pkg+" "+b.name)
+		return strings.Compare(a.module+" "+a.pkg+" "+a.name, b.module+" "+b.pkg+" "+b.name)
 	})
 	return out, err
+}
+
+// moduleOf is the folder of the module dir is in: the nearest folder up to
+// root with a go.mod.
+func moduleOf(root, dir string) string {
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil || d == root || d == "." || d == string(filepath.Separator) {
+			return d
+		}
+	}
 }
 
 // isFuzzSignature tells func(f *testing.F) from a helper named Fuzz….
@@ -134,6 +150,7 @@ func runFuzzTarget(ctx context.Context, t fuzzTarget, fuzzTime, parallel string)
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-fuzz", "^"+t.name+"$", "-fuzztime", fuzzTime,
 		"-fuzzminimizetime", "10s", "-parallel", parallel, t.pkg)
+	cmd.Dir = t.module
 	cmd.Stdout = io.MultiWriter(os.Stdout, &out)
 	cmd.Stderr = io.MultiWriter(os.Stderr, &out)
 	err := cmd.Run()
@@ -154,21 +171,21 @@ func coordinatorDeadline(output string) bool {
 
 // racePackages are the packages with concurrency of their own, which
 // test:race runs under the race detector: the driver kit (gRPC servers,
-// health streams, concurrent prepares), the conformance sanity layer (a
-// driver it restarts), the scenario runner, the dashboard (informers and
+// health streams, concurrent prepares; its tests also run the conformance
+// sanity layer, which prepares in parallel and restarts drivers, against
+// kit drivers), the scenario runner, the dashboard (informers and
 // server-sent events) and the lab's process supervisor (internal/labserver,
 // which restarts the nodes' and drivers' processes).
 var racePackages = []string{
 	"./drivers/kit/...",
-	"./drivers/conformance/sanity/...",
 	"./scenarios/...",
 	"./internal/dashboard/...",
 	"./internal/labserver/...",
 }
 
 // Race runs the tests of the packages with concurrency of their own under
-// the race detector (go test -race -short): drivers/kit, the conformance
-// sanity layer, scenarios, the dashboard and the lab's process supervisor
+// the race detector (go test -race -short): drivers/kit (with the
+// conformance sanity layer run against its drivers), scenarios, the dashboard and the lab's process supervisor
 // (internal/labserver). None of their tests needs a running lab; -short
 // leaves out the dashboard's Chromium tests, which would take minutes
 // under -race and run without it in test:all.

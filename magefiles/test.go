@@ -29,9 +29,36 @@ import (
 // Test runs the test tiers.
 type Test mg.Namespace
 
-// Unit runs the hermetic unit tests (go test -short): seconds, no lab.
+// modules are the repository's Go modules: dralab, and the conformance
+// suite (drivers/conformance), a module of its own so that driver authors
+// can install it without Kubernetes' own module.
+var modules = []string{".", "drivers/conformance"}
+
+// goEach runs go with args in every module, stopping at the first that
+// fails.
+func goEach(env map[string]string, args ...string) error {
+	for _, dir := range modules {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = dir
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		cmd.Env = os.Environ()
+		for k, v := range env {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		if mg.Verbose() || os.Getenv("CI") != "" {
+			ui.Stderr().Println(fmt.Sprintf("exec: go %s (in %s)", strings.Join(args, " "), dir))
+		}
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("go %s in %s: %w", strings.Join(args, " "), dir, err)
+		}
+	}
+	return nil
+}
+
+// Unit runs the hermetic unit tests (go test -short) of both modules:
+// seconds, no lab.
 func (Test) Unit() error {
-	return sh.RunV("go", "test", "-short", "./...")
+	return goEach(nil, "test", "-short", "./...")
 }
 
 // E2E runs the e2e suite (every scenario, the driver and lab features) on
@@ -151,7 +178,7 @@ func (Test) All(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := sh.RunV("go", "vet", "./..."); err != nil {
+	if err := goEach(nil, "vet", "./..."); err != nil {
 		return err
 	}
 	if err := (Test{}).Race(); err != nil {
@@ -165,7 +192,7 @@ func (Test) All(ctx context.Context) error {
 	if os.Getenv("CI") != "" {
 		args = append(args, "-v")
 	}
-	if err := sh.RunWithV(env, "go", append(args, "./...")...); err != nil {
+	if err := goEach(env, append(args, "./...")...); err != nil {
 		return err
 	}
 	return runSoak(ctx, ciSoak)

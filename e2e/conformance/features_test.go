@@ -1,4 +1,4 @@
-package cluster_test
+package conformance
 
 import (
 	"context"
@@ -54,7 +54,7 @@ func TestFeaturesOnLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := kubernetes.NewForConfigOrDie(restConfig)
-	m, err := manifest.Load("../../fakegpu/driver.yaml")
+	m, err := manifest.Load("../../drivers/fakegpu/driver.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
