@@ -1,0 +1,117 @@
+// Command dralab-conformance runs dralab's DRA driver conformance suite for
+// the driver a manifest describes, from a driver's own CI:
+//
+//	go install github.com/dralab/dralab/drivers/conformance/cmd/dralab-conformance@latest
+//	DRALAB_TARGET=kind-kind dralab-conformance --manifest driver.yaml --junit junit.xml
+//
+// The cluster layer runs on the cluster of --kubeconfig (default
+// $KUBECONFIG), and only when --target (default $DRALAB_TARGET) names its
+// context: the suite creates and deletes namespaces, claims, pods and
+// DeviceTaintRules there. The sanity layer talks to one node's kubelet
+// plugin sockets: it runs when --node names the node and this process can
+// reach its --registrar-dir and --cdi-dir (run it on the node), and is
+// skipped otherwise. It prints each check as it ends and a summary, writes
+// JUnit XML with --junit, and exits 1 when a check fails, 2 when the suite
+// cannot run.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/dralab/dralab/drivers/conformance"
+	"github.com/dralab/dralab/drivers/conformance/manifest"
+	"github.com/dralab/dralab/drivers/conformance/results"
+	"github.com/dralab/dralab/drivers/conformance/sanity"
+	"github.com/dralab/dralab/drivers/conformance/target"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is the command without the process around it: it returns the exit
+// code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("dralab-conformance", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		o            conformance.Options
+		node         = fs.String("node", "", "the node whose kubelet plugin the sanity layer checks; empty: the sanity layer is skipped")
+		registrarDir = fs.String("registrar-dir", "/var/lib/kubelet/plugins_registry", "the node's kubelet plugin registry, as this process sees it (sanity layer)")
+		cdiDir       = fs.String("cdi-dir", "/var/run/cdi", "the node's CDI spec directory, as this process sees it (sanity layer)")
+	)
+	fs.StringVar(&o.Manifest, "manifest", "", "the driver's conformance manifest (required)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "the one kubeconfig file of the cluster to run on")
+	fs.StringVar(&o.Context, "context", "", "the kubeconfig context to use (default: its current context)")
+	fs.StringVar(&o.Target, "target", os.Getenv(target.EnvConsent), "the context the suite may create and delete objects in (default $"+target.EnvConsent+")")
+	fs.StringVar(&o.Layer, "layer", conformance.LayerAll, "run one layer only: sanity or cluster")
+	fs.StringVar(&o.JUnit, "junit", "", "write JUnit XML to this file")
+	fs.StringVar(&o.Cluster.Image, "image", "", "image of the proof containers, with sh and env (default busybox:1.37)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: dralab-conformance --manifest driver.yaml [--kubeconfig file] [--target context] [--node name] [--junit file]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "dralab-conformance: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if o.Manifest == "" {
+		fmt.Fprintln(stderr, "dralab-conformance: --manifest is required")
+		return 2
+	}
+	if _, err := manifest.Load(o.Manifest); err != nil {
+		fmt.Fprintln(stderr, "dralab-conformance:", err)
+		return 2
+	}
+	if *node != "" {
+		o.Sanity = func(_ context.Context, _ *target.Target, client kubernetes.Interface, m *manifest.Manifest) (sanity.Config, error) {
+			for flag, dir := range map[string]string{"--registrar-dir": *registrarDir, "--cdi-dir": *cdiDir} {
+				if _, err := os.Stat(dir); err != nil {
+					return sanity.Config{}, fmt.Errorf("%w of node %s: %s %v", conformance.ErrNoNode, *node, flag, err)
+				}
+			}
+			return sanity.Config{Manifest: m, Client: client, NodeName: *node, RegistrarDir: *registrarDir, CDIDir: *cdiDir}, nil
+		}
+	}
+	where, err := conformance.Where(o)
+	if err == nil && o.Kubeconfig == "" {
+		err = errors.New("no cluster: set --kubeconfig or KUBECONFIG")
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "dralab-conformance:", err)
+		return 2
+	}
+	fmt.Fprintln(stderr, "Target:", where)
+	o.OnCase = func(c results.Case) {
+		fmt.Fprintf(stderr, "%s %s (%s)\n", c.Status, c.Name, c.Elapsed.Round(100*time.Millisecond))
+	}
+	report, err := conformance.Run(ctx, o)
+	if err != nil {
+		fmt.Fprintln(stderr, "dralab-conformance:", err)
+		return 2
+	}
+	fmt.Fprint(stdout, report.Summary())
+	if o.JUnit != "" {
+		fmt.Fprintln(stdout, "JUnit:", o.JUnit)
+	}
+	if report.Failed() {
+		return 1
+	}
+	return 0
+}
