@@ -53,6 +53,7 @@ require (
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/bitfield/gotestdox v0.2.2 // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
+	github.com/google/renameio/v2 v2.0.2 // indirect
 	github.com/jstemmer/go-junit-report/v2 v2.1.0 // indirect
 	golang.org/x/image v0.30.0 // indirect
 	gotest.tools/gotestsum v1.13.0 // indirect

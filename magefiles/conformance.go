@@ -17,7 +17,6 @@ import (
 	"github.com/dralab/dralab/drivers/conformance/results"
 	"github.com/dralab/dralab/drivers/conformance/target"
 	"github.com/dralab/dralab/internal/build"
-	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/testlab"
 	"github.com/dralab/dralab/internal/ui"
@@ -93,7 +92,7 @@ func runConformance(ctx context.Context, manifest, layer string) error {
 		fmt.Println(report.Summary())
 		fmt.Println("JUnit:", o.JUnit)
 		page := filepath.Join(dir, "conformance-"+name+".html")
-		if herr := dashboard.WriteReportFile(page, dashboard.TestReport("dralab conformance: "+manifest, report, nil)); herr != nil {
+		if herr := report.WriteHTMLFile(page, "dralab conformance: "+manifest, nil); herr != nil {
 			return errors.Join(err, herr)
 		}
 		fmt.Println("Report:", page)

@@ -20,7 +20,6 @@ import (
 	"github.com/dralab/dralab/drivers/conformance/results"
 	"github.com/dralab/dralab/drivers/conformance/target"
 	"github.com/dralab/dralab/internal/build"
-	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/scenarios"
@@ -156,7 +155,7 @@ func goTestWithReports(ctx context.Context, env map[string]string, args []string
 		}
 	}
 	page := filepath.Join(dir, name+".html")
-	if err := dashboard.WriteReportFile(page, dashboard.TestReport(title, rep, links)); err != nil {
+	if err := rep.WriteHTMLFile(page, title, links); err != nil {
 		return err
 	}
 	ui.Stderr().Println("Reports: " + page + ", " + filepath.Join(dir, "junit-"+name+".xml"))

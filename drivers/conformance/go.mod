@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/google/go-cmp v0.7.0
+	github.com/google/renameio/v2 v2.0.2
 	github.com/jstemmer/go-junit-report/v2 v2.1.0
 	google.golang.org/grpc v1.82.1
 	gotest.tools/gotestsum v1.13.0

@@ -151,9 +151,10 @@ func TestOutsideModule(t *testing.T) {
 		t.Fatal(err)
 	}
 	junit := filepath.Join(t.TempDir(), "junit.xml")
+	html := filepath.Join(t.TempDir(), "report.html")
 	tool := exec.CommandContext(ctx, filepath.Join(gobin, "dralab-conformance"),
 		"--manifest", driverManifest, "--kubeconfig", l.Kubeconfig(), "--target", kubeconfig.CurrentContext,
-		"--node", node.NodeName, "--registrar-dir", node.RegistrarDir, "--cdi-dir", node.CDIDir, "--junit", junit)
+		"--node", node.NodeName, "--registrar-dir", node.RegistrarDir, "--cdi-dir", node.CDIDir, "--junit", junit, "--html", html)
 	// The manifest's health commands act on the lab through dralab.
 	tool.Env = append(os.Environ(), commandEnv...)
 	summary, err := tool.CombinedOutput()
@@ -168,5 +169,8 @@ func TestOutsideModule(t *testing.T) {
 	}
 	if data, err := os.ReadFile(junit); err != nil || !strings.Contains(string(data), `name="cluster/single device"`) {
 		t.Errorf("JUnit %s: %v\n%s", junit, err, data)
+	}
+	if data, err := os.ReadFile(html); err != nil || !strings.Contains(string(data), `data-case="cluster/single device" data-status="PASS"`) {
+		t.Errorf("HTML %s: %v\n%s", html, err, data)
 	}
 }

@@ -9,17 +9,16 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/dralab/dralab/drivers/conformance/results"
 	"github.com/dralab/dralab/internal/atomicfile"
 	"github.com/dralab/dralab/internal/report"
 	"github.com/dralab/dralab/scenarios"
 )
 
-// Report is a static report: one self-contained HTML file (its styles
-// inline, no script, no external asset) that a CI system can publish or a
-// reader can open from disk. A scenario's report has a step per scenario
-// step (expected against actual outcomes, the allocation table and the
-// picture of the cluster); a test run's report has its test cases.
+// Report is a scenario run's static report: one self-contained HTML file
+// (its styles inline, no script, no external asset) that a CI system can
+// publish or a reader can open from disk, with a step per scenario step
+// (expected against actual outcomes, the allocation table and the picture
+// of the cluster). A test run's page is results.Report.WriteHTML.
 type Report struct {
 	Title     string
 	Summary   string
@@ -29,15 +28,7 @@ type Report struct {
 	Passed   bool
 	// Error is why a run stopped before its end.
 	Error string
-	Cases []ReportCase
 	Steps []ReportStep
-}
-
-// ReportCase is one test of a test run.
-type ReportCase struct {
-	Name, Status, Elapsed, Message, Output string
-	// Link is a report of the case's own, relative to the report.
-	Link string
 }
 
 // ReportStep is one scenario step's outcome.
@@ -107,22 +98,4 @@ func ScenarioReport(ctx context.Context, s *scenarios.Scenario, res *scenarios.R
 		r.Steps = append(r.Steps, rs)
 	}
 	return r, nil
-}
-
-// TestReport is the report of a go test run: a row per test, its output
-// where it failed; links names reports of tests' own (test name → path
-// relative to the report).
-func TestReport(title string, rep *results.Report, links map[string]string) *Report {
-	r := &Report{Title: title, Generated: time.Now(), Passed: !rep.Failed()}
-	if rep.Elapsed > 0 {
-		r.Duration = rep.Elapsed.Round(100 * time.Millisecond).String()
-	}
-	for _, c := range rep.Cases {
-		rc := ReportCase{Name: c.Name, Status: string(c.Status), Elapsed: c.Elapsed.Round(time.Millisecond).String(), Message: c.Message, Link: links[c.Name]}
-		if c.Status == results.Failed {
-			rc.Output = c.Output
-		}
-		r.Cases = append(r.Cases, rc)
-	}
-	return r
 }

@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/dralab/dralab/drivers/conformance/results"
 	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/dashboard/browsertest"
 	"github.com/dralab/dralab/internal/report"
@@ -143,32 +142,6 @@ func TestScenarioReportInABrowser(t *testing.T) {
 		}
 		if err := os.WriteFile(filepath.Join(dir, "scenario-report.png"), shot, 0o644); err != nil {
 			t.Error(err)
-		}
-	}
-}
-
-// A test run's report: a row per test with its result, a failed test's
-// output, a link to a test's own report.
-func TestTestReport(t *testing.T) {
-	rep := &results.Report{Cases: []results.Case{
-		{Name: "TestScenarios/claims", Status: results.Passed, Elapsed: 2 * time.Second},
-		{Name: "TestScenarios/counting", Status: results.Failed, Message: "expected 4 pods", Output: "worker-3 is Pending"},
-		{Name: "TestKind", Status: results.Skipped, Message: "no Docker on this machine"},
-	}}
-	var b bytes.Buffer
-	if err := dashboard.WriteReport(&b, dashboard.TestReport("e2e", rep, map[string]string{"TestScenarios/claims": "scenario-claims.html"})); err != nil {
-		t.Fatal(err)
-	}
-	page := b.String()
-	for _, s := range []string{
-		`data-case="TestScenarios/claims" data-status="PASS"`,
-		`<a href="scenario-claims.html">TestScenarios/claims</a>`,
-		`data-case="TestScenarios/counting" data-status="FAIL"`, "worker-3 is Pending",
-		`data-case="TestKind" data-status="SKIP"`, "no Docker on this machine",
-		`data-passed="false"`,
-	} {
-		if !strings.Contains(page, s) {
-			t.Errorf("the report lacks %s", s)
 		}
 	}
 }

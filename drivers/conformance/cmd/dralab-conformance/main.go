@@ -11,8 +11,8 @@
 // plugin sockets: it runs when --node names the node and this process can
 // reach its --registrar-dir and --cdi-dir (run it on the node), and is
 // skipped otherwise. It prints each check as it ends and a summary, writes
-// JUnit XML with --junit, and exits 1 when a check fails, 2 when the suite
-// cannot run.
+// JUnit XML with --junit and an HTML page with --html, and exits 1 when a
+// check fails, 2 when the suite cannot run.
 package main
 
 import (
@@ -59,9 +59,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Target, "target", os.Getenv(target.EnvConsent), "the context the suite may create and delete objects in (default $"+target.EnvConsent+")")
 	fs.StringVar(&o.Layer, "layer", conformance.LayerAll, "run one layer only: sanity or cluster")
 	fs.StringVar(&o.JUnit, "junit", "", "write JUnit XML to this file")
+	html := fs.String("html", "", "write the run's HTML page (a row per check) to this file")
 	fs.StringVar(&o.Cluster.Image, "image", "", "image of the proof containers, with sh and env (default busybox:1.37)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: dralab-conformance --manifest driver.yaml [--kubeconfig file] [--target context] [--node name] [--junit file]")
+		fmt.Fprintln(stderr, "Usage: dralab-conformance --manifest driver.yaml [--kubeconfig file] [--target context] [--node name] [--junit file] [--html file]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -109,6 +110,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprint(stdout, report.Summary())
 	if o.JUnit != "" {
 		fmt.Fprintln(stdout, "JUnit:", o.JUnit)
+	}
+	if *html != "" {
+		if err := report.WriteHTMLFile(*html, "dralab conformance: "+o.Manifest, nil); err != nil {
+			fmt.Fprintln(stderr, "dralab-conformance:", err)
+			return 2
+		}
+		fmt.Fprintln(stdout, "Report:", *html)
 	}
 	if report.Failed() {
 		return 1

@@ -33,6 +33,7 @@ func TestRun(t *testing.T) {
 	const m = "../../../fakegpu/driver.yaml"
 	kc := kubeconfig(t)
 	junit := filepath.Join(t.TempDir(), "junit.xml")
+	html := filepath.Join(t.TempDir(), "report.html")
 	cases := []struct {
 		name   string
 		args   []string
@@ -46,8 +47,8 @@ func TestRun(t *testing.T) {
 		{"a manifest that does not parse", []string{"--manifest", "main.go"}, 2, nil, []string{"main.go"}},
 		{"no cluster", []string{"--manifest", m}, 2, nil, []string{"set --kubeconfig or KUBECONFIG"}},
 		{"a cluster without consent", []string{"--manifest", m, "--kubeconfig", kc}, 2, nil, []string{`"ci"`, "DRALAB_TARGET=ci"}},
-		{"the sanity layer without a node", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci", "--layer", "sanity", "--junit", junit}, 0,
-			[]string{"sanity", "SKIP", "1 checks: 0 passed, 0 failed, 1 skipped", "JUnit: " + junit}, []string{"Target: context \"ci\"", "SKIP sanity"}},
+		{"the sanity layer without a node", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci", "--layer", "sanity", "--junit", junit, "--html", html}, 0,
+			[]string{"sanity", "SKIP", "1 checks: 0 passed, 0 failed, 1 skipped", "JUnit: " + junit, "Report: " + html}, []string{"Target: context \"ci\"", "SKIP sanity"}},
 		{"a node this process cannot reach", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci", "--layer", "sanity", "--node", "n1", "--registrar-dir", filepath.Join(t.TempDir(), "none")}, 0,
 			[]string{"--registrar-dir", "1 skipped"}, nil},
 		{"an unknown layer", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci", "--layer", "both"}, 2, nil, []string{`layer "both"`}},
@@ -73,5 +74,8 @@ func TestRun(t *testing.T) {
 	}
 	if data, err := os.ReadFile(junit); err != nil || !strings.Contains(string(data), "<skipped") {
 		t.Errorf("JUnit %s: %s, %v", junit, data, err)
+	}
+	if data, err := os.ReadFile(html); err != nil || !strings.Contains(string(data), `data-case="sanity" data-status="SKIP"`) {
+		t.Errorf("HTML %s: %s, %v", html, data, err)
 	}
 }
