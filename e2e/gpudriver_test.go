@@ -25,7 +25,7 @@ import (
 	"github.com/dralab/dralab/drivers/kit"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/report"
-	"github.com/dralab/dralab/internal/testlab"
+	"github.com/dralab/dralab/lab/labtest"
 )
 
 // gpuNodes counts the driver's published GPUs per tier, from the slices.
@@ -132,7 +132,7 @@ func TestGPUDriver(t *testing.T) {
 		Setup(gpuSetup).
 		Assess("an H100 claim lands on an H100 and its container sees it", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			g := ctx.Value(gpuTestKey{}).(*gpuTest)
-			mustCreate(ctx, t, g.client, testlab.ClaimTemplate(g.namespace, "h100", tierClass, "", ""), testlab.ClaimPod(g.namespace, "trainer", "h100"))
+			mustCreate(ctx, t, g.client, labtest.ClaimTemplate(g.namespace, "h100", tierClass, "", ""), labtest.ClaimPod(g.namespace, "trainer", "h100"))
 			if err := settle(ctx, g.client, g.namespace, time.Minute); err != nil {
 				t.Fatal(err)
 			}
@@ -171,9 +171,9 @@ func TestGPUDriver(t *testing.T) {
 				t.Fatalf("the cluster needs large GPUs and L4s for this test; it has %v", tiers)
 			}
 			sel := fmt.Sprintf(`device.capacity[%q].memory.compareTo(quantity("40Gi")) >= 0`, gpu.DriverName)
-			mustCreate(ctx, t, g.client, testlab.ClaimTemplate(g.namespace, "big", gpu.ClassAny, sel, ""))
+			mustCreate(ctx, t, g.client, labtest.ClaimTemplate(g.namespace, "big", gpu.ClassAny, sel, ""))
 			for i := range big + 1 {
-				mustCreate(ctx, t, g.client, testlab.ClaimPod(g.namespace, fmt.Sprintf("big-%d", i), "big"))
+				mustCreate(ctx, t, g.client, labtest.ClaimPod(g.namespace, fmt.Sprintf("big-%d", i), "big"))
 			}
 			if err := settle(ctx, g.client, g.namespace, time.Minute); err != nil {
 				t.Fatal(err)
@@ -221,7 +221,7 @@ func TestDriverRestart(t *testing.T) {
 		Assess("the claim survives the restart and is unprepared after it", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			g := ctx.Value(gpuTestKey{}).(*gpuTest)
 			tier := gpu.Tiers[0]
-			mustCreate(ctx, t, g.client, testlab.ClaimTemplate(g.namespace, "one", tier.ClassName(), "", ""), testlab.ClaimPod(g.namespace, "first", "one"))
+			mustCreate(ctx, t, g.client, labtest.ClaimTemplate(g.namespace, "one", tier.ClassName(), "", ""), labtest.ClaimPod(g.namespace, "first", "one"))
 			if err := settle(ctx, g.client, g.namespace, time.Minute); err != nil {
 				t.Fatal(err)
 			}
@@ -242,7 +242,7 @@ func TestDriverRestart(t *testing.T) {
 				}
 			}
 			// Killed; the lab restarts it.
-			if err := testlab.RestartDriver(ctx, labstate.Dir(st.StateDir), first.Node); err != nil {
+			if err := labtest.RestartDriver(ctx, labstate.Dir(st.StateDir), first.Node); err != nil {
 				t.Fatalf("the driver was not restarted: %v", err)
 			}
 			// The prepared claim's spec, and the driver-wide device's while

@@ -6,9 +6,9 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/dralab/dralab/internal/testlab"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/examples"
+	"github.com/dralab/dralab/lab/labtest"
 	"github.com/dralab/dralab/scenarios"
 )
 
@@ -50,9 +50,9 @@ func runOnExampleLab(t *testing.T, file, labName string, names []string) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	l, err := testlab.Start(ctx, cfg, labName)
+	l, err := labtest.Start(ctx, cfg, labName)
 	t.Cleanup(func() {
-		if err := testlab.Stop(context.Background(), l); err != nil {
+		if err := labtest.Stop(context.Background(), l); err != nil {
 			t.Errorf("deleting lab %s: %v", labName, err)
 		}
 	})

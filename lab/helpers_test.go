@@ -16,10 +16,10 @@ import (
 	"github.com/dralab/dralab/drivers/conformance/sanity"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/realnode"
-	"github.com/dralab/dralab/internal/testlab"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/examples"
+	"github.com/dralab/dralab/lab/labtest"
 )
 
 // exampleConfig is an example configuration under a test's lab name.
@@ -65,14 +65,14 @@ func runConformance(ctx context.Context, t *testing.T, l *lab.Lab, client kubern
 		t.Fatal(err)
 	}
 	t.Run("conformance sanity", func(t *testing.T) {
-		sc, err := testlab.SanityConfig(ctx, labstate.Dir(st.StateDir), client, m)
+		sc, err := labtest.SanityConfig(ctx, labstate.Dir(st.StateDir), client, m)
 		if err != nil {
 			t.Fatal(err)
 		}
 		sanity.Test(t, sc)
 	})
 	t.Run("conformance cluster", func(t *testing.T) {
-		cmdEnv, err := testlab.CommandEnv(ctx, l)
+		cmdEnv, err := labtest.CommandEnv(ctx, l)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -114,6 +114,10 @@ func New(opts ...Option) (*Lab, error) {
 			l.cfg, l.source = cfg, file
 		}
 	}
+	// The GPU names only the driver knows, before anything changes.
+	if err := l.cfg.CheckGPUs(gpuCatalog{}); err != nil {
+		return nil, err
+	}
 	root, err := stateRoot(opts)
 	if err != nil {
 		return nil, err

@@ -23,8 +23,8 @@ import (
 	"github.com/dralab/dralab/drivers/kit"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/procid"
-	"github.com/dralab/dralab/internal/testlab"
 	"github.com/dralab/dralab/lab"
+	"github.com/dralab/dralab/lab/labtest"
 )
 
 // TestUpResumesKilledLab: a lab whose process was killed (a crash, the OOM
@@ -40,10 +40,10 @@ func TestUpResumesKilledLab(t *testing.T) {
 	l, _, client := upLab(ctx, t, root, bin, smallConfig("t-resume", "n1"))
 
 	const ns = "default"
-	if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, testlab.ClaimTemplate(ns, "gpu", gpu.ClassAny, "", ""), metav1.CreateOptions{}); err != nil {
+	if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, labtest.ClaimTemplate(ns, "gpu", gpu.ClassAny, "", ""), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.CoreV1().Pods(ns).Create(ctx, testlab.ClaimPod(ns, "worker", "gpu"), metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, labtest.ClaimPod(ns, "worker", "gpu"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	before := runningClaim(ctx, t, client, ns, "worker")

@@ -18,9 +18,9 @@ import (
 	"github.com/dralab/dralab/drivers/conformance/target"
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/labstate"
-	"github.com/dralab/dralab/internal/testlab"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab/config"
+	"github.com/dralab/dralab/lab/labtest"
 )
 
 // Conformance runs the DRA driver conformance suite for a driver manifest.
@@ -83,7 +83,7 @@ func runConformance(ctx context.Context, manifest, layer string) error {
 		u.Println(fmt.Sprintf("  %s %s (%s)", c.Status, c.Name, c.Elapsed.Round(100*time.Millisecond)))
 	}
 	done := u.Step("Running the conformance suite of " + manifest)
-	report, err := testlab.Conformance(ctx, o, labCfg)
+	report, err := labtest.Conformance(ctx, o, labCfg)
 	if err == nil && report.Failed() {
 		err = fmt.Errorf("the driver fails conformance checks")
 	}

@@ -13,14 +13,25 @@ const (
 	SourceLibrary = "nvml"
 	// MockPrefix precedes a mock server's name, e.g. "mock:dgxh100".
 	MockPrefix = "mock:"
+	// SourceHost is how a lab configuration names the machine's library.
+	SourceHost = "host"
 )
+
+// SourceOf is the --nvml flag for a lab configuration's nvml value: the
+// library for SourceHost, the mock server as named otherwise.
+func SourceOf(configured string) string {
+	if configured == SourceHost {
+		return SourceLibrary
+	}
+	return configured
+}
 
 // MockServers are the go-nvml mock servers the driver can run on instead
 // of a real NVML library (--nvml=mock:<name>): the DGX servers of go-nvml's
 // mock package, 8 GPUs each; "dgxa100-mig", the DGX A100 with MIG mode
 // enabled on every GPU; and "mixed", dralab's server of one model per tier
 // (H100, A100, L4). The list lives here, in pure Go, so that the lab
-// configuration validates a mock's name without linking the cgo package.
+// checks a configuration's mock names without linking the cgo package.
 var MockServers = []string{"dgxa100", "dgxa100-mig", "dgxb200", "dgxh100", "dgxh200", "mixed"}
 
 // ErrUnknownSource means a source names neither the library nor a mock

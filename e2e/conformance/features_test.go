@@ -20,7 +20,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/conformance/cluster"
 	"github.com/dralab/dralab/drivers/conformance/manifest"
-	"github.com/dralab/dralab/internal/testlab"
+	"github.com/dralab/dralab/lab/labtest"
 )
 
 // TestFeaturesOnLab runs every feature for the fake GPU driver on an
@@ -36,13 +36,13 @@ func TestFeaturesOnLab(t *testing.T) {
 		t.Skip("starts an embedded lab: run without -short")
 	}
 	ctx := context.Background()
-	cfg, err := testlab.ConformanceConfig()
+	cfg, err := labtest.ConformanceConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := testlab.Start(ctx, cfg, "t-cluster")
+	l, err := labtest.Start(ctx, cfg, "t-cluster")
 	t.Cleanup(func() {
-		if err := testlab.Stop(context.WithoutCancel(ctx), l); err != nil {
+		if err := labtest.Stop(context.WithoutCancel(ctx), l); err != nil {
 			t.Error(err)
 		}
 	})
@@ -103,7 +103,7 @@ func TestFeaturesOnLab(t *testing.T) {
 
 	created := watchCreated(ctx, t, client)
 	testenv := env.NewWithConfig(envconf.New().WithKubeconfigFile(l.Kubeconfig()))
-	cmdEnv, err := testlab.CommandEnv(ctx, l)
+	cmdEnv, err := labtest.CommandEnv(ctx, l)
 	if err != nil {
 		t.Fatal(err)
 	}

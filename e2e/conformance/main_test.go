@@ -24,8 +24,8 @@ import (
 	"github.com/dralab/dralab/drivers/conformance"
 	"github.com/dralab/dralab/drivers/conformance/results"
 	"github.com/dralab/dralab/drivers/conformance/target"
-	"github.com/dralab/dralab/internal/testlab"
 	"github.com/dralab/dralab/lab/config"
+	"github.com/dralab/dralab/lab/labtest"
 )
 
 var (
@@ -51,7 +51,7 @@ func TestConformance(t *testing.T) {
 	}
 	o := conformance.Options{Manifest: *manifestFile, Kubeconfig: *kubeconfig, Target: os.Getenv(target.EnvConsent)}
 	o.Cluster.Image = *image
-	report, err := testlab.Conformance(context.Background(), o, labCfg)
+	report, err := labtest.Conformance(context.Background(), o, labCfg)
 	if err != nil {
 		t.Fatal(err)
 	}

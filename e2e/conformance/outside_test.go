@@ -13,7 +13,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/internal/labstate"
-	"github.com/dralab/dralab/internal/testlab"
+	"github.com/dralab/dralab/lab/labtest"
 )
 
 // scratchTest is a driver author's test, in a module of their own: it
@@ -69,13 +69,13 @@ func TestOutsideModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := testlab.ConformanceConfig()
+	cfg, err := labtest.ConformanceConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := testlab.Start(ctx, cfg, "t-outside")
+	l, err := labtest.Start(ctx, cfg, "t-outside")
 	t.Cleanup(func() {
-		if err := testlab.Stop(context.WithoutCancel(ctx), l); err != nil {
+		if err := labtest.Stop(context.WithoutCancel(ctx), l); err != nil {
 			t.Error(err)
 		}
 	})
@@ -94,7 +94,7 @@ func TestOutsideModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node, err := testlab.SanityConfig(ctx, labstate.Dir(st.StateDir), kubernetes.NewForConfigOrDie(restConfig), m)
+	node, err := labtest.SanityConfig(ctx, labstate.Dir(st.StateDir), kubernetes.NewForConfigOrDie(restConfig), m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestOutsideModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	commandEnv, err := testlab.CommandEnv(ctx, l)
+	commandEnv, err := labtest.CommandEnv(ctx, l)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,7 +74,7 @@ type attachKey struct {
 func fabricNodes(dir labstate.Dir, cfg *config.Config) map[string]attachNode {
 	nodes := map[string]attachNode{}
 	for _, n := range cfg.Nodes {
-		if n.GPUs != nil && n.GPUs.Attach == fakegpu.AttachFabric && cfg.Driver == nil {
+		if n.GPUs != nil && n.GPUs.Attach == config.AttachFabric && cfg.Driver == nil {
 			nodes[n.Name] = attachNode{delay: n.GPUs.AttachDuration(), faults: dir.Node(n.Name).GPUFaults()}
 		}
 	}

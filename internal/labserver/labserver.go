@@ -27,6 +27,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/drivers/nvml"
 	"github.com/dralab/dralab/internal/atomicfile"
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/controlplane"
@@ -596,7 +597,7 @@ func driverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
 		inventory = append(inventory, "--attach="+a)
 	}
 	if n.GPUs.NVML != "" {
-		inventory = []string{"--inventory=nvml", "--nvml=" + config.NVMLSource(n.GPUs.NVML)}
+		inventory = []string{"--inventory=nvml", "--nvml=" + nvml.SourceOf(n.GPUs.NVML)}
 	}
 	return append(inventory,
 		"--node-name="+n.Name,

@@ -25,8 +25,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/conformance/strictyaml"
-	"github.com/dralab/dralab/drivers/fakegpu"
-	"github.com/dralab/dralab/drivers/nvml"
 	"github.com/dralab/dralab/internal/atomicfile"
 	"github.com/dralab/dralab/lab/examples"
 )
@@ -79,6 +77,9 @@ type Config struct {
 	// instead of dralab's GPU driver: a driver author's cluster for the
 	// conformance suite, without Docker.
 	Driver *Driver `json:"driver,omitempty"`
+
+	// source is the file the configuration was read from.
+	source string
 }
 
 // ControlPlane holds the settings of the embedded control plane that
@@ -338,6 +339,7 @@ func parse(source, dir string, data []byte) (*Config, error) {
 	if err := cfg.Complete(); err != nil {
 		return nil, fmt.Errorf("%w %s: %w", ErrInvalid, source, err)
 	}
+	cfg.source = source
 	return &cfg, nil
 }
 
@@ -467,19 +469,12 @@ func (g *GPUs) validate(gp *field.Path) field.ErrorList {
 		if g.Profile != "" || g.Count != 0 {
 			errs = append(errs, field.Forbidden(gp.Child("nvml"), "NVML reports the GPUs: give profile and count, or nvml, not both"))
 		}
-		if mock, ok := strings.CutPrefix(g.NVML, nvml.MockPrefix); ok {
-			if !slices.Contains(nvml.MockServers, mock) {
-				errs = append(errs, field.NotSupported(gp.Child("nvml"), g.NVML, nvmlChoices()))
-			}
-		} else if g.NVML != NVMLHost {
-			errs = append(errs, field.NotSupported(gp.Child("nvml"), g.NVML, nvmlChoices()))
+		if !strings.HasPrefix(g.NVML, NVMLMockPrefix) && g.NVML != NVMLHost {
+			errs = append(errs, field.NotSupported(gp.Child("nvml"), g.NVML, []string{NVMLHost, NVMLMockPrefix + "<server>"}))
 		}
 	case g.Profile == "":
 		errs = append(errs, field.Required(gp.Child("profile"), "name a GPU profile, e.g. h100-80gb (or set nvml)"))
 	default:
-		if known := fakegpu.BuiltinNames(); !slices.Contains(known, g.Profile) {
-			errs = append(errs, field.NotSupported(gp.Child("profile"), g.Profile, known))
-		}
 		if g.Count < 1 || g.Count > MaxGPUsPerNode {
 			errs = append(errs, field.Invalid(gp.Child("count"), g.Count, fmt.Sprintf("must be between 1 and %d", MaxGPUsPerNode)))
 		}
@@ -498,11 +493,11 @@ func (g *GPUs) validateAttach(gp *field.Path) field.ErrorList {
 	switch {
 	case g.Attach == "":
 		if g.AttachDelay != "" {
-			errs = append(errs, field.Forbidden(gp.Child("attachDelay"), "attachDelay is the attach delay of attach: "+fakegpu.AttachFabric+"; set attach too or drop it"))
+			errs = append(errs, field.Forbidden(gp.Child("attachDelay"), "attachDelay is the attach delay of attach: "+AttachFabric+"; set attach too or drop it"))
 		}
 		return errs
-	case g.Attach != fakegpu.AttachFabric:
-		errs = append(errs, field.NotSupported(gp.Child("attach"), g.Attach, []string{fakegpu.AttachFabric}))
+	case g.Attach != AttachFabric:
+		errs = append(errs, field.NotSupported(gp.Child("attach"), g.Attach, []string{AttachFabric}))
 	case g.NVML != "":
 		errs = append(errs, field.Forbidden(gp.Child("attach"), "only fake GPUs (profile and count) are fabric-attached by the lab"))
 	case g.Mode == GPUModeDevicePlugin:
@@ -529,7 +524,7 @@ func (g *GPUs) validateModes(gp *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	for _, m := range []struct {
 		name, value, want string
-	}{{"partitioning", g.Partitioning, fakegpu.PartitioningMIG}, {"sharing", g.Sharing, fakegpu.SharingMemory}} {
+	}{{"partitioning", g.Partitioning, PartitioningMIG}, {"sharing", g.Sharing, SharingMemory}} {
 		switch {
 		case m.value == "":
 			continue
@@ -544,35 +539,76 @@ func (g *GPUs) validateModes(gp *field.Path) field.ErrorList {
 	if g.Partitioning != "" && g.Sharing != "" {
 		errs = append(errs, field.Forbidden(gp.Child("sharing"), "a GPU is partitioned or shared, not both: give partitioning or sharing"))
 	}
-	if g.Partitioning == fakegpu.PartitioningMIG && g.NVML == "" {
-		if p, err := fakegpu.LookupProfile(g.Profile); err == nil && p.MIG == nil {
-			errs = append(errs, field.Invalid(gp.Child("partitioning"), g.Partitioning,
-				fmt.Sprintf("GPU profile %s has no MIG geometry; profiles with MIG: %s", g.Profile, strings.Join(fakegpu.MIGProfileNames(), ", "))))
-		}
-	}
 	return errs
 }
 
-// NVML sources of a node's GPUs.
+// The values of a node's GPUs section that name what the GPU driver does;
+// the driver's packages spell them the same (lab's tests check).
 const (
-	NVMLHost = "host"
+	// NVMLHost reads the machine's NVML library; NVMLMockPrefix+<server>
+	// one of go-nvml's mock servers.
+	NVMLHost       = "host"
+	NVMLMockPrefix = "mock:"
+	// PartitioningMIG publishes MIG partitions of each GPU; SharingMemory
+	// lets claims share a GPU's memory; AttachFabric attaches the GPUs from
+	// a fabric, with binding conditions.
+	PartitioningMIG = "mig"
+	SharingMemory   = "memory"
+	AttachFabric    = "fabric"
 )
 
-// NVMLSource is the driver's --nvml for a node's configured nvml: the
-// machine's library for "host", the mock server otherwise.
-func NVMLSource(configured string) string {
-	if configured == NVMLHost {
-		return nvml.SourceLibrary
-	}
-	return configured
+// GPUCatalog is what only the GPU driver knows of the names a GPUs section
+// may use. The lab checks a configuration against the driver's
+// (CheckGPUs) before it changes anything; lab/config itself depends on no
+// driver.
+type GPUCatalog interface {
+	// Profiles are the fake GPU profiles; MIGProfiles those of them with
+	// a MIG geometry.
+	Profiles() []string
+	MIGProfiles() []string
+	// NVMLMocks are go-nvml's mock servers.
+	NVMLMocks() []string
 }
 
-func nvmlChoices() []string {
-	out := []string{NVMLHost}
-	for _, m := range nvml.MockServers {
-		out = append(out, nvml.MockPrefix+m)
+// CheckGPUs checks the names of every GPUs section against the driver's
+// catalog: a profile that exists (with a MIG geometry when partitioned),
+// an NVML mock server that exists. Errors name the file and the field.
+func (c *Config) CheckGPUs(cat GPUCatalog) error {
+	var errs field.ErrorList
+	for i, n := range c.Nodes {
+		g := n.GPUs
+		if g == nil {
+			continue
+		}
+		gp := field.NewPath("nodes").Index(i).Child("gpus")
+		switch {
+		case g.NVML != "":
+			if mock, ok := strings.CutPrefix(g.NVML, NVMLMockPrefix); ok && !slices.Contains(cat.NVMLMocks(), mock) {
+				choices := []string{NVMLHost}
+				for _, m := range cat.NVMLMocks() {
+					choices = append(choices, NVMLMockPrefix+m)
+				}
+				errs = append(errs, field.NotSupported(gp.Child("nvml"), g.NVML, choices))
+			}
+		case !slices.Contains(cat.Profiles(), g.Profile):
+			errs = append(errs, field.NotSupported(gp.Child("profile"), g.Profile, cat.Profiles()))
+		case g.Partitioning == PartitioningMIG && !slices.Contains(cat.MIGProfiles(), g.Profile):
+			errs = append(errs, field.Invalid(gp.Child("partitioning"), g.Partitioning,
+				fmt.Sprintf("GPU profile %s has no MIG geometry; profiles with MIG: %s", g.Profile, strings.Join(cat.MIGProfiles(), ", "))))
+		}
 	}
-	return out
+	if len(errs) > 0 {
+		return fmt.Errorf("%w %s: %w", ErrInvalid, c.Source(), errs.ToAggregate())
+	}
+	return nil
+}
+
+// Source names the configuration in messages: the file it was read from.
+func (c *Config) Source() string {
+	if c.source == "" {
+		return "(built in code)"
+	}
+	return c.source
 }
 
 func (d *Driver) validate(dp *field.Path) field.ErrorList {

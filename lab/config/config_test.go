@@ -94,10 +94,8 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"no profile", head + "nodes: [{name: a, gpus: {count: 2}}]\n", []string{"nodes[0].gpus.profile: Required"}},
 		{"bad port", head + "apiServerPort: 70000\nnodes: [{name: a}]\n", []string{"apiServerPort"}},
 		{"bad backend", head + "backend: vagrant\nnodes: [{name: a}]\n", []string{"backend", `"vagrant"`}},
-		{"unknown profile", head + "nodes: [{name: a, gpus: {profile: h200-141gb, count: 1}}]\n", []string{"nodes[0].gpus.profile", `"h200-141gb"`, "h100-80gb"}},
 		{"unknown mode", head + "nodes: [{name: a, gpus: {profile: l4-24gb, count: 1, mode: both}}]\n", []string{"nodes[0].gpus.mode", `"both"`}},
 		{"bad label", head + "nodes: [{name: a, labels: {'bad key!': x}}]\n", []string{"nodes[0].labels[bad key!]"}},
-		{"unknown NVML mock", head + "nodes: [{name: a, gpus: {nvml: 'mock:dgx1'}}]\n", []string{"nodes[0].gpus.nvml", `"mock:dgx1"`, "mock:dgxh100"}},
 		{"NVML with a profile", head + "nodes: [{name: a, gpus: {nvml: host, profile: l4-24gb, count: 1}}]\n", []string{"nodes[0].gpus.nvml", "not both"}},
 		{"outside driver without command", head + "driver: {name: gpu.example.com}\nnodes: [{name: a}]\n", []string{"driver.command: Required"}},
 		{"outside driver placeholder", head + "driver: {name: gpu.example.com, command: [plugin, '--node={node}']}\nnodes: [{name: a}]\n", []string{"driver.command[1]", `"{node}"`, "{nodeName}"}},
@@ -107,7 +105,6 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"outside driver and GPUs", head + "driver: {name: gpu.example.com, command: [plugin]}\nnodes: [{name: a, gpus: {profile: l4-24gb, count: 1}}]\n", []string{"nodes[0].gpus: Forbidden"}},
 		{"outside driver manifest", head + "driver: {name: gpu.example.com, command: [plugin], manifests: [nowhere.yaml]}\nnodes: [{name: a}]\n", []string{"driver.manifests[0]", "nowhere.yaml"}},
 		{"duplicate key", head + "name: a\nname: b\nnodes: [{name: a}]\n", []string{`key "name" already set`}},
-		{"MIG without geometry", head + "nodes: [{name: a, gpus: {profile: l4-24gb, count: 1, partitioning: mig}}]\n", []string{"nodes[0].gpus.partitioning", "GPU profile l4-24gb has no MIG geometry", "h100-80gb"}},
 		{"unknown partitioning", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, partitioning: mps}}]\n", []string{"nodes[0].gpus.partitioning", `"mps"`, `"mig"`}},
 		{"unknown sharing", head + "nodes: [{name: a, gpus: {profile: l4-24gb, count: 1, sharing: time}}]\n", []string{"nodes[0].gpus.sharing", `"time"`, `"memory"`}},
 		{"partitioned and shared", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, partitioning: mig, sharing: memory}}]\n", []string{"nodes[0].gpus.sharing: Forbidden", "partitioned or shared, not both"}},
@@ -230,3 +227,59 @@ func TestFabricAttachedNodes(t *testing.T) {
 		t.Errorf("node c = %+v, want no attach", g)
 	}
 }
+
+// catalog is a GPU driver's names, as the lab's is.
+type catalog struct{ profiles, mig, mocks []string }
+
+func (c catalog) Profiles() []string    { return c.profiles }
+func (c catalog) MIGProfiles() []string { return c.mig }
+func (c catalog) NVMLMocks() []string   { return c.mocks }
+
+// The names only the driver knows are checked against its catalog, after
+// Parse: errors name the file and the field, and list what there is.
+func TestCheckGPUs(t *testing.T) {
+	const head = "apiVersion: lab.dralab.dev/v1alpha1\nkind: Lab\n"
+	cat := catalog{profiles: []string{"h100-80gb", "l4-24gb"}, mig: []string{"h100-80gb"}, mocks: []string{"dgxh100", "mixed"}}
+	cases := []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"unknown profile", head + "nodes: [{name: a, gpus: {profile: h200-141gb, count: 1}}]\n", []string{"nodes[0].gpus.profile", `"h200-141gb"`, "h100-80gb", "l4-24gb"}},
+		{"unknown NVML mock", head + "nodes: [{name: a, gpus: {nvml: 'mock:dgx1'}}]\n", []string{"nodes[0].gpus.nvml", `"mock:dgx1"`, "mock:dgxh100"}},
+		{"MIG without geometry", head + "nodes: [{name: a, gpus: {profile: l4-24gb, count: 1, partitioning: mig}}]\n", []string{"nodes[0].gpus.partitioning", "GPU profile l4-24gb has no MIG geometry", "h100-80gb"}},
+		{"several at once", head + "nodes: [{name: a, gpus: {profile: x, count: 1}}, {name: b, gpus: {nvml: 'mock:y'}}]\n", []string{"nodes[0].gpus.profile", "nodes[1].gpus.nvml", `"mock:y"`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := Parse("my-lab.yaml", []byte(c.yaml))
+			if err != nil {
+				t.Fatalf("Parse: %v; the names are the catalog's to check", err)
+			}
+			err = cfg.CheckGPUs(cat)
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("CheckGPUs = %v, want ErrInvalid", err)
+			}
+			for _, w := range append(c.want, "my-lab.yaml") {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+	for _, ok := range []string{
+		head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, partitioning: mig}}, {name: b, gpus: {nvml: 'mock:mixed'}}, {name: c, gpus: {nvml: host}}, {name: d}]\n",
+	} {
+		cfg, err := Parse("ok.yaml", []byte(ok))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.CheckGPUs(cat); err != nil {
+			t.Errorf("CheckGPUs of known names = %v", err)
+		}
+	}
+	inCode := &Config{Nodes: []Node{{Name: "a", GPUs: &GPUs{Profile: "x", Count: 1}}}}
+	if err := inCode.CheckGPUs(cat); err == nil || !strings.Contains(err.Error(), "(built in code)") {
+		t.Errorf("a configuration built in code: %v, want its names checked and it named as built in code", err)
+	}
+}
+

@@ -28,11 +28,12 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/drivers/nvml"
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/labstate"
-	"github.com/dralab/dralab/internal/testlab"
 	"github.com/dralab/dralab/lab/backend"
 	"github.com/dralab/dralab/lab/config"
+	"github.com/dralab/dralab/lab/labtest"
 )
 
 // Options of a device check.
@@ -78,8 +79,8 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	start := time.Now()
-	l, err := testlab.Start(ctx, cfg, "dralab-device-check")
-	defer func() { _ = testlab.Stop(context.WithoutCancel(ctx), l) }()
+	l, err := labtest.Start(ctx, cfg, "dralab-device-check")
+	defer func() { _ = labtest.Stop(context.WithoutCancel(ctx), l) }()
 	if err != nil {
 		return err
 	}
@@ -174,7 +175,7 @@ func prepareClaim(ctx context.Context, client kubernetes.Interface, product stri
 
 // list runs the driver's --list: the devices it would publish.
 func list(ctx context.Context, driver, source string) ([]resourceapi.Device, error) {
-	source = config.NVMLSource(source)
+	source = nvml.SourceOf(source)
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, driver, "--list", "--inventory=nvml", "--nvml="+source, "--node-name="+node)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -1,4 +1,4 @@
-package testlab
+package labtest
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"github.com/dralab/dralab/drivers/conformance/results"
 	"github.com/dralab/dralab/drivers/conformance/sanity"
 	"github.com/dralab/dralab/drivers/conformance/target"
-	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab/config"
@@ -30,9 +29,9 @@ import (
 func ConformanceConfig() (*config.Config, error) {
 	cfg := config.Default()
 	cfg.Nodes = append(cfg.Nodes,
-		config.Node{Name: "gpu-h100-mig", GPUs: &config.GPUs{Profile: "h100-80gb", Count: 1, Partitioning: fakegpu.PartitioningMIG}},
-		config.Node{Name: "gpu-l4-shared", GPUs: &config.GPUs{Profile: "l4-24gb", Count: 1, Sharing: fakegpu.SharingMemory}},
-		config.Node{Name: "gpu-h100-fabric", GPUs: &config.GPUs{Profile: "h100-80gb", Count: 1, Attach: fakegpu.AttachFabric}},
+		config.Node{Name: "gpu-h100-mig", GPUs: &config.GPUs{Profile: "h100-80gb", Count: 1, Partitioning: config.PartitioningMIG}},
+		config.Node{Name: "gpu-l4-shared", GPUs: &config.GPUs{Profile: "l4-24gb", Count: 1, Sharing: config.SharingMemory}},
+		config.Node{Name: "gpu-h100-fabric", GPUs: &config.GPUs{Profile: "h100-80gb", Count: 1, Attach: config.AttachFabric}},
 	)
 	return cfg, cfg.Complete()
 }

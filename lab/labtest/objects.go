@@ -1,4 +1,4 @@
-package testlab
+package labtest
 
 import (
 	v1 "k8s.io/api/core/v1"

@@ -1,9 +1,9 @@
-// Package testlab starts and deletes the embedded labs that test suites
+// Package labtest starts and deletes the embedded labs that test suites
 // (e2e, conformance) run against: in a temporary state directory, so that a
 // lab a person is using is left alone, with a short path, so that the
 // nodes' plugin sockets stay under the 108-byte limit of a unix socket
 // path.
-package testlab
+package labtest
 
 import (
 	"context"

@@ -1,0 +1,55 @@
+package lab
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dralab/dralab/drivers/fakegpu"
+	"github.com/dralab/dralab/drivers/nvml"
+	"github.com/dralab/dralab/lab/config"
+)
+
+// lab/config spells the GPU driver's values itself, since it depends on no
+// driver: they must be the driver's.
+func TestConfigSpellsTheDriversValues(t *testing.T) {
+	for _, c := range []struct{ config, driver string }{
+		{config.PartitioningMIG, fakegpu.PartitioningMIG},
+		{config.SharingMemory, fakegpu.SharingMemory},
+		{config.AttachFabric, fakegpu.AttachFabric},
+		{config.NVMLMockPrefix, nvml.MockPrefix},
+		{config.NVMLHost, nvml.SourceHost},
+	} {
+		if c.config != c.driver {
+			t.Errorf("lab/config says %q where the driver says %q", c.config, c.driver)
+		}
+	}
+	if len(gpuCatalog{}.Profiles()) == 0 || len(gpuCatalog{}.MIGProfiles()) == 0 || len(gpuCatalog{}.NVMLMocks()) == 0 {
+		t.Error("the GPU catalog is empty")
+	}
+}
+
+// New checks a configuration's GPU names against the driver's before it
+// creates anything: one error naming the file and the field.
+func TestNewChecksGPUNames(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "my-lab.yaml")
+	data := "apiVersion: lab.dralab.dev/v1alpha1\nkind: Lab\nnodes: [{name: a, gpus: {profile: h200-141gb, count: 1}}]\n"
+	if err := os.WriteFile(file, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	_, err := New(WithConfigFile(file), WithStateRoot(root))
+	if !errors.Is(err, config.ErrInvalid) {
+		t.Fatalf("New = %v, want ErrInvalid", err)
+	}
+	for _, want := range []string{file, "nodes[0].gpus.profile", `"h200-141gb"`, "h100-80gb"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	if entries, _ := os.ReadDir(root); len(entries) > 0 {
+		t.Errorf("New left %d entries in the state root", len(entries))
+	}
+}
