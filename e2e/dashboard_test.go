@@ -22,9 +22,9 @@ import (
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/dashboard/browsertest"
-	"github.com/dralab/dralab/internal/report"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/scenarios"
+	"github.com/dralab/dralab/scenarios/report"
 )
 
 // TestDashboardDuringFallback opens the live dashboard in Chromium while

@@ -23,9 +23,8 @@ import (
 
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/kit"
-	"github.com/dralab/dralab/internal/labstate"
-	"github.com/dralab/dralab/internal/report"
 	"github.com/dralab/dralab/lab/labtest"
+	"github.com/dralab/dralab/scenarios/report"
 )
 
 // gpuNodes counts the driver's published GPUs per tier, from the slices.
@@ -242,7 +241,7 @@ func TestDriverRestart(t *testing.T) {
 				}
 			}
 			// Killed; the lab restarts it.
-			if err := labtest.RestartDriver(ctx, labstate.Dir(st.StateDir), first.Node); err != nil {
+			if err := labtest.RestartDriver(ctx, st.StateDir, first.Node); err != nil {
 				t.Fatalf("the driver was not restarted: %v", err)
 			}
 			// The prepared claim's spec, and the driver-wide device's while

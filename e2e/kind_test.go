@@ -11,7 +11,6 @@ import (
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
-	"github.com/dralab/dralab/lab/kind"
 	"github.com/dralab/dralab/scenarios"
 )
 
@@ -38,8 +37,8 @@ func TestKindLab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Up(ctx); errors.Is(err, kind.ErrNoEngine) {
-		t.Skipf("kind run skipped on this machine: %v. kind needs a container engine that runs privileged containers and can pull %s; the embedded lab runs the same suite here", err, kind.NodeImage)
+	if _, err := l.Up(ctx); errors.Is(err, lab.ErrNoEngine) {
+		t.Skipf("kind run skipped on this machine: %v. kind needs a container engine that runs privileged containers and can pull %s; the embedded lab runs the same suite here", err, config.KindNodeImage)
 	} else if err != nil {
 		t.Fatal(err)
 	}

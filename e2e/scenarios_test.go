@@ -13,9 +13,9 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	"github.com/dralab/dralab/internal/dashboard"
-	"github.com/dralab/dralab/internal/report"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/scenarios"
+	"github.com/dralab/dralab/scenarios/report"
 )
 
 // TestScenarios runs every scenario as one feature, labelled

@@ -24,8 +24,8 @@ import (
 	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/dashboard/browsertest"
 	"github.com/dralab/dralab/internal/labstate"
-	"github.com/dralab/dralab/internal/report"
 	"github.com/dralab/dralab/lab/labtest"
+	"github.com/dralab/dralab/scenarios/report"
 )
 
 // TestDashboardOnLab opens the lab process's dashboard in Chromium

@@ -12,9 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/kubeclient"
 	"github.com/dralab/dralab/internal/natural"
-	"github.com/dralab/dralab/lab/backend"
 	"github.com/dralab/dralab/lab/config"
+	"github.com/dralab/dralab/lab/internal/backend"
 )
 
 // ErrNoFaultInjection means the lab's backend cannot inject GPU faults.
@@ -89,7 +90,7 @@ func (l *Lab) checkGPU(ctx context.Context, ref GPURef) error {
 		}
 		return fmt.Errorf("GPU %s: %s in lab %s; nodes whose GPUs can fail: %s", ref, why, l.cfg.Name, orNone(faultable))
 	}
-	client, err := backend.NewClient(l.Kubeconfig())
+	client, err := kubeclient.New(l.Kubeconfig())
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/dralab/dralab/drivers/conformance/cluster"
 	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/drivers/conformance/sanity"
-	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
@@ -65,7 +64,7 @@ func runConformance(ctx context.Context, t *testing.T, l *lab.Lab, client kubern
 		t.Fatal(err)
 	}
 	t.Run("conformance sanity", func(t *testing.T) {
-		sc, err := labtest.SanityConfig(ctx, labstate.Dir(st.StateDir), client, m)
+		sc, err := labtest.SanityConfig(ctx, st.StateDir, client, m)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,13 +14,17 @@ import (
 	"fmt"
 	"os"
 
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/ui"
-	"github.com/dralab/dralab/lab/backend"
 	"github.com/dralab/dralab/lab/config"
-	"github.com/dralab/dralab/lab/embedded"
-	"github.com/dralab/dralab/lab/kind"
+	"github.com/dralab/dralab/lab/internal/backend"
+	"github.com/dralab/dralab/lab/internal/embedded"
+	"github.com/dralab/dralab/lab/internal/kind"
+	"github.com/dralab/dralab/lab/status"
 )
 
 // EnvConfig names a lab configuration file to use instead of the default.
@@ -31,9 +35,9 @@ const EnvBackend = "DRALAB_BACKEND"
 
 // Re-exported so that users need one import.
 type (
-	Status     = backend.Status
-	NodeStatus = backend.NodeStatus
-	UpResult   = backend.UpResult
+	Status     = status.Status
+	NodeStatus = status.NodeStatus
+	UpResult   = status.UpResult
 )
 
 // Lab is one lab, running or not.
@@ -75,8 +79,13 @@ func WithStateRoot(dir string) Option { return func(o *options) { o.stateRoot = 
 // WithBinary runs this dralab binary instead of building one.
 func WithBinary(path string) Option { return func(o *options) { o.binary = path } }
 
-// WithProgress reports long steps, e.g. to a ui.UI.
-func WithProgress(p ui.Progress) Option { return func(o *options) { o.progress = p } }
+// Progress is told each long step as it starts, and returns the function
+// the lab calls with the step's error (nil on success) when it ends: a
+// command shows the steps, a test may log them.
+type Progress func(step string) (done func(err error))
+
+// WithProgress reports long steps to p.
+func WithProgress(p Progress) Option { return func(o *options) { o.progress = ui.Progress(p) } }
 
 // WithRetain keeps a lab that failed to come up, for debugging.
 func WithRetain(retain bool) Option { return func(o *options) { o.retain = retain } }
@@ -144,6 +153,25 @@ func New(opts ...Option) (*Lab, error) {
 	return l, nil
 }
 
+// Conditions a user can act on; Up's errors wrap them.
+var (
+	// ErrConfigMismatch: a lab of that name runs with another
+	// configuration (lab:down it first).
+	ErrConfigMismatch = status.ErrConfigMismatch
+	// ErrPortInUse: the configured API server port is taken.
+	ErrPortInUse = status.ErrPortInUse
+	// ErrHostNotReady: the host lacks what a real node needs.
+	ErrHostNotReady = status.ErrHostNotReady
+	// ErrPathTooLong: a node's plugin socket would not fit a unix socket
+	// path (a shorter state root or node name helps).
+	ErrPathTooLong = status.ErrPathTooLong
+	// ErrNoEngine: the kind backend found no Docker or Podman engine.
+	ErrNoEngine = status.ErrNoEngine
+	// ErrDegraded: a process of a running lab has died.
+	ErrDegraded = status.ErrDegraded
+)
+
+
 // ErrUnsupported means the configuration asks for something this build
 // cannot do.
 var ErrUnsupported = errors.New("unsupported")
@@ -173,7 +201,7 @@ func (l *Lab) BackendReason() string {
 // configuration. A lab that fails to come up is deleted unless WithRetain.
 func (l *Lab) Up(ctx context.Context) (UpResult, error) {
 	res, err := l.backend.Up(ctx, l.cfg, l.progress)
-	if err != nil && !res.Reused && !l.retain && !errors.Is(err, embedded.ErrConfigMismatch) && !errors.Is(err, embedded.ErrPortInUse) && !errors.Is(err, embedded.ErrHostNotReady) && !errors.Is(err, kind.ErrNoEngine) {
+	if err != nil && !res.Reused && !l.retain && !errors.Is(err, ErrConfigMismatch) && !errors.Is(err, ErrPortInUse) && !errors.Is(err, ErrHostNotReady) && !errors.Is(err, ErrNoEngine) {
 		bg := context.WithoutCancel(ctx)
 		// The error names logs in the state directory, which goes: keep
 		// them where the message says. A test that owns the lab collects
@@ -234,6 +262,16 @@ func (l *Lab) Status(ctx context.Context) (*Status, error) { return l.backend.St
 
 // Kubeconfig is the path of the lab's administrator kubeconfig.
 func (l *Lab) Kubeconfig() string { return l.backend.Kubeconfig(l.cfg.Name) }
+
+// RESTConfig is a client configuration of the lab's API server, as its
+// administrator: what client-go, controller-runtime and e2e-framework take.
+func (l *Lab) RESTConfig() (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
+	if err != nil {
+		return nil, fmt.Errorf("lab %s: %w", l.cfg.Name, err)
+	}
+	return cfg, nil
+}
 
 // CollectLogs copies the lab's logs into dir.
 func (l *Lab) CollectLogs(ctx context.Context, dir string) error {

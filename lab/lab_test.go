@@ -37,7 +37,6 @@ import (
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
-	"github.com/dralab/dralab/lab/embedded"
 )
 
 // These tests start real embedded labs from the dralab binary
@@ -193,7 +192,7 @@ func TestUpReuseDown(t *testing.T) {
 
 	// Another configuration under the same name: explained, lab untouched.
 	other := newLab(t, root, bin, smallConfig("t-reuse", "n1"))
-	if _, err := other.Up(ctx); !errors.Is(err, embedded.ErrConfigMismatch) || !strings.Contains(err.Error(), "lab:down") {
+	if _, err := other.Up(ctx); !errors.Is(err, lab.ErrConfigMismatch) || !strings.Contains(err.Error(), "lab:down") {
 		t.Errorf("Up with another config = %v, want ErrConfigMismatch telling how to delete the lab", err)
 	}
 	if st3, _ := l.Status(ctx); st3.Phase != "Running" || st3.PID != st.PID {
@@ -228,7 +227,7 @@ func TestUpExplainsPortInUse(t *testing.T) {
 	cfg.APIServerPort = l0.Addr().(*net.TCPAddr).Port
 	l := newLab(t, stateRoot(t), bin, cfg)
 	_, err = l.Up(context.Background())
-	if !errors.Is(err, embedded.ErrPortInUse) || !strings.Contains(err.Error(), strconv.Itoa(cfg.APIServerPort)) {
+	if !errors.Is(err, lab.ErrPortInUse) || !strings.Contains(err.Error(), strconv.Itoa(cfg.APIServerPort)) {
 		t.Fatalf("Up on a taken port = %v, want ErrPortInUse naming the port", err)
 	}
 }
@@ -248,7 +247,7 @@ func TestUpRefusesSocketPathsTooLong(t *testing.T) {
 	}
 	l := newLab(t, root, bin, cfg)
 	_, err := l.Up(context.Background())
-	if !errors.Is(err, embedded.ErrPathTooLong) || !strings.Contains(err.Error(), "node-with-a-long-name") || !strings.Contains(err.Error(), "long.example.com") || !strings.Contains(err.Error(), "driver name") {
+	if !errors.Is(err, lab.ErrPathTooLong) || !strings.Contains(err.Error(), "node-with-a-long-name") || !strings.Contains(err.Error(), "long.example.com") || !strings.Contains(err.Error(), "driver name") {
 		t.Fatalf("Up = %v, want ErrPathTooLong naming the node and socket", err)
 	}
 	if _, err := os.Stat(root); err == nil {

@@ -24,9 +24,9 @@ import (
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/procid"
 	"github.com/dralab/dralab/internal/realnode"
-	"github.com/dralab/dralab/internal/report"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/scenarios"
+	"github.com/dralab/dralab/scenarios/report"
 )
 
 // TestRealNode brings up lab/examples/real-node.yaml: the real kubelet

@@ -28,7 +28,7 @@ type Lab mg.Namespace
 // embedded backend; DRALAB_RETAIN=1 keeps a lab that failed to come up.
 func (Lab) Up(ctx context.Context) error {
 	u := ui.Stderr()
-	l, err := lab.New(lab.WithProgress(u.Progress()), lab.WithRetain(os.Getenv("DRALAB_RETAIN") != ""))
+	l, err := lab.New(lab.WithProgress(u.Step), lab.WithRetain(os.Getenv("DRALAB_RETAIN") != ""))
 	if err != nil {
 		return err
 	}

@@ -15,10 +15,10 @@ import (
 	"github.com/magefile/mage/mg"
 
 	"github.com/dralab/dralab/internal/dashboard"
-	"github.com/dralab/dralab/internal/report"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/scenarios"
+	"github.com/dralab/dralab/scenarios/report"
 )
 
 // Scenario lists and runs scenarios on the running lab.

@@ -7,7 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/dralab/dralab/internal/report"
+	"github.com/dralab/dralab/scenarios/report"
 )
 
 func running(pod, sub, tier, device string) report.Row {

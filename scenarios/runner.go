@@ -31,7 +31,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/kubeapply"
-	"github.com/dralab/dralab/internal/report"
+	"github.com/dralab/dralab/scenarios/report"
 )
 
 // ErrUnmet means the cluster lacks what a scenario requires.

@@ -12,7 +12,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
-	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/lab/labtest"
 )
 
@@ -94,7 +93,7 @@ func TestOutsideModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node, err := labtest.SanityConfig(ctx, labstate.Dir(st.StateDir), kubernetes.NewForConfigOrDie(restConfig), m)
+	node, err := labtest.SanityConfig(ctx, st.StateDir, kubernetes.NewForConfigOrDie(restConfig), m)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,3 +65,79 @@ func TestLayers(t *testing.T) {
 		}
 	}
 }
+
+// The public packages' API, as go doc shows it, names no type of an
+// internal package: a caller could not name it.
+func TestPublicAPIMentionsNoInternalType(t *testing.T) {
+	names := func(dir, pattern string) map[string]string {
+		cmd := exec.Command("go", "list", "-f", "{{.Name}} {{.ImportPath}}", pattern)
+		cmd.Dir = dir
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", pattern, err)
+		}
+		m := map[string]string{}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		for _, l := range lines {
+			name, path, _ := strings.Cut(l, " ")
+			m[name] = path
+		}
+		return m
+	}
+	internal := names("../..", "./...")
+	for name, path := range internal {
+		if !strings.Contains(path, "/internal/") {
+			delete(internal, name)
+		}
+	}
+	if len(internal) < 10 {
+		t.Fatalf("found %d internal packages", len(internal))
+	}
+	public := []struct{ dir, pkg string }{
+		{"../..", "./lab"}, {"../..", "./lab/config"}, {"../..", "./lab/status"}, {"../..", "./lab/labtest"},
+		{"../..", "./scenarios"}, {"../..", "./scenarios/report"},
+		{"../../drivers/conformance", "."}, {"../../drivers/conformance", "./sanity"}, {"../../drivers/conformance", "./cluster"},
+		{"../../drivers/conformance", "./manifest"}, {"../../drivers/conformance", "./results"}, {"../../drivers/conformance", "./target"},
+	}
+	for _, p := range public {
+		cmd := exec.Command("go", "doc", "-all", p.pkg)
+		cmd.Dir = p.dir
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go doc -all %s: %v", p.pkg, err)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			// Comments are indented; declarations are not.
+			if strings.HasPrefix(line, "    ") {
+				continue
+			}
+			for name, path := range internal {
+				if strings.Contains(line, name+".") && containsQualified(line, name) {
+					t.Errorf("%s: %q names a type or value of %s", p.pkg, strings.TrimSpace(line), path)
+				}
+			}
+		}
+	}
+}
+
+// containsQualified tells whether line has name.Identifier, not as the
+// tail of a longer word.
+func containsQualified(line, name string) bool {
+	for i := strings.Index(line, name+"."); i >= 0; {
+		before := i == 0 || !isWordChar(line[i-1])
+		j := i + len(name) + 1
+		if before && j < len(line) && line[j] >= 'A' && line[j] <= 'Z' {
+			return true
+		}
+		next := strings.Index(line[i+1:], name+".")
+		if next < 0 {
+			return false
+		}
+		i += 1 + next
+	}
+	return false
+}
+
+func isWordChar(c byte) bool {
+	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/natural"
-	"github.com/dralab/dralab/internal/report"
+	"github.com/dralab/dralab/scenarios/report"
 )
 
 // Page is what the dashboard shows.

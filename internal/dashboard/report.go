@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/dralab/dralab/internal/atomicfile"
-	"github.com/dralab/dralab/internal/report"
 	"github.com/dralab/dralab/scenarios"
+	"github.com/dralab/dralab/scenarios/report"
 )
 
 // Report is a scenario run's static report: one self-contained HTML file

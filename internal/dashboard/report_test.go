@@ -16,8 +16,8 @@ import (
 
 	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/dashboard/browsertest"
-	"github.com/dralab/dralab/internal/report"
 	"github.com/dralab/dralab/scenarios"
+	"github.com/dralab/dralab/scenarios/report"
 )
 
 // scenarioReport is a report of the prioritized-fallback scenario whose two

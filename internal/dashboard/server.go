@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"github.com/dralab/dralab/internal/report"
+	"github.com/dralab/dralab/scenarios/report"
 )
 
 // Server serves the live dashboard of a cluster: read-only (it lists and

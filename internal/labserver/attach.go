@@ -22,8 +22,8 @@ import (
 
 	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/kubeclient"
 	"github.com/dralab/dralab/internal/labstate"
-	"github.com/dralab/dralab/lab/backend"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -88,7 +88,7 @@ func startAttachController(ctx context.Context, dir labstate.Dir, cfg *config.Co
 	if len(nodes) == 0 {
 		return nil
 	}
-	client, err := backend.NewClient(dir.Kubeconfig())
+	client, err := kubeclient.New(dir.Kubeconfig())
 	if err != nil {
 		return err
 	}

@@ -16,8 +16,8 @@ import (
 
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/kubeapply"
+	"github.com/dralab/dralab/internal/kubeclient"
 	"github.com/dralab/dralab/internal/labstate"
-	"github.com/dralab/dralab/lab/backend"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -32,7 +32,7 @@ func applyDeviceClasses(ctx context.Context, dir labstate.Dir, cfg *config.Confi
 	if !needed {
 		return nil
 	}
-	client, err := backend.NewClient(dir.Kubeconfig())
+	client, err := kubeclient.New(dir.Kubeconfig())
 	if err != nil {
 		return err
 	}
@@ -86,7 +86,7 @@ func applyManifests(ctx context.Context, dir labstate.Dir, files []string) error
 // ResourceClaims (what the kubelet plugin helper reads before preparing)
 // and write their device status.
 func grantDrivers(ctx context.Context, dir labstate.Dir) error {
-	client, err := backend.NewClient(dir.Kubeconfig())
+	client, err := kubeclient.New(dir.Kubeconfig())
 	if err != nil {
 		return err
 	}

@@ -14,9 +14,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/dralab/dralab/internal/controlplane"
+	"github.com/dralab/dralab/internal/kubeclient"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/realnode"
-	"github.com/dralab/dralab/lab/backend"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -72,7 +72,7 @@ func startRealNode(ctx context.Context, procs *supervisor, o Options, n config.N
 // made them by then, and anything that appears later is not the lab's.
 func recordHost(ctx context.Context, dir labstate.Dir, node string, rec *realnode.HostRecord) {
 	logger := klog.FromContext(ctx)
-	client, err := backend.NewClient(dir.Kubeconfig())
+	client, err := kubeclient.New(dir.Kubeconfig())
 	if err == nil {
 		err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 			n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})

@@ -44,6 +44,10 @@ const (
 	BackendKind     = "kind"
 )
 
+// KindNodeImage is the node image of a kind lab: kind's for Kubernetes
+// 1.37 (containerd 2.3 inside, CDI on by default).
+const KindNodeImage = "kindest/node:v1.37.0"
+
 // Node kinds.
 const (
 	// NodeHollow is the real kubelet with a fake container runtime: cheap,

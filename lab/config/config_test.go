@@ -282,4 +282,3 @@ func TestCheckGPUs(t *testing.T) {
 		t.Errorf("a configuration built in code: %v, want its names checked and it named as built in code", err)
 	}
 }
-

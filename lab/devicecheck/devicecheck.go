@@ -30,8 +30,8 @@ import (
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/nvml"
 	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/internal/kubeclient"
 	"github.com/dralab/dralab/internal/labstate"
-	"github.com/dralab/dralab/lab/backend"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/labtest"
 )
@@ -85,7 +85,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	fmt.Fprintf(o.Out, "Lab up with the NVML driver on node %s in %v\n", node, time.Since(start).Round(time.Millisecond))
-	client, err := backend.NewClient(l.Kubeconfig())
+	client, err := kubeclient.New(l.Kubeconfig())
 	if err != nil {
 		return err
 	}

@@ -68,7 +68,7 @@ func Conformance(ctx context.Context, o conformance.Options, labCfg *config.Conf
 		if t.LabDir == "" {
 			return sanity.Config{}, fmt.Errorf("%w, and %s is not an embedded lab's kubeconfig: run it on the embedded lab, or call drivers/conformance/sanity from the driver's own tests", conformance.ErrNoNode, t.Kubeconfig)
 		}
-		return SanityConfig(ctx, labstate.Dir(t.LabDir), client, m)
+		return SanityConfig(ctx, t.LabDir, client, m)
 	}
 	return conformance.Run(ctx, o)
 }

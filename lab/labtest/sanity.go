@@ -19,7 +19,8 @@ import (
 // node with most devices of the manifest's driver: its plugin sockets and
 // CDI directory are host paths of the lab, and a killed driver is
 // restarted by the lab.
-func SanityConfig(ctx context.Context, dir labstate.Dir, client kubernetes.Interface, m *manifest.Manifest) (sanity.Config, error) {
+func SanityConfig(ctx context.Context, stateDir string, client kubernetes.Interface, m *manifest.Manifest) (sanity.Config, error) {
+	dir := labstate.Dir(stateDir)
 	node, err := busiestNode(ctx, client, m.Driver)
 	if err != nil {
 		return sanity.Config{}, err
@@ -31,7 +32,7 @@ func SanityConfig(ctx context.Context, dir labstate.Dir, client kubernetes.Inter
 		NodeName:     node,
 		RegistrarDir: nd.PluginsRegistry(),
 		CDIDir:       nd.CDI(),
-		Restart:      func(ctx context.Context) error { return RestartDriver(ctx, dir, node) },
+		Restart:      func(ctx context.Context) error { return RestartDriver(ctx, stateDir, node) },
 	}, nil
 }
 
@@ -68,7 +69,8 @@ func busiestNode(ctx context.Context, client kubernetes.Interface, driverName st
 
 // RestartDriver kills the node's driver and waits for the lab to start it
 // again, as a crashed plugin would be restarted by its DaemonSet.
-func RestartDriver(ctx context.Context, dir labstate.Dir, node string) error {
+func RestartDriver(ctx context.Context, stateDir string, node string) error {
+	dir := labstate.Dir(stateDir)
 	st, err := dir.ReadStatus()
 	if err != nil {
 		return err

@@ -19,7 +19,7 @@ import (
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/natural"
 	"github.com/dralab/dralab/internal/realnode"
-	"github.com/dralab/dralab/internal/report"
+	"github.com/dralab/dralab/scenarios/report"
 )
 
 // Namespace is where the soak's pods and claims live.

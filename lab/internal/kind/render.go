@@ -16,9 +16,8 @@ import (
 	"github.com/dralab/dralab/lab/config"
 )
 
-// NodeImage is kind's node image for Kubernetes 1.37 (containerd 2.3
-// inside, CDI on by default).
-const NodeImage = "kindest/node:v1.37.0"
+// NodeImage is the node image the backend runs (config.KindNodeImage).
+const NodeImage = config.KindNodeImage
 
 // Node labels the kind backend sets on each worker.
 const (

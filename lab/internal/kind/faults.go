@@ -12,7 +12,7 @@ import (
 	kindexec "sigs.k8s.io/kind/pkg/exec"
 
 	"github.com/dralab/dralab/drivers/gpu"
-	"github.com/dralab/dralab/lab/backend"
+	"github.com/dralab/dralab/lab/internal/backend"
 )
 
 var _ backend.GPUFaulter = &Backend{}

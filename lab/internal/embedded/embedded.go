@@ -24,20 +24,14 @@ import (
 
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/internal/kubeclient"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/procid"
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/internal/ui"
-	"github.com/dralab/dralab/lab/backend"
 	"github.com/dralab/dralab/lab/config"
-)
-
-// Sentinel errors for conditions a user can act on.
-var (
-	// ErrConfigMismatch: a lab of that name runs with another configuration.
-	ErrConfigMismatch = errors.New("a lab with this name is running with a different configuration")
-	// ErrPortInUse: the configured API server port is taken.
-	ErrPortInUse = errors.New("port in use")
+	"github.com/dralab/dralab/lab/internal/backend"
+	"github.com/dralab/dralab/lab/status"
 )
 
 // Timeouts of Up. A warm lab is Ready in seconds; these bound a broken one.
@@ -85,26 +79,26 @@ func (b *Backend) dir(name string) labstate.Dir { return labstate.Dir(filepath.J
 func (b *Backend) Kubeconfig(name string) string { return b.dir(name).Kubeconfig() }
 
 // Up implements backend.Backend.
-func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progress) (backend.UpResult, error) {
+func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progress) (status.UpResult, error) {
 	logger := klog.FromContext(ctx)
 	dir := b.dir(cfg.Name)
 
-	running, status, err := b.running(dir)
+	running, current, err := b.running(dir)
 	if err != nil {
-		return backend.UpResult{}, err
+		return status.UpResult{}, err
 	}
 	if running {
-		if status.ConfigHash != cfg.Hash() {
-			return backend.UpResult{}, fmt.Errorf("%w: lab %q (pid %d, state %s); delete it with `go run mage.go lab:down` or give the new lab another name",
-				ErrConfigMismatch, cfg.Name, status.PID, dir)
+		if current.ConfigHash != cfg.Hash() {
+			return status.UpResult{}, fmt.Errorf("%w: lab %q (pid %d, state %s); delete it with `go run mage.go lab:down` or give the new lab another name",
+				status.ErrConfigMismatch, cfg.Name, current.PID, dir)
 		}
-		done := progress(fmt.Sprintf("Reusing running lab %q (pid %d)", cfg.Name, status.PID))
+		done := progress(fmt.Sprintf("Reusing running lab %q (pid %d)", cfg.Name, current.PID))
 		err := b.checkHealthy(ctx, cfg.Name)
 		if err == nil {
 			err = backend.WaitReady(ctx, dir.Kubeconfig(), cfg, backend.SameName, b.nodeLogHint(dir))
 		}
 		done(err)
-		return backend.UpResult{Reused: true}, err
+		return status.UpResult{Reused: true}, err
 	}
 	resume := false
 	if _, err := os.Stat(string(dir)); err == nil {
@@ -122,33 +116,33 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 			err = b.removeState(ctx, dir)
 		}
 		if err != nil {
-			return backend.UpResult{}, err
+			return status.UpResult{}, err
 		}
 	}
 	if cfg.APIServerPort != 0 {
 		if err := checkPortFree(cfg.APIServerPort); err != nil {
-			return backend.UpResult{}, err
+			return status.UpResult{}, err
 		}
 	}
 	if err := checkSocketPaths(dir, cfg); err != nil {
-		return backend.UpResult{}, err
+		return status.UpResult{}, err
 	}
 
 	done := progress("Preparing the dralab binary")
 	bin, err := b.binary(ctx)
 	done(err)
 	if err != nil {
-		return backend.UpResult{}, err
+		return status.UpResult{}, err
 	}
 	if hasRealNode(cfg) {
 		if err := checkRealNodeHost(); err != nil {
-			return backend.UpResult{}, err
+			return status.UpResult{}, err
 		}
 		done := progress("Preparing containerd " + build.ContainerdVersion + " for the real node (the first build takes minutes)")
 		err := build.Containerd(ctx, filepath.Dir(bin))
 		done(err)
 		if err != nil {
-			return backend.UpResult{}, err
+			return status.UpResult{}, err
 		}
 	}
 
@@ -161,7 +155,7 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 	err = b.start(ctx, dir, cfg, bin)
 	done(err)
 	if err != nil {
-		return backend.UpResult{Resumed: resume}, err
+		return status.UpResult{Resumed: resume}, err
 	}
 
 	done = progress(fmt.Sprintf("Waiting for %d node(s) to be Ready with their GPUs published", len(cfg.Nodes)))
@@ -169,11 +163,8 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 	// their kubelets report from now on counts.
 	err = backend.WaitReadySince(ctx, dir.Kubeconfig(), cfg, started, backend.SameName, b.nodeLogHint(dir))
 	done(err)
-	return backend.UpResult{Resumed: resume}, err
+	return status.UpResult{Resumed: resume}, err
 }
-
-// ErrDegraded means a process of a running lab has died.
-var ErrDegraded = errors.New("the lab is degraded")
 
 // checkHealthy explains a running lab whose node, runtime or driver
 // process died: a kubelet or containerd that died mid-run left pods and
@@ -183,7 +174,7 @@ func (b *Backend) checkHealthy(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if st.Phase != backend.PhaseDegraded {
+	if st.Phase != status.PhaseDegraded {
 		return nil
 	}
 	var why []string
@@ -196,7 +187,7 @@ func (b *Backend) checkHealthy(ctx context.Context, name string) error {
 		why = append(why, st.Message)
 	}
 	return fmt.Errorf("%w: %s; recreate it with: go run mage.go lab:down && go run mage.go lab:up (logs: %s)",
-		ErrDegraded, strings.Join(why, "; "), b.dir(name).Logs())
+		status.ErrDegraded, strings.Join(why, "; "), b.dir(name).Logs())
 }
 
 func orDash(s string) string {
@@ -218,11 +209,11 @@ func (b *Backend) running(dir labstate.Dir) (bool, *labstate.Status, error) {
 	if !id.Alive() {
 		return false, nil, nil
 	}
-	status, err := dir.ReadStatus()
+	st, err := dir.ReadStatus()
 	if err != nil {
 		return false, nil, fmt.Errorf("lab process %d runs but its status is unreadable: %w", id.PID, err)
 	}
-	return true, status, nil
+	return true, st, nil
 }
 
 func (b *Backend) start(ctx context.Context, dir labstate.Dir, cfg *config.Config, bin string) error {
@@ -441,23 +432,20 @@ func hasRealNode(cfg *config.Config) bool {
 	return false
 }
 
-// ErrHostNotReady means the host lacks what a real node needs.
-var ErrHostNotReady = errors.New("this host cannot run a real node")
-
 func checkRealNodeHost() error {
 	if os.Geteuid() != 0 {
-		return fmt.Errorf("%w: a real node runs containers and needs root", ErrHostNotReady)
+		return fmt.Errorf("%w: a real node runs containers and needs root", status.ErrHostNotReady)
 	}
 	if missing := realnode.MissingHostPrograms(); len(missing) > 0 {
-		return fmt.Errorf("%w: missing %s; install them with: go run mage.go deps:realnode", ErrHostNotReady, strings.Join(missing, ", "))
+		return fmt.Errorf("%w: missing %s; install them with: go run mage.go deps:realnode", status.ErrHostNotReady, strings.Join(missing, ", "))
 	}
 	return nil
 }
 
 // Status implements backend.Backend.
-func (b *Backend) Status(ctx context.Context, name string) (*backend.Status, error) {
+func (b *Backend) Status(ctx context.Context, name string) (*status.Status, error) {
 	dir := b.dir(name)
-	st := &backend.Status{Name: name, Backend: b.Name(), Phase: backend.PhaseAbsent, StateDir: string(dir), Kubeconfig: dir.Kubeconfig()}
+	st := &status.Status{Name: name, Backend: b.Name(), Phase: status.PhaseAbsent, StateDir: string(dir), Kubeconfig: dir.Kubeconfig()}
 	if _, err := os.Stat(string(dir)); errors.Is(err, os.ErrNotExist) {
 		return st, nil
 	}
@@ -466,7 +454,7 @@ func (b *Backend) Status(ctx context.Context, name string) (*backend.Status, err
 		return nil, err
 	}
 	if !running {
-		st.Phase = backend.PhaseFailed
+		st.Phase = status.PhaseFailed
 		st.Message = "the lab process is not running (stale state: `go run mage.go lab:up` replaces it, `go run mage.go lab:down` removes it)"
 		if cfg, err := config.Load(dir.Config()); err == nil && b.resumable(dir, cfg) == "" {
 			st.Message = "the lab process is not running (`go run mage.go lab:up` resumes the lab on its etcd data, `go run mage.go lab:down` removes it)"
@@ -476,16 +464,16 @@ func (b *Backend) Status(ctx context.Context, name string) (*backend.Status, err
 		}
 		return st, nil
 	}
-	st.Phase, st.Message, st.PID, st.APIServer = backend.Phase(s.Phase), s.Message, s.PID, s.APIServer
+	st.Phase, st.Message, st.PID, st.APIServer = status.Phase(s.Phase), s.Message, s.PID, s.APIServer
 
 	ready := map[string]string{}
-	if client, err := backend.NewClient(dir.Kubeconfig()); err == nil {
+	if client, err := kubeclient.New(dir.Kubeconfig()); err == nil {
 		if nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
 			for i := range nodes.Items {
 				ready[nodes.Items[i].Name] = backend.NodeReady(&nodes.Items[i])
 			}
 		} else {
-			st.Phase, st.Message = backend.PhaseDegraded, "the API server does not answer: "+err.Error()
+			st.Phase, st.Message = status.PhaseDegraded, "the API server does not answer: "+err.Error()
 		}
 	}
 	cfg, err := config.Load(dir.Config())
@@ -494,7 +482,7 @@ func (b *Backend) Status(ctx context.Context, name string) (*backend.Status, err
 	}
 	for _, n := range cfg.Nodes {
 		nd := dir.Node(n.Name)
-		ns := backend.NodeStatus{Name: n.Name, Ready: ready[n.Name],
+		ns := status.NodeStatus{Name: n.Name, Ready: ready[n.Name],
 			RegistrarDir: nd.PluginsRegistry(), PluginsDir: nd.Plugins(), CDIDir: nd.CDI()}
 		if ns.Ready == "" {
 			ns.Ready = "NotRegistered"
@@ -520,7 +508,7 @@ func (b *Backend) Status(ctx context.Context, name string) (*backend.Status, err
 		}
 		ns.Healthy = nodeOK && runtimeOK && driverOK
 		if !ns.Healthy {
-			st.Phase = backend.PhaseDegraded
+			st.Phase = status.PhaseDegraded
 		}
 		st.Nodes = append(st.Nodes, ns)
 	}
@@ -591,7 +579,7 @@ func copyFile(src, dst string) error {
 func checkPortFree(port int) error {
 	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
-		return fmt.Errorf("%w: the lab's apiServerPort %d on 127.0.0.1 is taken by another program (%v); choose another port, or 0 for a free one", ErrPortInUse, port, err)
+		return fmt.Errorf("%w: the lab's apiServerPort %d on 127.0.0.1 is taken by another program (%v); choose another port, or 0 for a free one", status.ErrPortInUse, port, err)
 	}
 	return l.Close()
 }
@@ -608,10 +596,6 @@ func logTail(path string, n int) string {
 	}
 	return "last lines of " + path + ":\n    " + strings.Join(lines, "\n    ")
 }
-
-// ErrPathTooLong means a node's plugin socket would not fit a unix socket
-// path.
-var ErrPathTooLong = errors.New("the nodes' plugin sockets would not fit a unix socket path")
 
 // maxSocketPath is the longest path a unix socket address holds (108 bytes
 // with the terminating NUL on Linux).
@@ -639,7 +623,7 @@ func checkSocketPaths(dir labstate.Dir, cfg *config.Config) error {
 		} {
 			if len(sock) > maxSocketPath {
 				return fmt.Errorf("%w: node %s's %s is %d bytes, over the %d a unix socket path may have; the kubelet's directory is already a short link (%s), so use a shorter driver name or TMPDIR",
-					ErrPathTooLong, n.Name, sock, len(sock), maxSocketPath, nd.KubeletRoot())
+					status.ErrPathTooLong, n.Name, sock, len(sock), maxSocketPath, nd.KubeletRoot())
 			}
 		}
 	}

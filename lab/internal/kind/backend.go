@@ -2,7 +2,6 @@ package kind
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,12 +20,10 @@ import (
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/ui"
-	"github.com/dralab/dralab/lab/backend"
 	"github.com/dralab/dralab/lab/config"
+	"github.com/dralab/dralab/lab/internal/backend"
+	"github.com/dralab/dralab/lab/status"
 )
-
-// ErrNoEngine means no container engine that kind can use is available.
-var ErrNoEngine = errors.New("kind needs a working Docker or Podman engine")
 
 // DriverNamespace is where the driver's chart is installed.
 const DriverNamespace = "dralab-system"
@@ -57,12 +54,12 @@ func (b *Backend) Kubeconfig(name string) string { return filepath.Join(b.root, 
 func (b *Backend) provider() (*cluster.Provider, []string, error) {
 	opt, err := cluster.DetectNodeProvider()
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %v; the embedded backend (the default) needs none", ErrNoEngine, err)
+		return nil, nil, fmt.Errorf("%w: %v; the embedded backend (the default) needs none", status.ErrNoEngine, err)
 	}
 	p := cluster.NewProvider(opt, cluster.ProviderWithLogger(kindlog.NoopLogger{}))
 	clusters, err := p.List()
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w (%v); the embedded backend (the default) needs none", ErrNoEngine, err)
+		return nil, nil, fmt.Errorf("%w (%v); the embedded backend (the default) needs none", status.ErrNoEngine, err)
 	}
 	return p, clusters, nil
 }
@@ -70,31 +67,31 @@ func (b *Backend) provider() (*cluster.Provider, []string, error) {
 // Up implements backend.Backend: create the cluster (or reuse it), load the
 // driver image into every node, install the driver chart once per GPU
 // mode, and wait for the nodes and their GPUs.
-func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progress) (backend.UpResult, error) {
+func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progress) (status.UpResult, error) {
 	p, existing, err := b.provider()
 	if err != nil {
-		return backend.UpResult{}, err
+		return status.UpResult{}, err
 	}
 	kubeconfig := b.Kubeconfig(cfg.Name)
 	reused := slices.Contains(existing, cfg.Name)
 	if !reused {
 		rendered, err := Render(cfg)
 		if err != nil {
-			return backend.UpResult{}, err
+			return status.UpResult{}, err
 		}
 		if err := os.MkdirAll(filepath.Dir(kubeconfig), 0o700); err != nil {
-			return backend.UpResult{}, err
+			return status.UpResult{}, err
 		}
 		// Recorded like every lab's, so that lab:list and lab:down find it.
 		if err := cfg.Record(filepath.Join(filepath.Dir(kubeconfig), "config.json")); err != nil {
-			return backend.UpResult{}, err
+			return status.UpResult{}, err
 		}
 		done := progress(fmt.Sprintf("Creating kind cluster %q (%s, %d workers)", cfg.Name, NodeImage, len(cfg.Nodes)))
 		err = p.Create(cfg.Name, cluster.CreateWithV1Alpha4Config(rendered), cluster.CreateWithWaitForReady(3*time.Minute),
 			cluster.CreateWithKubeconfigPath(kubeconfig), cluster.CreateWithDisplayUsage(false), cluster.CreateWithDisplaySalutation(false))
 		done(err)
 		if err != nil {
-			return backend.UpResult{}, fmt.Errorf("creating kind cluster %s: %w", cfg.Name, err)
+			return status.UpResult{}, fmt.Errorf("creating kind cluster %s: %w", cfg.Name, err)
 		}
 	}
 
@@ -102,7 +99,7 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 	err = b.loadDriverImage(ctx, p, cfg.Name)
 	done(err)
 	if err != nil {
-		return backend.UpResult{Reused: reused}, err
+		return status.UpResult{Reused: reused}, err
 	}
 	for _, mode := range Modes(cfg) {
 		done := progress(fmt.Sprintf("Installing the driver chart (%s mode) with the Helm SDK", mode))
@@ -110,7 +107,7 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 			ChartValues(mode, build.DriverImageRepository, build.DriverImageTag))
 		done(err)
 		if err != nil {
-			return backend.UpResult{Reused: reused}, err
+			return status.UpResult{Reused: reused}, err
 		}
 	}
 	done = progress(fmt.Sprintf("Waiting for %d node(s) to be Ready with their GPUs published", len(cfg.Nodes)))
@@ -119,7 +116,7 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 			return "kubectl -n " + DriverNamespace + " logs daemonset/" + ReleaseName(config.GPUModeDRA) + "-dralab-driver"
 		})
 	done(err)
-	return backend.UpResult{Reused: reused}, err
+	return status.UpResult{Reused: reused}, err
 }
 
 func (b *Backend) loadDriverImage(ctx context.Context, p *cluster.Provider, name string) error {
@@ -163,8 +160,8 @@ func (b *Backend) Down(ctx context.Context, name string) error {
 }
 
 // Status implements backend.Backend.
-func (b *Backend) Status(ctx context.Context, name string) (*backend.Status, error) {
-	st := &backend.Status{Name: name, Backend: b.Name(), Phase: backend.PhaseAbsent, Kubeconfig: b.Kubeconfig(name), StateDir: filepath.Dir(b.Kubeconfig(name))}
+func (b *Backend) Status(ctx context.Context, name string) (*status.Status, error) {
+	st := &status.Status{Name: name, Backend: b.Name(), Phase: status.PhaseAbsent, Kubeconfig: b.Kubeconfig(name), StateDir: filepath.Dir(b.Kubeconfig(name))}
 	_, clusters, err := b.provider()
 	if err != nil {
 		st.Message = err.Error()
@@ -173,10 +170,10 @@ func (b *Backend) Status(ctx context.Context, name string) (*backend.Status, err
 	if !slices.Contains(clusters, name) {
 		return st, nil
 	}
-	st.Phase = backend.PhaseRunning
+	st.Phase = status.PhaseRunning
 	restConfig, err := clientcmd.BuildConfigFromFlags("", st.Kubeconfig)
 	if err != nil {
-		st.Phase, st.Message = backend.PhaseDegraded, err.Error()
+		st.Phase, st.Message = status.PhaseDegraded, err.Error()
 		return st, nil
 	}
 	st.APIServer = restConfig.Host
@@ -186,7 +183,7 @@ func (b *Backend) Status(ctx context.Context, name string) (*backend.Status, err
 	}
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		st.Phase, st.Message = backend.PhaseDegraded, "the API server does not answer: "+err.Error()
+		st.Phase, st.Message = status.PhaseDegraded, "the API server does not answer: "+err.Error()
 		return st, nil
 	}
 	for i := range nodes.Items {
@@ -195,13 +192,13 @@ func (b *Backend) Status(ctx context.Context, name string) (*backend.Status, err
 		if labNode == "" {
 			continue
 		}
-		ns := backend.NodeStatus{Name: labNode, Process: "kind node " + n.Name, Ready: backend.NodeReady(n), Healthy: backend.NodeReady(n) == string(v1.ConditionTrue)}
+		ns := status.NodeStatus{Name: labNode, Process: "kind node " + n.Name, Ready: backend.NodeReady(n), Healthy: backend.NodeReady(n) == string(v1.ConditionTrue)}
 		if p := n.Labels[gpu.NodeProfileLabel]; p != "" {
 			ns.Profile = fmt.Sprintf("%s× %s (%s)", n.Labels[LabelGPUs], p, n.Labels[LabelGPUMode])
 			ns.Driver = "DaemonSet " + DriverNamespace + "/" + ReleaseName(n.Labels[LabelGPUMode]) + "-dralab-driver"
 		}
 		if !ns.Healthy {
-			st.Phase = backend.PhaseDegraded
+			st.Phase = status.PhaseDegraded
 		}
 		st.Nodes = append(st.Nodes, ns)
 	}

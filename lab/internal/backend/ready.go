@@ -11,27 +11,15 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/kubeclient"
 	"github.com/dralab/dralab/lab/config"
 )
 
 // nodesReadyTimeout bounds the wait for a broken lab; a warm one is Ready
 // in seconds.
 const nodesReadyTimeout = 2 * time.Minute
-
-// NewClient is a client of a lab's API server, with a short timeout so that
-// a lab that does not answer is reported, not waited for.
-func NewClient(kubeconfig string) (*kubernetes.Clientset, error) {
-	restConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("lab kubeconfig: %w", err)
-	}
-	restConfig.Timeout = 5 * time.Second
-	return kubernetes.NewForConfig(restConfig)
-}
 
 // SameName maps a cluster node to the lab node of the same name.
 func SameName(n *v1.Node) string { return n.Name }
@@ -67,7 +55,7 @@ func WaitReady(ctx context.Context, kubeconfig string, cfg *config.Config, labNo
 // Ready condition (a lab resumed on its etcd data): a node counts only once
 // its kubelet has reported its status at or after since.
 func WaitReadySince(ctx context.Context, kubeconfig string, cfg *config.Config, since time.Time, labNode func(*v1.Node) string, logOf func(node, component string) string) error {
-	client, err := NewClient(kubeconfig)
+	client, err := kubeclient.New(kubeconfig)
 	if err != nil {
 		return err
 	}

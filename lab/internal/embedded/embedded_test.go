@@ -15,6 +15,7 @@ import (
 	"github.com/dralab/dralab/internal/procid"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab/config"
+	"github.com/dralab/dralab/lab/status"
 )
 
 func noBinary(context.Context) (string, error) { return "", errors.New("no binary in this test") }
@@ -108,8 +109,8 @@ func TestSocketPathsIncludeRollingUpdateNames(t *testing.T) {
 		t.Errorf("a %d-byte driver name: %v", len(name), err)
 	}
 	err := checkSocketPaths(deep, cfg("d"+name))
-	if !errors.Is(err, ErrPathTooLong) || !strings.Contains(err.Error(), "/dra-uuuu") || !strings.Contains(err.Error(), "driver name") {
-		t.Fatalf("checkSocketPaths with a %d-byte driver name = %v; want ErrPathTooLong naming the DRA socket and the driver name", len(name)+1, err)
+	if !errors.Is(err, status.ErrPathTooLong) || !strings.Contains(err.Error(), "/dra-uuuu") || !strings.Contains(err.Error(), "driver name") {
+		t.Fatalf("checkSocketPaths with a %d-byte driver name = %v; want status.ErrPathTooLong naming the DRA socket and the driver name", len(name)+1, err)
 	}
 }
 
@@ -199,14 +200,14 @@ func TestUpExplainsDegradedLab(t *testing.T) {
 	if err := os.WriteFile(dir.PIDFile(), pidFile, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	status := &labstate.Status{Phase: labstate.PhaseRunning, ID: labProc, ConfigHash: cfg.Hash(), Processes: []labstate.ProcessStatus{
+	st := &labstate.Status{Phase: labstate.PhaseRunning, ID: labProc, ConfigHash: cfg.Hash(), Processes: []labstate.ProcessStatus{
 		{Role: labstate.RoleNode, Node: "n1", ID: node, Exit: "signal: killed"},
 	}}
-	if err := dir.WriteStatus(status); err != nil {
+	if err := dir.WriteStatus(st); err != nil {
 		t.Fatal(err)
 	}
 	_, err := b.Up(context.Background(), cfg, ui.NoProgress)
-	if !errors.Is(err, ErrDegraded) || !strings.Contains(err.Error(), "node n1: exited: signal: killed") || !strings.Contains(err.Error(), "lab:down") {
-		t.Errorf("Up on a degraded lab = %v; want ErrDegraded naming the node and how to recreate the lab", err)
+	if !errors.Is(err, status.ErrDegraded) || !strings.Contains(err.Error(), "node n1: exited: signal: killed") || !strings.Contains(err.Error(), "lab:down") {
+		t.Errorf("Up on a degraded lab = %v; want status.ErrDegraded naming the node and how to recreate the lab", err)
 	}
 }

@@ -1,0 +1,22 @@
+// Package kubeclient makes the clients dralab's own processes use to reach
+// a lab's API server.
+package kubeclient
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// New is a client of a lab's API server, with a short timeout so that a
+// lab that does not answer is reported, not waited for.
+func New(kubeconfig string) (*kubernetes.Clientset, error) {
+	restConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("lab kubeconfig: %w", err)
+	}
+	restConfig.Timeout = 5 * time.Second
+	return kubernetes.NewForConfig(restConfig)
+}
