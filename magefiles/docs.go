@@ -14,6 +14,13 @@ import (
 // Docs regenerates what the docs show.
 type Docs mg.Namespace
 
+// Check verifies that what README.md and docs/ tell people to run exists:
+// every mage target, every dralab-conformance flag, every folder given to
+// go test (go test ./docs; test:all runs it too).
+func (Docs) Check() error {
+	return sh.RunV("go", "test", "-count=1", "-v", "./docs")
+}
+
 // Screenshot runs the dashboard's and the scenario report's browser tests
 // and keeps the screenshots they take as docs/images/dashboard.png and
 // docs/images/scenario-report.png (needs Chromium: deps:browser).
