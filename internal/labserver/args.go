@@ -1,0 +1,140 @@
+package labserver
+
+import (
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/drivers/nvml"
+	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/realnode"
+	"github.com/dralab/dralab/lab/config"
+)
+
+// nodeArgs runs a hollow node.
+func nodeArgs(dir labstate.Dir, n config.Node, caCert string, verbosity int) ([]string, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"node",
+		"--state-dir=" + string(dir),
+		"--name=" + n.Name,
+		"--port=" + strconv.Itoa(port),
+		"--ca-cert=" + caCert,
+		"--v=" + strconv.Itoa(verbosity),
+	}
+	for k, v := range nodeLabels(n) {
+		args = append(args, "--label="+k+"="+v)
+	}
+	return args, nil
+}
+
+// driverArgs runs the GPU driver of a node, with the node's identity: the
+// Node authorizer lets it write its own ResourceSlices; the driver group
+// lets it read claims, as a DaemonSet's ServiceAccount would, which the
+// conformance suite's sanity checks need (they prepare claims no pod uses).
+func driverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
+	nd := dir.Node(n.Name)
+	inventory := []string{"--inventory=fake", "--profile=" + n.GPUs.Profile, "--gpus=" + strconv.Itoa(n.GPUs.Count)}
+	if p := n.GPUs.Partitioning; p != "" {
+		inventory = append(inventory, "--partitioning="+p)
+	}
+	if sh := n.GPUs.Sharing; sh != "" {
+		inventory = append(inventory, "--sharing="+sh)
+	}
+	if a := n.GPUs.Attach; a != "" {
+		inventory = append(inventory, "--attach="+a)
+	}
+	if n.GPUs.NVML != "" {
+		inventory = []string{"--inventory=nvml", "--nvml=" + nvml.SourceOf(n.GPUs.NVML)}
+	}
+	return append(inventory,
+		"--node-name="+n.Name,
+		"--kubeconfig="+nd.DriverKubeconfig(),
+		"--mode="+n.GPUs.Mode,
+		"--kubelet-registrar-dir="+nd.PluginsRegistry(),
+		"--kubelet-plugins-dir="+nd.Plugins(),
+		"--kubelet-device-plugins-dir="+devicePluginsDir(n, nd),
+		"--cdi-dir="+nd.CDI(),
+		"--checkpoint-dir="+nd.DriverCheckpoint(),
+		"--faults-file="+nd.GPUFaults(),
+		"--v="+strconv.Itoa(verbosity),
+	)
+}
+
+// outsideDriver runs a configured outside driver's kubelet plugin on a
+// node, with the node's credentials, directories and ports in its
+// placeholders. Nodes share the host's network namespace: each gets its
+// own free loopback ports, and others if one was taken before the plugin
+// bound it.
+func outsideDriver(dir labstate.Dir, d *config.Driver, n config.Node) (*process, error) {
+	nd := dir.Node(n.Name)
+	pluginDir := filepath.Join(nd.Plugins(), d.Name)
+	for _, dir := range []string{pluginDir, nd.DriverCheckpoint(), nd.CDI()} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, err
+		}
+	}
+	expand := func() ([]string, []string, error) {
+		values := map[string]string{
+			"{nodeName}":     n.Name,
+			"{kubeconfig}":   nd.DriverKubeconfig(),
+			"{registrarDir}": nd.PluginsRegistry(),
+			"{pluginDir}":    pluginDir,
+			"{pluginsDir}":   nd.Plugins(),
+			"{cdiDir}":       nd.CDI(),
+			"{stateDir}":     nd.DriverCheckpoint(),
+		}
+		for _, name := range d.PortNames() {
+			port, err := freePort()
+			if err != nil {
+				return nil, nil, err
+			}
+			values[config.PortPlaceholder(name)] = strconv.Itoa(port)
+		}
+		command, extra := d.Expand(values)
+		env := os.Environ()
+		for _, k := range slices.Sorted(maps.Keys(extra)) {
+			env = append(env, k+"="+extra[k])
+		}
+		return command, env, nil
+	}
+	command, env, err := expand()
+	if err != nil {
+		return nil, err
+	}
+	return &process{role: labstate.RoleDriver, node: n.Name, bin: command[0], args: command[1:], env: env, restart: true,
+		rebind: func() ([]string, []string, error) {
+			command, env, err := expand()
+			if err != nil {
+				return nil, nil, err
+			}
+			return command[1:], env, nil
+		}}, nil
+}
+
+// nodeLabels are the labels a node registers with: its configured labels
+// and, for a GPU node, its GPU profile.
+func nodeLabels(n config.Node) map[string]string {
+	labels := map[string]string{}
+	for k, v := range n.Labels {
+		labels[k] = v
+	}
+	if n.GPUs != nil && n.GPUs.Profile != "" {
+		labels[gpu.NodeProfileLabel] = n.GPUs.Profile
+	}
+	return labels
+}
+
+// devicePluginsDir is where a node's kubelet serves the device-plugin
+// Registration service: a fixed host path for the real kubelet.
+func devicePluginsDir(n config.Node, nd labstate.NodeDir) string {
+	if n.Kind == config.NodeReal {
+		return realnode.DevicePluginsDir
+	}
+	return nd.DevicePlugins()
+}
