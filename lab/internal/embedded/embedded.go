@@ -9,25 +9,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/build"
-	"github.com/dralab/dralab/internal/kubeclient"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/procid"
-	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/internal/backend"
@@ -368,176 +363,6 @@ func (b *Backend) removeState(ctx context.Context, dir labstate.Dir) error {
 	return nil
 }
 
-// undoRealNodes undoes what the real nodes of a lab whose process no
-// longer runs did to the host. A lab process stopped by SIGTERM cleaned up
-// after its real node; one that was killed did not. The node's host record
-// says what to undo; the configuration is not needed (it may no longer
-// validate).
-func (b *Backend) undoRealNodes(ctx context.Context, dir labstate.Dir) error {
-	nodes, _ := realnode.NodesWithHostRecords(dir)
-	if len(nodes) == 0 {
-		return nil
-	}
-	bin, err := b.binary(ctx)
-	if err == nil {
-		var out []byte
-		out, err = exec.CommandContext(ctx, bin, "lab", "cleanup", "--state-dir="+string(dir)).CombinedOutput()
-		if err != nil {
-			err = fmt.Errorf("%w: %s", err, out)
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("cleaning up the real node of %s (its state is kept; retry with go run mage.go lab:down): %w", dir, err)
-	}
-	return nil
-}
-
-// resumable says why the state of a lab whose process no longer runs
-// cannot be resumed, or "" when it can: the lab had come up (its last
-// status is Running) with the configuration asked for now, its etcd data
-// is there, and the test that owned it, if any, still runs. A lab that
-// failed to start, was being stopped, or belonged to an ended test is
-// deleted instead.
-func (b *Backend) resumable(dir labstate.Dir, cfg *config.Config) string {
-	st, err := dir.ReadStatus()
-	switch {
-	case err != nil:
-		return fmt.Sprintf("no readable status (%v)", err)
-	case st.Phase != labstate.PhaseRunning:
-		return "its last status is " + st.Phase
-	case st.ConfigHash != cfg.Hash():
-		return "it ran another configuration"
-	}
-	if _, err := os.Stat(dir.Etcd()); err != nil {
-		return fmt.Sprintf("no etcd data (%v)", err)
-	}
-	owner, owned, err := dir.ReadOwner()
-	switch {
-	case err != nil:
-		return err.Error()
-	case owned && !owner.Alive():
-		return "its owner " + owner.String() + " has ended"
-	case owned && b.owner != owner.PID:
-		return "it belongs to " + owner.String()
-	}
-	return ""
-}
-
-func hasRealNode(cfg *config.Config) bool {
-	for _, n := range cfg.Nodes {
-		if n.Kind == config.NodeReal {
-			return true
-		}
-	}
-	return false
-}
-
-func checkRealNodeHost() error {
-	if os.Geteuid() != 0 {
-		return fmt.Errorf("%w: a real node runs containers and needs root", status.ErrHostNotReady)
-	}
-	if missing := realnode.MissingHostPrograms(); len(missing) > 0 {
-		return fmt.Errorf("%w: missing %s; install them with: go run mage.go deps:realnode", status.ErrHostNotReady, strings.Join(missing, ", "))
-	}
-	return nil
-}
-
-// Status implements backend.Backend.
-func (b *Backend) Status(ctx context.Context, name string) (*status.Status, error) {
-	dir := b.dir(name)
-	st := &status.Status{Name: name, Backend: b.Name(), Phase: status.PhaseAbsent, StateDir: string(dir), Kubeconfig: dir.Kubeconfig()}
-	if _, err := os.Stat(string(dir)); errors.Is(err, os.ErrNotExist) {
-		return st, nil
-	}
-	running, s, err := b.running(dir)
-	if err != nil {
-		return nil, err
-	}
-	if !running {
-		st.Phase = status.PhaseFailed
-		st.Message = "the lab process is not running (stale state: `go run mage.go lab:up` replaces it, `go run mage.go lab:down` removes it)"
-		if cfg, err := config.Load(dir.Config()); err == nil && b.resumable(dir, cfg) == "" {
-			st.Message = "the lab process is not running (`go run mage.go lab:up` resumes the lab on its etcd data, `go run mage.go lab:down` removes it)"
-		}
-		if s, err := dir.ReadStatus(); err == nil && s.Message != "" {
-			st.Message = s.Message + "; " + st.Message
-		}
-		return st, nil
-	}
-	st.Phase, st.Message, st.PID, st.APIServer = status.Phase(s.Phase), s.Message, s.PID, s.APIServer
-
-	ready := map[string]string{}
-	if client, err := kubeclient.New(dir.Kubeconfig()); err == nil {
-		if nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
-			for i := range nodes.Items {
-				ready[nodes.Items[i].Name] = backend.NodeReady(&nodes.Items[i])
-			}
-		} else {
-			st.Phase, st.Message = status.PhaseDegraded, "the API server does not answer: "+err.Error()
-		}
-	}
-	cfg, err := config.Load(dir.Config())
-	if err != nil {
-		return nil, err
-	}
-	for _, n := range cfg.Nodes {
-		nd := dir.Node(n.Name)
-		ns := status.NodeStatus{Name: n.Name, Ready: ready[n.Name],
-			RegistrarDir: nd.PluginsRegistry(), PluginsDir: nd.Plugins(), CDIDir: nd.CDI()}
-		if ns.Ready == "" {
-			ns.Ready = "NotRegistered"
-		}
-		var nodeOK, runtimeOK, driverOK bool
-		ns.Process, ns.PID, nodeOK = processState(s, labstate.RoleNode, n.Name)
-		runtimeOK, driverOK = true, true
-		if n.Kind == config.NodeReal {
-			var runtime string
-			runtime, _, runtimeOK = processState(s, labstate.RoleContainerd, n.Name)
-			ns.Process = "kubelet " + ns.Process + ", containerd " + runtime
-		}
-		switch {
-		case cfg.Driver != nil:
-			ns.Profile = cfg.Driver.Name
-			ns.Driver, ns.DriverPID, driverOK = processState(s, labstate.RoleDriver, n.Name)
-		case n.GPUs != nil && n.GPUs.NVML != "":
-			ns.Profile = fmt.Sprintf("NVML %s (%s)", n.GPUs.NVML, n.GPUs.Mode)
-			ns.Driver, ns.DriverPID, driverOK = processState(s, labstate.RoleDriver, n.Name)
-		case n.GPUs != nil:
-			ns.Profile = fmt.Sprintf("%d× %s (%s)", n.GPUs.Count, n.GPUs.Profile, n.GPUs.Mode)
-			ns.Driver, ns.DriverPID, driverOK = processState(s, labstate.RoleDriver, n.Name)
-		}
-		ns.Healthy = nodeOK && runtimeOK && driverOK
-		if !ns.Healthy {
-			st.Phase = status.PhaseDegraded
-		}
-		st.Nodes = append(st.Nodes, ns)
-	}
-	return st, nil
-}
-
-// processState describes a node's process of a role, its PID while it
-// runs, and whether that is well. A lab still starting has not started
-// drivers yet.
-func processState(s *labstate.Status, role, node string) (string, int, bool) {
-	p, found := s.Process(role, node)
-	switch {
-	case !found && s.Phase == labstate.PhaseStarting:
-		return "starting", 0, true
-	case !found:
-		return "not started", 0, false
-	case p.Running && p.ID.Alive():
-		if p.Restarts > 0 {
-			return fmt.Sprintf("running (pid %d, %d restarts, last: %s)", p.PID, p.Restarts, p.Exit), p.PID, true
-		}
-		return fmt.Sprintf("running (pid %d)", p.PID), p.PID, true
-	case p.Exit != "":
-		return "exited: " + p.Exit, 0, false
-	default:
-		// Dead, and the lab process has not recorded it yet.
-		return "exited", 0, false
-	}
-}
-
 // CollectLogs implements backend.Backend.
 func (b *Backend) CollectLogs(ctx context.Context, name, out string) error {
 	src := b.dir(name).Logs()
@@ -574,58 +399,4 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	return out.Close()
-}
-
-func checkPortFree(port int) error {
-	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-	if err != nil {
-		return fmt.Errorf("%w: the lab's apiServerPort %d on 127.0.0.1 is taken by another program (%v); choose another port, or 0 for a free one", status.ErrPortInUse, port, err)
-	}
-	return l.Close()
-}
-
-// logTail returns the last n lines of a log file, indented, for error messages.
-func logTail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return "(no log at " + path + ")"
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return "last lines of " + path + ":\n    " + strings.Join(lines, "\n    ")
-}
-
-// maxSocketPath is the longest path a unix socket address holds (108 bytes
-// with the terminating NUL on Linux).
-const maxSocketPath = 107
-
-// podUIDLength is the length of a pod UID, which the kubelet plugin helper
-// puts in its DRA socket's name when a driver supports rolling updates.
-const podUIDLength = len("00000000-0000-0000-0000-000000000000")
-
-// checkSocketPaths refuses a lab whose deepest sockets would not fit: the
-// driver's registration socket and its DRA socket, named with a pod UID
-// as the kubelet plugin helper does for rolling updates
-// (<plugins>/<driver>/dra-<uid>.sock). A driver whose socket does not fit
-// exits at every start, and the lab would wait for its devices in vain.
-func checkSocketPaths(dir labstate.Dir, cfg *config.Config) error {
-	driver := gpu.DriverName
-	if cfg.Driver != nil {
-		driver = cfg.Driver.Name
-	}
-	for _, n := range cfg.Nodes {
-		nd := dir.Node(n.Name)
-		for _, sock := range []string{
-			filepath.Join(nd.PluginsRegistry(), driver+"-reg.sock"),
-			filepath.Join(nd.Plugins(), driver, "dra-"+strings.Repeat("u", podUIDLength)+".sock"),
-		} {
-			if len(sock) > maxSocketPath {
-				return fmt.Errorf("%w: node %s's %s is %d bytes, over the %d a unix socket path may have; the kubelet's directory is already a short link (%s), so use a shorter driver name or TMPDIR",
-					status.ErrPathTooLong, n.Name, sock, len(sock), maxSocketPath, nd.KubeletRoot())
-			}
-		}
-	}
-	return nil
 }
