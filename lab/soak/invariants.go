@@ -362,26 +362,6 @@ func waiting(p *v1.Pod) string {
 	return "no container status"
 }
 
-// podClaims are the claims a pod uses, by name: its own and the one that
-// backs its extended resources.
-func podClaims(p *v1.Pod) []string {
-	var out []string
-	for _, s := range p.Status.ResourceClaimStatuses {
-		if s.ResourceClaimName != nil {
-			out = append(out, *s.ResourceClaimName)
-		}
-	}
-	for _, rc := range p.Spec.ResourceClaims {
-		if rc.ResourceClaimName != nil {
-			out = append(out, *rc.ResourceClaimName)
-		}
-	}
-	if s := p.Status.ExtendedResourceClaimStatus; s != nil && s.ResourceClaimName != "" {
-		out = append(out, s.ResourceClaimName)
-	}
-	return out
-}
-
 // preparedOnce finds claims of running pods that are not prepared exactly
 // once, on the pod's node, with their allocation's devices of the GPU
 // driver.
@@ -397,7 +377,7 @@ func preparedOnce(o *observation) []finding {
 		if p.Status.Phase != v1.PodRunning || p.DeletionTimestamp != nil {
 			continue
 		}
-		for _, name := range podClaims(p) {
+		for _, name := range report.ClaimNames(p) {
 			c := claims[p.Namespace+"/"+name]
 			if c == nil || c.Status.Allocation == nil || done[c.UID] {
 				continue

@@ -276,6 +276,17 @@ func podClaims(pod *v1.Pod) []claimRef {
 	return refs
 }
 
+// ClaimNames are the names of the ResourceClaims a pod uses: its own, its
+// templates' generated ones once the controller named them, and the claim
+// of its extended resources.
+func ClaimNames(pod *v1.Pod) []string {
+	var out []string
+	for _, r := range podClaims(pod) {
+		out = append(out, r.name)
+	}
+	return out
+}
+
 // Tier is the tier of a GPU of dralab's driver, "" for other devices.
 func Tier(ctx context.Context, driver string, dev *resourceapi.Device) (string, error) {
 	return gpu.TierOf(ctx, cel.Device{Driver: driver, Attributes: dev.Attributes, Capacity: dev.Capacity})
