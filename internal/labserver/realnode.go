@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
-	"github.com/dralab/dralab/internal/controlplane"
 	"github.com/dralab/dralab/internal/kubeclient"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/realnode"
@@ -95,44 +94,6 @@ func recordHost(ctx context.Context, dir labstate.Dir, node string, rec *realnod
 		return
 	}
 	logger.V(1).Info("Recorded what the real node created on the host", "node", node, "chains", rec.ChainsCreated, "paths", rec.PathsCreated)
-}
-
-// shutdown stops the lab's processes in order: drivers, kubelets, the
-// control plane (so that drivers and kubelets stop against a live API
-// server); then, on
-// a real node, the pods through the CRI while containerd still runs (which
-// tears down their networks), containerd, and what is left on the host.
-func shutdown(ctx context.Context, procs *supervisor, dir labstate.Dir, cfg *config.Config, cp *controlplane.ControlPlane) {
-	logger := klog.FromContext(ctx)
-	const grace = 10 * time.Second
-	bg := context.WithoutCancel(ctx)
-	procs.stop(bg, grace, labstate.RoleDriver)
-	procs.stop(bg, grace, labstate.RoleNode)
-	logger.Info("Stopped the lab's drivers and nodes")
-	if cp != nil {
-		cp.Stop()
-		logger.Info("Stopped the control plane")
-	}
-	for _, n := range cfg.Nodes {
-		if n.Kind != config.NodeReal {
-			continue
-		}
-		p := realnode.Paths{Node: dir.Node(n.Name)}
-		rctx, cancel := context.WithTimeout(bg, 30*time.Second)
-		if err := realnode.RemovePods(rctx, p); err != nil {
-			logger.Error(err, "Removing the real node's pods", "node", n.Name)
-		}
-		cancel()
-	}
-	procs.stop(bg, grace, labstate.RoleContainerd)
-	if err := CleanupHost(bg, dir); err != nil {
-		logger.Error(err, "Cleaning up the host")
-	}
-	for _, nd := range dir.Nodes() {
-		if err := nd.Unlink(); err != nil {
-			logger.Error(err, "Removing a node's short path", "node", nd)
-		}
-	}
 }
 
 // CleanupHost undoes what real nodes did to the host, from their host
