@@ -152,19 +152,35 @@ func Same[T any](t testing.TB, v T, data []byte, decode func([]byte) (T, error))
 // equal compares decoded values field by field, unexported ones too, with
 // three allowances for what an encoding does not keep: quantities compare
 // by their value ("1.5Gi" and "1536Mi" are one quantity, which a decoder
-// may hold in either form); raw JSON (a driver's opaque state) by its
-// compact form, since encoding re-indents it; and an empty map or slice
+// may hold in either form); raw JSON (a driver's opaque state) by the
+// value it holds, since encoding re-indents it and escapes <, > and & in
+// its strings; and an empty map or slice
 // equals a nil one (an omitempty field encodes both as nothing, so
 // "labels: {}" decodes again as no labels; every consumer treats the two
 // alike).
+// sameJSON tells whether two raw JSON documents hold the same value
+// (numbers compared as written); ones that do not decode compare byte by
+// byte.
+func sameJSON(a, b json.RawMessage) bool {
+	decode := func(raw json.RawMessage) (any, error) {
+		d := json.NewDecoder(bytes.NewReader(raw))
+		d.UseNumber()
+		var v any
+		return v, d.Decode(&v)
+	}
+	va, errA := decode(a)
+	vb, errB := decode(b)
+	if errA == nil && errB == nil {
+		return reflect.DeepEqual(va, vb)
+	}
+	return bytes.Equal(a, b)
+}
+
 var equal = []cmp.Option{
 	cmpopts.EquateEmpty(),
 	// Not where both are empty: EquateEmpty compares those.
 	cmp.FilterValues(func(a, b json.RawMessage) bool { return len(a) > 0 || len(b) > 0 },
-		cmp.Comparer(func(a, b json.RawMessage) bool {
-			var ca, cb bytes.Buffer
-			return json.Compact(&ca, a) == nil && json.Compact(&cb, b) == nil && bytes.Equal(ca.Bytes(), cb.Bytes())
-		})),
+		cmp.Comparer(sameJSON)),
 	cmp.Exporter(func(reflect.Type) bool { return true }),
 	cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 }),
 }
