@@ -24,14 +24,7 @@ import (
 // it before building or running anything, naming the context, its server
 // and the consent to give; Where says the same.
 func TestRunRefusesAClusterWithoutConsent(t *testing.T) {
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://10.0.0.1:6443"}
-	cfg.Contexts["prod"] = &clientcmdapi.Context{Cluster: "c"}
-	cfg.CurrentContext = "prod"
-	kubeconfig := filepath.Join(t.TempDir(), "config")
-	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := writeKubeconfig(t, "prod")
 	o := conformance.Options{Manifest: "../fakegpu/driver.yaml", Kubeconfig: kubeconfig}
 	report, err := conformance.Run(context.Background(), o)
 	if !errors.Is(err, conformance.ErrNoConsent) || report != nil {
@@ -61,14 +54,7 @@ func TestRunRefusesAClusterWithoutConsent(t *testing.T) {
 // them it is one skipped case that says why, and a Sanity that cannot set
 // it up fails it; either way the JUnit file says so. No cluster is called.
 func TestRunSanityLayerWithoutANode(t *testing.T) {
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://10.0.0.1:6443"}
-	cfg.Contexts["ci"] = &clientcmdapi.Context{Cluster: "c"}
-	cfg.CurrentContext = "ci"
-	kubeconfig := filepath.Join(t.TempDir(), "config")
-	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := writeKubeconfig(t, "ci")
 	junit := filepath.Join(t.TempDir(), "junit.xml")
 	o := conformance.Options{Manifest: "../fakegpu/driver.yaml", Kubeconfig: kubeconfig, Target: "ci", Layer: conformance.LayerSanity, JUnit: junit}
 	var seen []results.Case
@@ -107,4 +93,19 @@ func TestRunSanityLayerWithoutANode(t *testing.T) {
 	if _, err := conformance.Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "give a kubeconfig") {
 		t.Errorf("no kubeconfig: %v", err)
 	}
+}
+
+// writeKubeconfig writes a kubeconfig whose current context, name, points
+// at an address no test calls.
+func writeKubeconfig(t *testing.T, name string) string {
+	t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://10.0.0.1:6443"}
+	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: "c"}
+	cfg.CurrentContext = name
+	kubeconfig := filepath.Join(t.TempDir(), "config")
+	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfig
 }

@@ -13,13 +13,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/e2e-framework/pkg/env"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 
 	"github.com/dralab/dralab/drivers/conformance/cluster"
 	"github.com/dralab/dralab/drivers/conformance/manifest"
+	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/labtest"
 )
 
@@ -36,23 +37,7 @@ func TestFeaturesOnLab(t *testing.T) {
 		t.Skip("starts an embedded lab: run without -short")
 	}
 	ctx := context.Background()
-	cfg, err := labtest.ConformanceConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := labtest.Start(ctx, cfg, "t-cluster")
-	t.Cleanup(func() {
-		if err := labtest.Stop(context.WithoutCancel(ctx), l); err != nil {
-			t.Error(err)
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	restConfig, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, restConfig := startLab(t, "t-cluster")
 	client := kubernetes.NewForConfigOrDie(restConfig)
 	m, err := manifest.Load("../../drivers/fakegpu/driver.yaml")
 	if err != nil {
@@ -244,4 +229,29 @@ func watchCreated(ctx context.Context, t *testing.T, client kubernetes.Interface
 		defer mu.Unlock()
 		return namespaces, rules
 	}
+}
+
+// startLab starts the conformance lab (labtest.ConformanceConfig) under
+// name for a test, deleted when the test ends, and returns it with its
+// client configuration.
+func startLab(t *testing.T, name string) (*lab.Lab, *rest.Config) {
+	t.Helper()
+	cfg, err := labtest.ConformanceConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := labtest.Start(context.Background(), cfg, name)
+	t.Cleanup(func() {
+		if err := labtest.Stop(context.Background(), l); err != nil {
+			t.Error(err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restConfig, err := l.RESTConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, restConfig
 }

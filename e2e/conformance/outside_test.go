@@ -68,23 +68,7 @@ func TestOutsideModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := labtest.ConformanceConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := labtest.Start(ctx, cfg, "t-outside")
-	t.Cleanup(func() {
-		if err := labtest.Stop(context.WithoutCancel(ctx), l); err != nil {
-			t.Error(err)
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	restConfig, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, restConfig := startLab(t, "t-outside")
 	m, err := manifest.Load(driverManifest)
 	if err != nil {
 		t.Fatal(err)
