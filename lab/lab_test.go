@@ -599,8 +599,15 @@ func TestFailedUpKeepsLogs(t *testing.T) {
 	}
 	dir := strings.TrimSuffix(err.Error()[i+len(kept):], ")")
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	if log, rerr := os.ReadFile(filepath.Join(dir, "lab.log")); rerr != nil || !strings.Contains(string(log), "/nonexistent/dra-plugin") {
-		t.Errorf("kept lab log in %s: %v; want it to name the plugin that failed:\n%s", dir, rerr, log)
+	log, rerr := os.ReadFile(filepath.Join(dir, "lab.log"))
+	reason := strings.Index(string(log), "/nonexistent/dra-plugin")
+	if rerr != nil || reason < 0 {
+		t.Errorf("kept lab log in %s: %v; want it to name the plugin that failed (Up said: %v):\n%s", dir, rerr, err, log)
+	}
+	// The reason comes before the lab stops what it started: the log
+	// names it even when the shutdown is cut short.
+	if stop := strings.Index(string(log), "Stopped the lab's drivers and nodes"); stop >= 0 && stop < reason {
+		t.Errorf("kept lab log in %s names the failed plugin only after the shutdown began:\n%s", dir, log)
 	}
 	if _, serr := os.Stat(filepath.Join(root, "t-fails")); !errors.Is(serr, os.ErrNotExist) {
 		t.Errorf("the failed lab's state remains: %v", serr)

@@ -117,12 +117,20 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		}
 	}
 	report()
+	// The reason is logged as soon as the lab fails, before it stops what
+	// it started: a shutdown can take seconds, and whoever reads the log
+	// meanwhile (lab:up, which keeps the logs of a lab it deletes, even
+	// when the lab process dies mid-shutdown) finds it there.
+	logged := false
+	logFailure := func(err error) {
+		if err != nil && !logged {
+			logged = true
+			logger.Error(err, "The lab failed")
+		}
+	}
 	defer func() {
 		if err != nil {
-			// Logged before the status says Failed: whoever sees the
-			// status (lab:up, which keeps the logs of a lab it deletes)
-			// finds the reason in the log already.
-			logger.Error(err, "The lab failed")
+			logFailure(err)
 			status.Phase, status.Message = labstate.PhaseFailed, err.Error()
 			report()
 		}
@@ -167,7 +175,10 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 	var cp *controlplane.ControlPlane
 	// Drivers and nodes stop while the API server still answers, so that
 	// they unprepare and deregister against it; the control plane last.
-	defer func() { shutdown(ctx, procs, dir, cfg, cp) }()
+	defer func() {
+		logFailure(err)
+		shutdown(ctx, procs, dir, cfg, cp)
+	}()
 	for _, n := range cfg.Nodes {
 		if err := dir.Node(n.Name).Link(); err != nil {
 			listener.Close()
