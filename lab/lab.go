@@ -171,7 +171,6 @@ var (
 	ErrDegraded = status.ErrDegraded
 )
 
-
 // ErrUnsupported means the configuration asks for something this build
 // cannot do.
 var ErrUnsupported = errors.New("unsupported")
