@@ -53,3 +53,15 @@ func TestNewChecksGPUNames(t *testing.T) {
 		t.Errorf("New left %d entries in the state root", len(entries))
 	}
 }
+
+func TestPlatformHint(t *testing.T) {
+	if h := platformHint("linux", config.BackendEmbedded); h != "" {
+		t.Errorf("platformHint(linux, embedded) = %q; want none", h)
+	}
+	if h := platformHint("darwin", config.BackendKind); h != "" {
+		t.Errorf("platformHint(darwin, kind) = %q; want none", h)
+	}
+	if h := platformHint("darwin", config.BackendEmbedded); !strings.Contains(h, "DRALAB_BACKEND=kind") || !strings.Contains(h, "darwin") {
+		t.Errorf("platformHint(darwin, embedded) = %q; want it to name the system and point to DRALAB_BACKEND=kind", h)
+	}
+}

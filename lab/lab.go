@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -214,7 +215,21 @@ func (l *Lab) Up(ctx context.Context) (UpResult, error) {
 			err = errors.Join(err, fmt.Errorf("cleaning up: %w", derr))
 		}
 	}
+	if err != nil {
+		if hint := platformHint(runtime.GOOS, l.backend.Name()); hint != "" {
+			err = fmt.Errorf("%w\n(%s)", err, hint)
+		}
+	}
 	return res, err
+}
+
+// platformHint points a user whose embedded lab failed on a system other
+// than Linux, where it is only cross-compiled, to the kind backend.
+func platformHint(goos, backend string) string {
+	if goos == "linux" || backend != config.BackendEmbedded {
+		return ""
+	}
+	return fmt.Sprintf("the embedded lab is tested on Linux and only cross-compiled for %s: DRALAB_BACKEND=kind runs the same lab on Docker (Docker Desktop on a Mac)", goos)
 }
 
 // keepLogs copies the logs of a lab about to be deleted to a new

@@ -10,6 +10,7 @@ import (
 	"github.com/magefile/mage/mg"
 	"github.com/magefile/mage/sh"
 
+	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/realnode"
 )
@@ -25,6 +26,17 @@ func (Deps) Build() error {
 		return nil
 	}
 	return aptInstall("gcc", "libc6-dev")
+}
+
+// Cross installs Debian's C cross-compiler for linux/arm64, which
+// test:platforms needs for the driver's cgo build there, when it is
+// missing.
+func (Deps) Cross() error {
+	if _, err := exec.LookPath(build.ArmLinuxCC); err == nil {
+		fmt.Println("The linux/arm64 C cross-compiler is installed.")
+		return nil
+	}
+	return aptInstall("gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross")
 }
 
 // Realnode installs what a real lab node needs from Debian's packages:

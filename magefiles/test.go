@@ -165,19 +165,24 @@ func goTestWithReports(ctx context.Context, env map[string]string, args []string
 	return runErr
 }
 
-// All installs the real node's host packages and Chromium (for the
-// dashboard's browser tests), builds the dralab binary
-// once, then runs every test: the race detector's (test:race), every fuzz
+// All installs the real node's host packages, Chromium (for the
+// dashboard's browser tests) and the linux/arm64 C cross-compiler, builds
+// the dralab binary once, vets both modules, cross-compiles every command
+// for linux/arm64 and darwin/arm64 (test:platforms), then runs every
+// test: the race detector's (test:race), every fuzz
 // target for a few seconds (test:fuzz), then unit, integration (each
 // starts its own embedded lab, one with a real node) and e2e, and last a
 // one-minute chaos soak (soak). This is what CI runs.
 func (Test) All(ctx context.Context) error {
-	mg.SerialDeps(Deps.Build, Deps.Realnode, Deps.Browser)
+	mg.SerialDeps(Deps.Build, Deps.Realnode, Deps.Browser, Deps.Cross)
 	bin, err := buildDralab(ctx)
 	if err != nil {
 		return err
 	}
 	if err := goEach(nil, "vet", "./..."); err != nil {
+		return err
+	}
+	if err := (Test{}).Platforms(ctx); err != nil {
 		return err
 	}
 	if err := (Test{}).Race(); err != nil {

@@ -2,7 +2,6 @@ package fakegpu
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"maps"
@@ -124,19 +123,6 @@ func (inv *Inventory) NodeEdits() kit.ContainerEdits {
 	return kit.ContainerEdits{Env: map[string]string{NodeEnv: inv.Node}}
 }
 
-// rootBuses are the PCIe root complexes' bus numbers; two GPUs share each
-// root, as on an 8-GPU server with PCIe switches.
-var rootBuses = []int{0x15, 0x37, 0x96, 0xb8}
-
-// PCITopology places a server's i-th GPU: its PCI domain, the bus of its
-// root complex, and its own bus. The NVML mock servers use the same layout,
-// so that fake and mock nodes of one size publish the same topology.
-func PCITopology(i int) (domain, rootBus, bus int) {
-	perDomain := 2 * len(rootBuses)
-	rootBus = rootBuses[i%perDomain/2]
-	return i / perDomain, rootBus, rootBus + 1 + i%2
-}
-
 // Devices implements kit.Inventory: gpu-0 … gpu-<Count-1>, with UUIDs
 // derived from the node name and index (stable across restarts, distinct
 // across nodes) and PCI addresses laid out like a real server. Partitioned,
@@ -148,23 +134,23 @@ func (inv *Inventory) Devices(context.Context) ([]kit.Device, error) {
 		return nil, err
 	}
 	p := inv.Profile
-	cc, err := NormalizeVersion(p.CUDAComputeCapability)
+	cc, err := gpu.NormalizeVersion(p.CUDAComputeCapability)
 	if err != nil {
 		return nil, err
 	}
-	driverVersion, err := NormalizeVersion(p.DriverVersion)
+	driverVersion, err := gpu.NormalizeVersion(p.DriverVersion)
 	if err != nil {
 		return nil, err
 	}
-	cudaVersion, err := NormalizeVersion(p.CUDADriverVersion)
+	cudaVersion, err := gpu.NormalizeVersion(p.CUDADriverVersion)
 	if err != nil {
 		return nil, err
 	}
 	var devices []kit.Device
 	for i := range inv.Count {
 		name := fmt.Sprintf("gpu-%d", i)
-		uuid := DeviceUUID(inv.Node, i)
-		domain, root, bus := PCITopology(i)
+		uuid := gpu.DeviceUUID(inv.Node, i)
+		domain, root, bus := gpu.PCITopology(i)
 		busID := fmt.Sprintf("%04x:%02x:00.0", domain, bus)
 		pcieRoot := fmt.Sprintf("pci%04x:%02x", domain, root)
 		// What a GPU and its MIG devices share: the parent's product.
@@ -198,8 +184,8 @@ func (inv *Inventory) Devices(context.Context) ([]kit.Device, error) {
 		case inv.Partitioning == PartitioningMIG:
 			counterSet := CounterSetName(i)
 			whole.API.Capacity[gpu.CapacityMultiprocessors] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(p.Multiprocessors), resource.DecimalSI)}
-			whole.API.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: counterSet, Counters: p.MIG.totals(p).counters()}}
-			devices = append(devices, MIGDevices(name, uuid, p.ProductName, counterSet, product, p.MIG)...)
+			whole.API.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: counterSet, Counters: p.MIG.Counters(p.Memory, p.Multiprocessors)}}
+			devices = append(devices, gpu.MIGDevices(name, uuid, p.ProductName, counterSet, product, p.MIG)...)
 		case inv.Sharing == SharingMemory:
 			share(&whole.API, p)
 		case inv.Attach == AttachFabric:
@@ -225,54 +211,13 @@ func (inv *Inventory) CounterSets(context.Context) ([]resourceapi.CounterSet, er
 	}
 	sets := make([]resourceapi.CounterSet, 0, inv.Count)
 	for i := range inv.Count {
-		sets = append(sets, resourceapi.CounterSet{Name: CounterSetName(i), Counters: inv.Profile.MIG.totals(inv.Profile).counters()})
+		sets = append(sets, resourceapi.CounterSet{Name: CounterSetName(i), Counters: inv.Profile.MIG.Counters(inv.Profile.Memory, inv.Profile.Multiprocessors)})
 	}
 	return sets, nil
 }
 
 // CounterSetName names GPU i's counter set.
 func CounterSetName(i int) string { return fmt.Sprintf("gpu-%d-counters", i) }
-
-// MIGDeviceName names the MIG device of profile mp at memory slice start
-// of GPU parent: gpu-0-mig-1g10gb-3.
-func MIGDeviceName(parent string, mp MIGProfile, start int) string {
-	return fmt.Sprintf("%s-mig-%s-%d", parent, mp.DeviceNamePart(), start)
-}
-
-// MIGDevices are the MIG devices of a partitioned GPU: every placement of
-// every profile of geometry m, smallest profile first, each consuming its
-// share of the GPU's counter set and carrying the parent's product
-// attributes besides its own.
-func MIGDevices(parent, parentUUID, productName, counterSet string, product map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, m *MIG) []kit.Device {
-	var out []kit.Device
-	for _, mp := range m.bySize() {
-		for _, start := range mp.Placements {
-			out = append(out, migDevice(parent, parentUUID, productName, counterSet, product, mp, start))
-		}
-	}
-	return out
-}
-
-func migDevice(parent, parentUUID, productName, counterSet string, product map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, mp MIGProfile, start int) kit.Device {
-	name := MIGDeviceName(parent, mp, start)
-	return kit.Device{
-		API: resourceapi.Device{
-			Name: name,
-			Attributes: with(product, map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				gpu.AttrType:       {StringValue: ptr.To(gpu.TypeMIG)},
-				gpu.AttrProfile:    {StringValue: ptr.To(mp.Name)},
-				gpu.AttrParentUUID: {StringValue: ptr.To(parentUUID)},
-			}),
-			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-				gpu.CapacityMemory:          {Value: mp.Memory},
-				gpu.CapacityMultiprocessors: {Value: *resource.NewQuantity(int64(mp.Multiprocessors), resource.DecimalSI)},
-			},
-			ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: counterSet, Counters: placementAmounts(mp, start).counters()}},
-		},
-		Env:        map[string]string{"": name, "PROFILE": mp.Name, "PARENT_UUID": parentUUID, "PRODUCT": productName},
-		StatusData: map[string]string{"profile": mp.Name, "parentUUID": parentUUID, "productName": productName},
-	}
-}
 
 // ShareStep is the grain of a shared GPU's memory: a claim's request is
 // rounded up to whole steps, at least one.
@@ -306,10 +251,4 @@ func with(a, b map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) map[re
 	maps.Copy(out, a)
 	maps.Copy(out, b)
 	return out
-}
-
-// DeviceUUID is a fake GPU's UUID, in NVML's "GPU-" form.
-func DeviceUUID(node string, index int) string {
-	sum := sha256.Sum256([]byte(fmt.Sprintf("dralab/%s/%d", node, index)))
-	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16])
 }

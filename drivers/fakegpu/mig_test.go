@@ -246,14 +246,14 @@ func TestMIGSlices(t *testing.T) {
 		t.Errorf("3g.40gb at 4 consumes %v", c)
 	}
 	a := mig.API.Attributes
-	if *a[gpu.AttrType].StringValue != gpu.TypeMIG || *a[gpu.AttrProfile].StringValue != "3g.40gb" || *a[gpu.AttrParentUUID].StringValue != DeviceUUID("gpu-h100", 0) ||
+	if *a[gpu.AttrType].StringValue != gpu.TypeMIG || *a[gpu.AttrProfile].StringValue != "3g.40gb" || *a[gpu.AttrParentUUID].StringValue != gpu.DeviceUUID("gpu-h100", 0) ||
 		*a["productName"].StringValue != "NVIDIA H100 80GB HBM3" || *a["cudaComputeCapability"].VersionValue != "9.0.0" || a["uuid"].StringValue != nil {
 		t.Errorf("3g.40gb attributes: %v", a)
 	}
 	if got := mig.API.Capacity["memory"].Value; got.String() != "40448Mi" {
 		t.Errorf("3g.40gb memory capacity %s", got.String())
 	}
-	if mig.Env[""] != "gpu-0-mig-3g40gb-4" || mig.Env["PROFILE"] != "3g.40gb" || mig.Env["PARENT_UUID"] != DeviceUUID("gpu-h100", 0) {
+	if mig.Env[""] != "gpu-0-mig-3g40gb-4" || mig.Env["PROFILE"] != "3g.40gb" || mig.Env["PARENT_UUID"] != gpu.DeviceUUID("gpu-h100", 0) {
 		t.Errorf("3g.40gb env: %v", mig.Env)
 	}
 }

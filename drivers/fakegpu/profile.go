@@ -13,11 +13,11 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/blang/semver/v4"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/dralab/dralab/drivers/conformance/strictyaml"
+	"github.com/dralab/dralab/drivers/gpu"
 )
 
 // Profile file identity.
@@ -48,7 +48,7 @@ type Profile struct {
 	Multiprocessors int `json:"multiprocessors,omitempty"`
 	// MIG is the model's Multi-Instance GPU geometry; nil for a model
 	// without MIG (the L4).
-	MIG *MIG `json:"mig,omitempty"`
+	MIG *gpu.MIG `json:"mig,omitempty"`
 }
 
 //go:embed profiles/*.yaml
@@ -143,7 +143,7 @@ func (p *Profile) validate() field.ErrorList {
 		}
 	}
 	for name, v := range map[string]string{"cudaComputeCapability": p.CUDAComputeCapability, "driverVersion": p.DriverVersion, "cudaDriverVersion": p.CUDADriverVersion} {
-		if _, err := NormalizeVersion(v); err != nil {
+		if _, err := gpu.NormalizeVersion(v); err != nil {
 			errs = append(errs, field.Invalid(field.NewPath(name), v, err.Error()))
 		}
 	}
@@ -157,35 +157,7 @@ func (p *Profile) validate() field.ErrorList {
 		if p.Multiprocessors == 0 {
 			errs = append(errs, field.Required(field.NewPath("multiprocessors"), "a GPU with MIG counts its multiprocessors: its instances draw from them"))
 		}
-		errs = append(errs, p.MIG.validate(p, field.NewPath("mig"))...)
+		errs = append(errs, p.MIG.Validate(p.Memory, p.Multiprocessors, field.NewPath("mig"))...)
 	}
 	return errs
-}
-
-// NormalizeVersion turns a driver-style version into semantic version
-// form, as DRA version attributes require: "9.0" → "9.0.0",
-// "550.127.05" → "550.127.5" (semver forbids leading zeros).
-func NormalizeVersion(v string) (string, error) {
-	if v == "" {
-		return "", errors.New("empty version")
-	}
-	parts := strings.Split(v, ".")
-	if len(parts) > 3 {
-		return "", fmt.Errorf("%q has more than three parts", v)
-	}
-	for len(parts) < 3 {
-		parts = append(parts, "0")
-	}
-	for i, p := range parts {
-		trimmed := strings.TrimLeft(p, "0")
-		if trimmed == "" {
-			trimmed = "0"
-		}
-		parts[i] = trimmed
-	}
-	out := strings.Join(parts, ".")
-	if _, err := semver.Parse(out); err != nil {
-		return "", fmt.Errorf("%q is not a version: %w", v, err)
-	}
-	return out, nil
 }

@@ -8,7 +8,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/kit"
 )
@@ -70,10 +69,10 @@ func (inv *Inventory) migDevices(g GPU, whole *kit.Device) ([]kit.Device, resour
 	}
 	for _, mp := range g.MIG.Profiles {
 		for _, start := range mp.Placements {
-			inv.placements[fakegpu.MIGDeviceName(name, mp, start)] = MIGPlacement{ParentUUID: g.UUID, ProfileID: mp.ID, Start: start}
+			inv.placements[gpu.MIGDeviceName(name, mp, start)] = MIGPlacement{ParentUUID: g.UUID, ProfileID: mp.ID, Start: start}
 		}
 	}
-	devs := fakegpu.MIGDevices(name, g.UUID, g.ProductName, set.Name, product, g.MIG)
+	devs := gpu.MIGDevices(name, g.UUID, g.ProductName, set.Name, product, g.MIG)
 	return devs, set
 }
 

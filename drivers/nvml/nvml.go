@@ -22,7 +22,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
-	"github.com/dralab/dralab/drivers/fakegpu"
+	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/kit"
 )
 
@@ -52,7 +52,7 @@ type GPU struct {
 	// MIG is the GPU's MIG geometry as NVML reports its GPU instance
 	// profiles, nil unless MIG mode is enabled: then the GPU is published
 	// partitioned, like the fake driver's partitioning: mig.
-	MIG *fakegpu.MIG
+	MIG *gpu.MIG
 	// Multiprocessors are what the GPU's instances share out: those of its
 	// largest GPU instance profile (0 without MIG).
 	Multiprocessors int
@@ -221,7 +221,7 @@ func (inv *Inventory) device(logger klog.Logger, g GPU) kit.Device {
 		if v == "" {
 			return
 		}
-		semver, err := fakegpu.NormalizeVersion(v)
+		semver, err := gpu.NormalizeVersion(v)
 		if err != nil {
 			// One odd value must not keep the node's GPUs unpublished.
 			logger.Error(err, "Leaving out an attribute NVML reported in a form that is not a version", "attribute", name)

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"k8s.io/dynamic-resource-allocation/deviceattribute"
 )
 
 // normalizeBusID turns a PCI address as NVML writes it, with an 8-digit
@@ -44,15 +42,4 @@ func normalizeBusID(id string) (string, error) {
 		parts[i] = v
 	}
 	return fmt.Sprintf("%04x:%02x:%02x.%x", parts[0], parts[1], parts[2], parts[3]), nil
-}
-
-// sysfsPCIeRoot reads a device's root complex from the sysfs mounted at
-// root: /sys/bus/pci/devices/<busID> links to its place in the device
-// tree, /sys/devices/pci<domain>:<bus>/…/<busID>.
-func sysfsPCIeRoot(root, busID string) (string, error) {
-	attr, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(busID, deviceattribute.WithFSFromRoot(root))
-	if err != nil {
-		return "", err
-	}
-	return *attr.Value.StringValue, nil
 }

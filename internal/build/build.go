@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/dralab/dralab/internal/ociimage"
@@ -68,9 +69,7 @@ func Dralab(ctx context.Context) (string, error) {
 // or a directory (ending in a separator) for several.
 func Go(ctx context.Context, out string, pkgs ...string) error {
 	cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-ldflags", LDFlags(), "-o", out}, pkgs...)...)
-	// The driver's NVML inventory, mock servers included, needs cgo (and a
-	// C compiler); NVML itself is loaded only at run time.
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo(runtime.GOOS))
 	var output bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &output, &output
 	if err := cmd.Run(); err != nil {
@@ -134,4 +133,15 @@ func DriverImage(ctx context.Context, dir string) (string, error) {
 	}
 	archive := filepath.Join(dir, "dralab-driver-image.tar")
 	return archive, img.WriteArchive(archive)
+}
+
+// cgo is CGO_ENABLED's value for a build for goos. On Linux the driver's
+// NVML inventory, mock servers included, needs cgo (and a C compiler);
+// NVML itself is loaded only at run time. Elsewhere go-nvml is pure Go
+// (and NVML absent), so no C compiler is needed.
+func cgo(goos string) string {
+	if goos == "linux" {
+		return "1"
+	}
+	return "0"
 }

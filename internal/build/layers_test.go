@@ -1,7 +1,9 @@
 package build
 
 import (
+	"maps"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -25,7 +27,9 @@ func goListDeps(t *testing.T, dir string, pkgs ...string) map[string][]string {
 
 // The layers point one way: what is internal serves the lab and never
 // imports it; the lab's configuration knows no driver (the lab checks its
-// GPU names against the driver's catalog); the conformance module, which
+// GPU names against the driver's catalog); the two GPU inventories (fake
+// and NVML) know each other only through drivers/gpu; the conformance
+// module, which
 // driver authors install, reaches nothing of dralab's own module.
 func TestLayers(t *testing.T) {
 	const mod = "github.com/dralab/dralab/"
@@ -55,6 +59,18 @@ func TestLayers(t *testing.T) {
 		// module, which depends on no driver.
 		if strings.HasPrefix(d, mod+"drivers/") && d != mod+"drivers/conformance/strictyaml" {
 			t.Errorf("lab/config imports %s: the lab, not its configuration, knows the drivers", d)
+		}
+	}
+	// The NVML inventory and the fake one share what GPUs have in common
+	// through drivers/gpu; neither builds on the other.
+	other := map[string]string{
+		mod + "drivers/nvml":         mod + "drivers/fakegpu",
+		mod + "drivers/nvml/nvmllib": mod + "drivers/fakegpu",
+		mod + "drivers/fakegpu":      mod + "drivers/nvml",
+	}
+	for pkg, deps := range goListDeps(t, ".", slices.Collect(maps.Keys(other))...) {
+		if slices.Contains(deps, other[pkg]) {
+			t.Errorf("%s imports %s: what both inventories share lives in drivers/gpu", pkg, other[pkg])
 		}
 	}
 	for pkg, deps := range goListDeps(t, "../../drivers/conformance", "./...") {

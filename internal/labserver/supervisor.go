@@ -99,8 +99,7 @@ func (s *supervisor) spawn(ctx context.Context, p *process) error {
 	cmd := exec.Command(exe, p.args...)
 	cmd.Env = p.env
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// A child never outlives its lab, even when the lab is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s of node %s: %w", p.role, p.node, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -136,10 +137,21 @@ func (n NodeDir) KubeletRoot() string { return n.ShortLink() }
 // ShortLink is the short path of the node's kubelet directory, a symbolic
 // link in the temporary directory named after the node directory. A
 // kubelet plugin's DRA socket, <root>/plugins/<driver>/dra-<pod UID>.sock,
-// must fit in 107 bytes: under a state directory it would not.
+// must fit in 107 bytes (103 on macOS): under a state directory it would
+// not.
 func (n NodeDir) ShortLink() string {
 	sum := sha256.Sum256([]byte(n))
-	return filepath.Join(os.TempDir(), "dralab-"+hex.EncodeToString(sum[:5]))
+	return filepath.Join(shortLinkDir(), "dralab-"+hex.EncodeToString(sum[:5]))
+}
+
+// shortLinkDir is where the short links go: the temporary directory, but
+// on macOS /tmp itself, since its $TMPDIR (/var/folders/…/T/) alone takes
+// half of a socket path.
+func shortLinkDir() string {
+	if runtime.GOOS == "darwin" {
+		return "/tmp"
+	}
+	return os.TempDir()
 }
 
 // ErrLinkTaken means a node's short link exists and is not the node's.

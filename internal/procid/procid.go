@@ -4,7 +4,8 @@
 // process. An ID adds the process's start time, the kernel's boot and the
 // executable; a process matches it only if all of them agree, and signals
 // go through a pidfd opened before the check, so the process checked is the
-// process signalled.
+// process signalled (on Linux; macOS has no pidfd, and checks the process
+// just before signalling it).
 package procid
 
 import (
@@ -17,15 +18,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/procfs"
-	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // ID is a process as it was when recorded.
 type ID struct {
 	PID int `json:"pid"`
-	// StartTime is the process's start in clock ticks since boot.
+	// StartTime is the process's start: in clock ticks since boot on
+	// Linux, in microseconds since the epoch on macOS.
 	StartTime uint64 `json:"startTime,omitempty"`
 	// BootID is the kernel's boot ID then.
 	BootID string `json:"bootID,omitempty"`
@@ -43,32 +43,6 @@ func Of(pid int) (ID, error) { return of(pid, false) }
 // OfChild identifies a child the caller has started and not yet waited
 // for: its PID is still its own, even if it has already exited.
 func OfChild(pid int) (ID, error) { return of(pid, true) }
-
-func of(pid int, exited bool) (ID, error) {
-	if pid <= 0 {
-		return ID{}, fmt.Errorf("%w: pid %d", ErrGone, pid)
-	}
-	p, err := procfs.NewProc(pid)
-	if err != nil {
-		return ID{}, fmt.Errorf("%w: pid %d: %w", ErrGone, pid, err)
-	}
-	st, err := p.Stat()
-	if err != nil {
-		return ID{}, fmt.Errorf("%w: pid %d: %w", ErrGone, pid, err)
-	}
-	if st.State == "Z" && !exited {
-		return ID{}, fmt.Errorf("%w: pid %d is a zombie", ErrGone, pid)
-	}
-	exe, err := p.Executable()
-	if err != nil {
-		return ID{}, fmt.Errorf("identifying pid %d: %w", pid, err)
-	}
-	boot, err := bootID()
-	if err != nil {
-		return ID{}, err
-	}
-	return ID{PID: pid, StartTime: st.Starttime, BootID: boot, Executable: strings.TrimSuffix(exe, " (deleted)")}, nil
-}
 
 // Self identifies the calling process.
 func Self() (ID, error) { return Of(os.Getpid()) }
@@ -95,32 +69,6 @@ func (id ID) check() error {
 		return fmt.Errorf("%w: pid %d now belongs to another process (%s), started at tick %d, not %d", ErrGone, id.PID, now.Executable, now.StartTime, id.StartTime)
 	case id.Executable != "" && now.Executable != id.Executable:
 		return fmt.Errorf("%w: pid %d runs %s, not %s", ErrGone, id.PID, now.Executable, id.Executable)
-	}
-	return nil
-}
-
-// Signal sends sig to the process id recorded, and to no other: ErrGone
-// when it no longer runs.
-func (id ID) Signal(sig syscall.Signal) error {
-	fd, err := unix.PidfdOpen(id.PID, 0)
-	if err != nil {
-		if errors.Is(err, unix.ESRCH) {
-			return fmt.Errorf("%w: pid %d", ErrGone, id.PID)
-		}
-		return fmt.Errorf("opening pid %d: %w", id.PID, err)
-	}
-	defer unix.Close(fd)
-	// The pidfd holds the process that had the PID when it was opened:
-	// checked now, it is the one signalled, even if the PID is reused in
-	// between.
-	if err := id.check(); err != nil {
-		return err
-	}
-	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil {
-		if errors.Is(err, unix.ESRCH) {
-			return fmt.Errorf("%w: pid %d", ErrGone, id.PID)
-		}
-		return fmt.Errorf("signalling pid %d: %w", id.PID, err)
 	}
 	return nil
 }
@@ -177,14 +125,21 @@ var (
 	bootErr  error
 )
 
+// bootID is the kernel's boot, read once.
 func bootID() (string, error) {
-	bootOnce.Do(func() {
-		data, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-		if err != nil {
-			bootErr = fmt.Errorf("reading the kernel's boot ID: %w", err)
-			return
-		}
-		boot = strings.TrimSpace(string(data))
-	})
+	bootOnce.Do(func() { boot, bootErr = readBootID() })
 	return boot, bootErr
+}
+
+// signalled is the outcome of sending pid a signal: ErrGone when no
+// process has the PID any longer.
+func signalled(pid int, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, syscall.ESRCH):
+		return fmt.Errorf("%w: pid %d", ErrGone, pid)
+	default:
+		return fmt.Errorf("signalling pid %d: %w", pid, err)
+	}
 }

@@ -155,7 +155,7 @@ func Cleanup(ctx context.Context, p Paths) error {
 	}
 	// Mounts: innermost first.
 	for _, m := range MountsUnder(string(p.Node)) {
-		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+		if err := unmountDetached(m); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
 			errs = append(errs, fmt.Errorf("unmounting %s (unmount it with: umount -l %s): %w", m, m, err))
 		}
 	}

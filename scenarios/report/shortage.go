@@ -2,12 +2,14 @@ package report
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/dralab/dralab/drivers/conformance/devices"
 	"github.com/dralab/dralab/drivers/gpu"
 )
 
@@ -150,22 +152,19 @@ func (s *Snapshot) counterSet(driver, pool, name string) map[string]resourceapi.
 	return nil
 }
 
+// state is the snapshot as the one reader of free devices
+// (drivers/conformance/devices) sees it.
+func (s *Snapshot) state() *devices.State {
+	return &devices.State{Slices: s.Slices, Claims: s.AllClaims}
+}
+
 // eachAllocated calls f for every device allocated without admin access,
 // with the holding claim (namespace/name) and the published device (nil
 // when no slice publishes it any more).
 func (s *Snapshot) eachAllocated(f func(claim string, r resourceapi.DeviceRequestAllocationResult, dev *resourceapi.Device)) {
-	for i := range s.AllClaims {
-		c := &s.AllClaims[i]
-		if c.Status.Allocation == nil {
-			continue
-		}
-		for _, r := range c.Status.Allocation.Devices.Results {
-			if r.AdminAccess != nil && *r.AdminAccess {
-				continue
-			}
-			f(c.Namespace+"/"+c.Name, r, s.device(r.Driver, r.Pool, r.Device))
-		}
-	}
+	s.state().Allocated(func(c *resourceapi.ResourceClaim, r resourceapi.DeviceRequestAllocationResult) {
+		f(c.Namespace+"/"+c.Name, r, s.device(r.Driver, r.Pool, r.Device))
+	})
 }
 
 // FreePartitions counts, per MIG profile, how many more devices of that
@@ -173,83 +172,27 @@ func (s *Snapshot) eachAllocated(f func(claim string, r resourceapi.DeviceReques
 // taking free devices first-fit in publication order as the allocator
 // does. Devices that consume no counters are not partitions.
 func (s *Snapshot) FreePartitions() map[string]int {
-	held := s.AllocatedDevices()
+	st := s.state()
+	held := st.Held()
+	parts := slices.DeleteFunc(st.Published("", ""), func(d devices.Device) bool {
+		return len(d.ConsumesCounters) == 0 || stringAttr(&d.Device, gpu.AttrProfile) == ""
+	})
 	out := map[string]int{}
 	profiles := map[string]bool{}
-	s.eachPartition(func(_ string, _ string, dev *resourceapi.Device) {
-		profiles[stringAttr(dev, gpu.AttrProfile)] = true
-	})
+	for _, d := range parts {
+		profiles[stringAttr(&d.Device, gpu.AttrProfile)] = true
+	}
 	for profile := range profiles {
-		left := s.freeCounters()
-		s.eachPartition(func(driver, pool string, dev *resourceapi.Device) {
-			if stringAttr(dev, gpu.AttrProfile) != profile || held[driver+"/"+pool+"/"+dev.Name] != "" {
-				return
+		left := st.CountersLeft()
+		for _, d := range parts {
+			if _, ok := held[d.Key()]; ok || stringAttr(&d.Device, gpu.AttrProfile) != profile || !left.Fits(d) {
+				continue
 			}
-			for _, cons := range dev.ConsumesCounters {
-				have := left[driver+"/"+pool+"/"+cons.CounterSet]
-				for name, q := range cons.Counters {
-					if h, ok := have[name]; !ok || h.Cmp(q.Value) < 0 {
-						return
-					}
-				}
-			}
-			for _, cons := range dev.ConsumesCounters {
-				have := left[driver+"/"+pool+"/"+cons.CounterSet]
-				for name, q := range cons.Counters {
-					h := have[name]
-					h.Sub(q.Value)
-					have[name] = h
-				}
-			}
+			left.Take(d)
 			out[profile]++
-		})
+		}
 	}
 	return out
-}
-
-// eachPartition calls f for every published device with a MIG profile
-// that consumes counters.
-func (s *Snapshot) eachPartition(f func(driver, pool string, dev *resourceapi.Device)) {
-	for i := range s.Slices {
-		sl := &s.Slices[i]
-		for j := range sl.Spec.Devices {
-			dev := &sl.Spec.Devices[j]
-			if len(dev.ConsumesCounters) > 0 && stringAttr(dev, gpu.AttrProfile) != "" {
-				f(sl.Spec.Driver, sl.Spec.Pool.Name, dev)
-			}
-		}
-	}
-}
-
-// freeCounters is what is left of every published counter set
-// (driver/pool/set → counter → amount) after the allocated devices.
-func (s *Snapshot) freeCounters() map[string]map[string]resource.Quantity {
-	left := map[string]map[string]resource.Quantity{}
-	for i := range s.Slices {
-		sl := &s.Slices[i]
-		for _, cs := range sl.Spec.SharedCounters {
-			m := map[string]resource.Quantity{}
-			for name, c := range cs.Counters {
-				m[name] = c.Value.DeepCopy()
-			}
-			left[sl.Spec.Driver+"/"+sl.Spec.Pool.Name+"/"+cs.Name] = m
-		}
-	}
-	s.eachAllocated(func(_ string, r resourceapi.DeviceRequestAllocationResult, dev *resourceapi.Device) {
-		if dev == nil {
-			return
-		}
-		for _, cons := range dev.ConsumesCounters {
-			have := left[r.Driver+"/"+r.Pool+"/"+cons.CounterSet]
-			for name, q := range cons.Counters {
-				if h, ok := have[name]; ok {
-					h.Sub(q.Value)
-					have[name] = h
-				}
-			}
-		}
-	})
-	return left
 }
 
 // FreeShare is what a device that several claims share has left of a

@@ -215,9 +215,9 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 // (driver/pool/device) to the claim that holds it (namespace/name).
 func (s *Snapshot) AllocatedDevices() map[string]string {
 	m := map[string]string{}
-	s.eachAllocated(func(claim string, r resourceapi.DeviceRequestAllocationResult, _ *resourceapi.Device) {
-		m[r.Driver+"/"+r.Pool+"/"+r.Device] = claim
-	})
+	for k, claim := range s.state().Held() {
+		m[k.String()] = claim
+	}
 	return m
 }
 

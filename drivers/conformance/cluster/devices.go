@@ -14,9 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/cel"
-	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/conformance/devicecel"
+	"github.com/dralab/dralab/drivers/conformance/devices"
 )
 
 // device is a published device with its pool.
@@ -25,36 +25,22 @@ type device struct {
 	dev          resourceapi.Device
 }
 
-// freeDevices lists the driver's devices that no claim holds.
+// freeDevices lists the driver's devices the allocator could give now
+// (devices.State.Free), on any node.
 func freeDevices(ctx context.Context, client kubernetes.Interface, driver string) ([]device, error) {
-	slices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + driver})
+	st, err := devices.Read(ctx, client, driver)
 	if err != nil {
 		return nil, err
 	}
-	claims, err := client.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
+	return fromDevices(st.Free(driver, "")), nil
+}
+
+func fromDevices(ds []devices.Device) []device {
+	out := make([]device, 0, len(ds))
+	for _, d := range ds {
+		out = append(out, device{driver: d.Driver, pool: d.Pool, dev: d.Device})
 	}
-	held := map[string]bool{}
-	for _, c := range claims.Items {
-		if c.Status.Allocation == nil {
-			continue
-		}
-		for _, r := range c.Status.Allocation.Devices.Results {
-			if r.Driver == driver && (r.AdminAccess == nil || !*r.AdminAccess) {
-				held[r.Pool+"/"+r.Device] = true
-			}
-		}
-	}
-	var out []device
-	for _, s := range slices.Items {
-		for _, d := range s.Spec.Devices {
-			if !held[s.Spec.Pool.Name+"/"+d.Name] {
-				out = append(out, device{driver: s.Spec.Driver, pool: s.Spec.Pool.Name, dev: d})
-			}
-		}
-	}
-	return out, nil
+	return out
 }
 
 // matching counts the devices a class selects.
@@ -257,38 +243,28 @@ func quoteCEL(s string) string {
 // nodeDevices lists the driver's devices published for node, from the
 // newest generation of each pool, those the allocator considers.
 func nodeDevices(ctx context.Context, client kubernetes.Interface, driver, node string) ([]device, error) {
-	current, err := nodeSlices(ctx, client, driver, node)
+	st, err := nodeState(ctx, client, driver, node)
 	if err != nil {
 		return nil, err
 	}
-	var out []device
-	for _, s := range current {
-		for _, d := range s.Spec.Devices {
-			out = append(out, device{driver: driver, pool: s.Spec.Pool.Name, dev: d})
-		}
-	}
-	return out, nil
+	return fromDevices(st.Published(driver, node)), nil
 }
 
 // nodeSlices lists the driver's ResourceSlices published for node, of the
 // newest generation of each pool.
 func nodeSlices(ctx context.Context, client kubernetes.Interface, driver, node string) ([]resourceapi.ResourceSlice, error) {
+	st, err := nodeState(ctx, client, driver, node)
+	if err != nil {
+		return nil, err
+	}
+	return st.Current(driver, node), nil
+}
+
+// nodeState holds the driver's slices of node; no claim.
+func nodeState(ctx context.Context, client kubernetes.Interface, driver, node string) (*devices.State, error) {
 	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + driver + ",spec.nodeName=" + node})
 	if err != nil {
 		return nil, err
 	}
-	newest := map[string]int64{}
-	var own []resourceapi.ResourceSlice
-	// The filter makes the result right with servers that ignore the
-	// field selector (the fake clientset).
-	for _, s := range list.Items {
-		if s.Spec.Driver != driver || ptr.Deref(s.Spec.NodeName, "") != node {
-			continue
-		}
-		own = append(own, s)
-		if g, ok := newest[s.Spec.Pool.Name]; !ok || s.Spec.Pool.Generation > g {
-			newest[s.Spec.Pool.Name] = s.Spec.Pool.Generation
-		}
-	}
-	return slices.DeleteFunc(own, func(s resourceapi.ResourceSlice) bool { return s.Spec.Pool.Generation != newest[s.Spec.Pool.Name] }), nil
+	return &devices.State{Slices: list.Items}, nil
 }

@@ -15,12 +15,13 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/dralab/dralab/drivers/conformance/devices"
 )
 
 const (
@@ -106,139 +107,65 @@ func (e *env) closeConn() {
 }
 
 // device is a device of the driver's pool on the node.
-type device struct {
-	pool, name string
-	// counterSets are the pool's counter sets the device consumes from:
-	// two devices sharing one may not both be allocatable at once.
-	counterSets []string
-}
+type device struct{ devices.Device }
 
-func (d device) String() string { return d.pool + "/" + d.name }
+func (d device) String() string { return d.Pool + "/" + d.Name }
 
-// freeDevices returns up to n devices of the driver on the node that no
-// claim in the cluster is allocated, waiting for the driver's
-// ResourceSlices to appear since a driver publishes them asynchronously.
-// Fewer than n are returned when fewer are free.
+// freeDevices returns up to n devices of the driver on the node that the
+// allocator could give now, all at once (devices.State), waiting for the
+// driver's ResourceSlices to appear since a driver publishes them
+// asynchronously. Fewer than n are returned when fewer are free.
 func (e *env) freeDevices(ctx context.Context, n int) ([]device, error) {
-	var all []device
+	var st *devices.State
+	var published int
 	var listErr error
 	// List errors are retried like an empty list: an API server may
 	// hiccup, and a driver may not have published yet.
 	err := wait.PollUntilContextTimeout(ctx, pollInterval, e.s.prepareTimeout, true, func(ctx context.Context) (bool, error) {
-		all, listErr = e.nodeDevices(ctx)
-		return listErr == nil && len(all) > 0, nil
+		st, listErr = devices.Read(ctx, e.s.cfg.Client, e.s.driver)
+		if listErr != nil {
+			return false, nil
+		}
+		published = len(ranked(st.Published(e.s.driver, e.s.cfg.NodeName)))
+		return published > 0, nil
 	})
 	switch {
 	case err == nil:
 	case listErr != nil:
-		return nil, broke(setupRule, "listing the ResourceSlices of driver %s: %v", e.s.driver, listErr)
+		return nil, broke(setupRule, "reading the ResourceSlices of driver %s and the ResourceClaims: %v", e.s.driver, listErr)
 	default:
 		return nil, broke(setupRule, "no ResourceSlice of driver %s lists a device on node %s (waited %v)", e.s.driver, e.s.cfg.NodeName, e.s.prepareTimeout)
 	}
-
-	claims, err := e.s.cfg.Client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, broke(setupRule, "listing ResourceClaims to find free devices: %v", err)
-	}
-	used := map[string]bool{}
-	for _, c := range claims.Items {
-		if c.Status.Allocation == nil {
-			continue
-		}
-		for _, r := range c.Status.Allocation.Devices.Results {
-			if r.Driver == e.s.driver {
-				used[device{pool: r.Pool, name: r.Device}.String()] = true
-			}
-		}
-	}
-	// A device sharing a counter set with an allocated one may be
-	// unavailable, as may two chosen devices sharing one.
-	busySets := map[string]bool{}
-	for _, d := range all {
-		if used[d.String()] {
-			for _, cs := range d.counterSets {
-				busySets[cs] = true
-			}
-		}
-	}
 	var free []device
-	for _, d := range all {
-		if len(free) == n {
-			break
-		}
-		if used[d.String()] || slices.ContainsFunc(d.counterSets, func(cs string) bool { return busySets[cs] }) {
-			continue
-		}
-		free = append(free, d)
-		for _, cs := range d.counterSets {
-			busySets[cs] = true
-		}
+	for _, d := range st.Together(ranked(st.Free(e.s.driver, e.s.cfg.NodeName)), n) {
+		free = append(free, device{d})
 	}
 	if len(free) == 0 {
-		return nil, broke(setupRule, "all %d devices of driver %s on node %s are allocated; the sanity checks need a free one", len(all), e.s.driver, e.s.cfg.NodeName)
+		return nil, broke(setupRule, "all %d devices of driver %s on node %s are allocated; the sanity checks need a free one", published, e.s.driver, e.s.cfg.NodeName)
 	}
 	return free, nil
 }
 
-// nodeDevices lists the devices the driver publishes for the node, from
-// the newest generation of each pool, those a scheduler would pick first.
-func (e *env) nodeDevices(ctx context.Context) ([]device, error) {
-	// The field selector spares listing every node's slices; the filter
-	// below makes the result right with servers that ignore it.
-	selector := fields.Set{"spec.nodeName": e.s.cfg.NodeName, "spec.driver": e.s.driver}.AsSelector().String()
-	list, err := e.s.cfg.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: selector})
-	if err != nil {
-		return nil, err
+// ranked leaves out the devices with a taint the scheduler would not
+// allocate past, and puts ordinary devices first: shared and binding
+// devices expect allocation details the scheduler fills in (share IDs,
+// binding conditions), while an ordinary device tests the plugin without
+// guessing them.
+func ranked(devs []devices.Device) []devices.Device {
+	devs = slices.DeleteFunc(slices.Clone(devs), func(d devices.Device) bool { return tainted(d.Device) })
+	special := func(d devices.Device) bool {
+		return ptr.Deref(d.AllowMultipleAllocations, false) || len(d.BindingConditions) > 0 || ptr.Deref(d.BindsToNode, false)
 	}
-	newest := map[string]int64{}
-	var nodeSlices []resourceapi.ResourceSlice
-	for _, s := range list.Items {
-		if s.Spec.Driver != e.s.driver || ptr.Deref(s.Spec.NodeName, "") != e.s.cfg.NodeName {
-			continue
-		}
-		nodeSlices = append(nodeSlices, s)
-		if g, ok := newest[s.Spec.Pool.Name]; !ok || s.Spec.Pool.Generation > g {
-			newest[s.Spec.Pool.Name] = s.Spec.Pool.Generation
-		}
-	}
-	type ranked struct {
-		device
-		special bool
-	}
-	var devs []ranked
-	for _, s := range nodeSlices {
-		if s.Spec.Pool.Generation != newest[s.Spec.Pool.Name] {
-			continue
-		}
-		for _, d := range s.Spec.Devices {
-			if tainted(d) {
-				continue
-			}
-			dev := device{pool: s.Spec.Pool.Name, name: d.Name}
-			for _, c := range d.ConsumesCounters {
-				dev.counterSets = append(dev.counterSets, s.Spec.Pool.Name+"/"+c.CounterSet)
-			}
-			// Shared and binding devices expect allocation details the
-			// scheduler fills in (share IDs, binding conditions); an
-			// ordinary device tests the plugin without guessing them.
-			special := ptr.Deref(d.AllowMultipleAllocations, false) || len(d.BindingConditions) > 0 || ptr.Deref(d.BindsToNode, false)
-			devs = append(devs, ranked{device: dev, special: special})
-		}
-	}
-	slices.SortStableFunc(devs, func(a, b ranked) int {
-		if a.special != b.special {
-			if a.special {
+	slices.SortStableFunc(devs, func(a, b devices.Device) int {
+		if sa, sb := special(a), special(b); sa != sb {
+			if sa {
 				return 1
 			}
 			return -1
 		}
-		return cmp.Or(strings.Compare(a.pool, b.pool), strings.Compare(a.name, b.name))
+		return cmp.Or(strings.Compare(a.Pool, b.Pool), strings.Compare(a.Name, b.Name))
 	})
-	out := make([]device, 0, len(devs))
-	for _, d := range devs {
-		out = append(out, d.device)
-	}
-	return out, nil
+	return devs
 }
 
 // tainted reports a taint the scheduler would not allocate past.
@@ -279,7 +206,7 @@ func (e *env) newClaim(ctx context.Context, dev device) (*resourceapi.ResourceCl
 
 	c.Status.Allocation = &resourceapi.AllocationResult{
 		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
-			Request: requestName, Driver: e.s.driver, Pool: dev.pool, Device: dev.name,
+			Request: requestName, Driver: e.s.driver, Pool: dev.Pool, Device: dev.Name,
 		}}},
 		NodeSelector: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
 			MatchFields: []v1.NodeSelectorRequirement{{Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: []string{e.s.cfg.NodeName}}},

@@ -19,6 +19,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/dralab/dralab/drivers/fakegpu"
+	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/kit"
 	dnvml "github.com/dralab/dralab/drivers/nvml"
 	"github.com/dralab/dralab/drivers/nvml/internal/fakesysfs"
@@ -110,7 +111,7 @@ func sysfsOnly(t *testing.T, name, root string) (dnvml.Lister, error) {
 func checkDevice(t *testing.T, dev kit.Device, cfg gpus.Config, i int, driver, cuda string) {
 	t.Helper()
 	name := fmt.Sprintf("gpu-%d", i)
-	uuid := fakegpu.DeviceUUID(node, i)
+	uuid := gpu.DeviceUUID(node, i)
 	want := map[string]string{
 		"type":                            "gpu",
 		"index":                           fmt.Sprint(i),

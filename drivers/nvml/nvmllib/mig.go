@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 
-	"github.com/dralab/dralab/drivers/fakegpu"
+	"github.com/dralab/dralab/drivers/gpu"
 	dnvml "github.com/dralab/dralab/drivers/nvml"
 )
 
@@ -83,12 +83,12 @@ func profileName(p giProfile) string {
 // migGeometry is a GPU's MIG geometry from its GPU instance profiles: the
 // memory slices are those the placements cover, the GPU's engines and
 // multiprocessors those of its largest profile.
-func migGeometry(logger klog.Logger, d nvml.Device) (*fakegpu.MIG, int, error) {
+func migGeometry(logger klog.Logger, d nvml.Device) (*gpu.MIG, int, error) {
 	profiles, err := giProfiles(d)
 	if err != nil {
 		return nil, 0, err
 	}
-	m := &fakegpu.MIG{}
+	m := &gpu.MIG{}
 	mps := 0
 	names := map[string]bool{}
 	for _, p := range profiles {
@@ -98,11 +98,11 @@ func migGeometry(logger klog.Logger, d nvml.Device) (*fakegpu.MIG, int, error) {
 			continue
 		}
 		names[name] = true
-		mp := fakegpu.MIGProfile{
+		mp := gpu.MIGProfile{
 			Name: name, ID: int(p.info.Id),
 			Memory:          *resource.NewQuantity(int64(p.info.MemorySizeMB)*1024*1024, resource.BinarySI),
 			Multiprocessors: int(p.info.MultiprocessorCount),
-			Engines: fakegpu.Engines{
+			Engines: gpu.Engines{
 				CopyEngines: int(p.info.CopyEngineCount), Decoders: int(p.info.DecoderCount), Encoders: int(p.info.EncoderCount),
 				JPEGs: int(p.info.JpegCount), OFAs: int(p.info.OfaCount),
 			},

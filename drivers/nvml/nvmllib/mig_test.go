@@ -24,6 +24,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/dralab/dralab/drivers/fakegpu"
+	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/kit"
 	dnvml "github.com/dralab/dralab/drivers/nvml"
 )
@@ -95,7 +96,7 @@ func TestMIGEnumeration(t *testing.T) {
 		t.Fatalf("GPU 0's MIG geometry %+v, want %d memory slices and engines %+v", got, fake.MIG.MemorySlices, fake.MIG.Engines)
 	}
 	for _, want := range fake.MIG.Profiles {
-		i := slices.IndexFunc(got.Profiles, func(p fakegpu.MIGProfile) bool { return p.Name == want.Name })
+		i := slices.IndexFunc(got.Profiles, func(p gpu.MIGProfile) bool { return p.Name == want.Name })
 		if i < 0 {
 			t.Errorf("NVML reports no profile %s", want.Name)
 			continue
@@ -112,7 +113,7 @@ func TestMIGEnumeration(t *testing.T) {
 		t.Errorf("the whole GPU consumes %v, want all of %v", whole.ConsumesCounters, sets[0].Counters)
 	}
 	mig := gpu0[0].API
-	if a := mig.Attributes; *a["type"].StringValue != "mig" || *a["profile"].StringValue != "1g.5gb" || *a["parentUUID"].StringValue != fakegpu.DeviceUUID(node, 0) {
+	if a := mig.Attributes; *a["type"].StringValue != "mig" || *a["profile"].StringValue != "1g.5gb" || *a["parentUUID"].StringValue != gpu.DeviceUUID(node, 0) {
 		t.Errorf("gpu-0-mig-1g5gb-0 attributes: %v", flatten(a))
 	}
 }
@@ -257,7 +258,7 @@ func TestMIGPrepareCreatesAndDestroysInstances(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"GPU_DEVICE_0": "gpu-0-mig-1g5gb-2", "GPU_DEVICE_0_PROFILE": "1g.5gb", "GPU_DEVICE_0_UUID": uSmall,
-		"GPU_DEVICE_0_PARENT_UUID": fakegpu.DeviceUUID(node, 0),
+		"GPU_DEVICE_0_PARENT_UUID": gpu.DeviceUUID(node, 0),
 	} {
 		if got := envValue(envSmall, name); got != want {
 			t.Errorf("%s=%q, want %q", name, got, want)
@@ -341,7 +342,7 @@ func TestMIGInterruptedPrepareLeaksNothing(t *testing.T) {
 func TestMIGUnknownPlacement(t *testing.T) {
 	s := migServer(t)
 	l := opened(t, s)
-	uuid := fakegpu.DeviceUUID(node, 0)
+	uuid := gpu.DeviceUUID(node, 0)
 	_, err := l.CreateMIG(context.Background(), dnvml.MIGPlacement{ParentUUID: uuid, ProfileID: nvml.GPU_INSTANCE_PROFILE_3_SLICE, Start: 2})
 	if err == nil || !strings.Contains(err.Error(), "no placement at memory slice 2") {
 		t.Errorf("3g.20gb at slice 2: %v", err)
@@ -358,7 +359,7 @@ func TestMIGUnknownPlacement(t *testing.T) {
 func TestMIGCreateAdoptsWhatExists(t *testing.T) {
 	s := migServer(t)
 	l := opened(t, s)
-	p := dnvml.MIGPlacement{ParentUUID: fakegpu.DeviceUUID(node, 5), ProfileID: nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2, Start: 6}
+	p := dnvml.MIGPlacement{ParentUUID: gpu.DeviceUUID(node, 5), ProfileID: nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2, Start: 6}
 	first, err := l.CreateMIG(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
-	"github.com/dralab/dralab/drivers/fakegpu"
+	"github.com/dralab/dralab/drivers/gpu"
 	dnvml "github.com/dralab/dralab/drivers/nvml"
 )
 
@@ -77,12 +77,12 @@ func patchMock(s *server.Server, node string) (map[string]string, error) {
 		if !ok {
 			return nil, fmt.Errorf("mock device %d is a %T, not a *server.Device", i, dev)
 		}
-		domain, rootBus, bus := fakegpu.PCITopology(i)
+		domain, rootBus, bus := gpu.PCITopology(i)
 		busID := fmt.Sprintf("%08X:%02X:00.0", domain, bus)
 		info := nvml.PciInfo{Domain: uint32(domain), Bus: uint32(bus), PciDeviceId: d.Config.PciDeviceId}
 		putCString(info.BusId[:], busID)
 		putCString(info.BusIdLegacy[:], fmt.Sprintf("%04X:%02X:00.0", domain, bus))
-		d.UUID = fakegpu.DeviceUUID(node, d.Minor)
+		d.UUID = gpu.DeviceUUID(node, d.Minor)
 		d.PciBusID = busID
 		d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return info, nvml.SUCCESS }
 		patchMIGDevices(d)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dralab/dralab/drivers/fakegpu"
+	"github.com/dralab/dralab/drivers/gpu"
 	dnvml "github.com/dralab/dralab/drivers/nvml"
 )
 
@@ -24,7 +24,7 @@ func TestWatchXIDs(t *testing.T) {
 	events := make(chan dnvml.XIDEvent, 4)
 	done := make(chan error, 1)
 	go func() { done <- l.(dnvml.XIDWatcher).WatchXIDs(ctx, func(ev dnvml.XIDEvent) { events <- ev }) }()
-	uuid := fakegpu.DeviceUUID(node, 2)
+	uuid := gpu.DeviceUUID(node, 2)
 	// The watch registers its GPUs before it waits; an event injected
 	// earlier would find no registration.
 	time.Sleep(100 * time.Millisecond)

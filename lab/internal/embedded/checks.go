@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/lab/config"
@@ -35,9 +37,10 @@ func logTail(path string, n int) string {
 	return "last lines of " + path + ":\n    " + strings.Join(lines, "\n    ")
 }
 
-// maxSocketPath is the longest path a unix socket address holds (108 bytes
-// with the terminating NUL on Linux).
-const maxSocketPath = 107
+// maxSocketPath is the longest path a unix socket address holds: the
+// system's sun_path less its terminating NUL (107 bytes on Linux, 103 on
+// macOS).
+const maxSocketPath = len(unix.RawSockaddrUnix{}.Path) - 1
 
 // podUIDLength is the length of a pod UID, which the kubelet plugin helper
 // puts in its DRA socket's name when a driver supports rolling updates.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 
 	"github.com/dralab/dralab/internal/labstate"
@@ -78,6 +79,9 @@ func hasRealNode(cfg *config.Config) bool {
 }
 
 func checkRealNodeHost() error {
+	if runtime.GOOS != "linux" {
+		return fmt.Errorf("%w: a real node runs on Linux only, not %s: use hollow nodes (kind: hollow), or DRALAB_BACKEND=kind with Docker Desktop", status.ErrHostNotReady, runtime.GOOS)
+	}
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("%w: a real node runs containers and needs root", status.ErrHostNotReady)
 	}

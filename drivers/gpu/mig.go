@@ -1,8 +1,9 @@
-package fakegpu
+package gpu
 
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -10,6 +11,9 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+
+	"github.com/dralab/dralab/drivers/kit"
 )
 
 // MIG is a GPU model's Multi-Instance GPU geometry. The GPU's memory is cut
@@ -112,9 +116,6 @@ func (m *MIG) bySize() []MIGProfile {
 	return out
 }
 
-// totals are the GPU's counters: everything its instances draw from.
-func (m *MIG) totals(p *Profile) amounts { return m.gpuAmounts(p.Memory, p.Multiprocessors) }
-
 func (m *MIG) gpuAmounts(memory resource.Quantity, multiprocessors int) amounts {
 	a := newAmounts(memory, multiprocessors, m.Engines)
 	for i := range m.MemorySlices {
@@ -146,7 +147,11 @@ var profileName = regexp.MustCompile(`^[1-9][0-9]*g\.[1-9][0-9]*gb$`)
 // maxMemorySlices leaves the counter set within the API's 32 counters.
 const maxMemorySlices = 8
 
-func (m *MIG) validate(p *Profile, fp *field.Path) field.ErrorList {
+// Validate checks the geometry of a GPU with the given memory and
+// multiprocessors, naming the fields below fp: placements within the GPU,
+// and no set of instances the memory slices allow taking more than the
+// GPU has.
+func (m *MIG) Validate(memory resource.Quantity, multiprocessors int, fp *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if m.MemorySlices < 1 || m.MemorySlices > maxMemorySlices {
 		errs = append(errs, field.Invalid(fp.Child("memorySlices"), m.MemorySlices, fmt.Sprintf("must be between 1 and %d", maxMemorySlices)))
@@ -155,7 +160,7 @@ func (m *MIG) validate(p *Profile, fp *field.Path) field.ErrorList {
 	if len(m.Profiles) == 0 {
 		errs = append(errs, field.Required(fp.Child("profiles"), "a GPU with MIG has GPU instance profiles"))
 	}
-	totals := m.totals(p)
+	totals := m.gpuAmounts(memory, multiprocessors)
 	names, ids := map[string]bool{}, map[int]bool{}
 	for i, mp := range m.Profiles {
 		pp := fp.Child("profiles").Index(i)
@@ -253,4 +258,49 @@ func (m *MIG) overcommit(totals amounts) string {
 		return ""
 	}
 	return walk(0, 0)
+}
+
+// MIGDeviceName names the MIG device of profile mp at memory slice start
+// of GPU parent: gpu-0-mig-1g10gb-3.
+func MIGDeviceName(parent string, mp MIGProfile, start int) string {
+	return fmt.Sprintf("%s-mig-%s-%d", parent, mp.DeviceNamePart(), start)
+}
+
+// MIGDevices are the MIG devices of a partitioned GPU: every placement of
+// every profile of geometry m, smallest profile first, each consuming its
+// share of the GPU's counter set and carrying the parent's product
+// attributes besides its own.
+func MIGDevices(parent, parentUUID, productName, counterSet string, product map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, m *MIG) []kit.Device {
+	var out []kit.Device
+	for _, mp := range m.bySize() {
+		for _, start := range mp.Placements {
+			out = append(out, migDevice(parent, parentUUID, productName, counterSet, product, mp, start))
+		}
+	}
+	return out
+}
+
+func migDevice(parent, parentUUID, productName, counterSet string, product map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, mp MIGProfile, start int) kit.Device {
+	name := MIGDeviceName(parent, mp, start)
+	// The parent's product attributes, and the instance's own.
+	attrs := maps.Clone(product)
+	if attrs == nil {
+		attrs = map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
+	}
+	attrs[AttrType] = resourceapi.DeviceAttribute{StringValue: ptr.To(TypeMIG)}
+	attrs[AttrProfile] = resourceapi.DeviceAttribute{StringValue: ptr.To(mp.Name)}
+	attrs[AttrParentUUID] = resourceapi.DeviceAttribute{StringValue: ptr.To(parentUUID)}
+	return kit.Device{
+		API: resourceapi.Device{
+			Name:       name,
+			Attributes: attrs,
+			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+				CapacityMemory:          {Value: mp.Memory},
+				CapacityMultiprocessors: {Value: *resource.NewQuantity(int64(mp.Multiprocessors), resource.DecimalSI)},
+			},
+			ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: counterSet, Counters: placementAmounts(mp, start).counters()}},
+		},
+		Env:        map[string]string{"": name, "PROFILE": mp.Name, "PARENT_UUID": parentUUID, "PRODUCT": productName},
+		StatusData: map[string]string{"profile": mp.Name, "parentUUID": parentUUID, "productName": productName},
+	}
 }

@@ -1,0 +1,64 @@
+package gpu
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/blang/semver/v4"
+)
+
+// What GPU inventories share about the hardware they describe, whether it
+// exists (NVML) or not (fake profiles, NVML mock servers).
+
+// NormalizeVersion turns a driver-style version into semantic version
+// form, as DRA version attributes require: "9.0" → "9.0.0",
+// "550.127.05" → "550.127.5" (semver forbids leading zeros).
+func NormalizeVersion(v string) (string, error) {
+	if v == "" {
+		return "", errors.New("empty version")
+	}
+	parts := strings.Split(v, ".")
+	if len(parts) > 3 {
+		return "", fmt.Errorf("%q has more than three parts", v)
+	}
+	for len(parts) < 3 {
+		parts = append(parts, "0")
+	}
+	for i, p := range parts {
+		trimmed := strings.TrimLeft(p, "0")
+		if trimmed == "" {
+			trimmed = "0"
+		}
+		parts[i] = trimmed
+	}
+	out := strings.Join(parts, ".")
+	if _, err := semver.Parse(out); err != nil {
+		return "", fmt.Errorf("%q is not a version: %w", v, err)
+	}
+	return out, nil
+}
+
+// rootBuses are the PCIe root complexes' bus numbers; two GPUs share each
+// root, as on an 8-GPU server with PCIe switches.
+var rootBuses = []int{0x15, 0x37, 0x96, 0xb8}
+
+// PCITopology places the i-th GPU of a server that has no PCI bus of its
+// own (fake GPUs, NVML mock servers): its PCI domain, the bus of its root
+// complex, and its own bus. Both inventories use it, so that fake and mock
+// nodes of one size publish the same topology.
+func PCITopology(i int) (domain, rootBus, bus int) {
+	perDomain := 2 * len(rootBuses)
+	rootBus = rootBuses[i%perDomain/2]
+	return i / perDomain, rootBus, rootBus + 1 + i%2
+}
+
+// DeviceUUID is the UUID of a GPU that has none of its own (a fake GPU, a
+// GPU of an NVML mock server), in NVML's "GPU-" form: derived from the node
+// and the GPU's index, so stable across restarts and distinct across
+// nodes.
+func DeviceUUID(node string, index int) string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("dralab/%s/%d", node, index)))
+	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16])
+}
