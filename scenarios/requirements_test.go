@@ -1,9 +1,18 @@
 package scenarios
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	"github.com/dralab/dralab/drivers/fakegpu"
+	"github.com/dralab/dralab/drivers/gpu"
 )
 
 // A scenario that needs fabric-attached GPUs is unmet, with the reason,
@@ -18,5 +27,38 @@ func TestAttachedTiersAreRequired(t *testing.T) {
 	inv.Attached["h100"] = 1
 	if err := inv.meets(req); err != nil {
 		t.Errorf("with a fabric-attached H100: %v", err)
+	}
+}
+
+// The inventory counts what the scenario may be given: a GPU that
+// gpu:fail tainted, or that a DeviceTaintRule taints, is not free, so a
+// scenario never expects one device too many.
+func TestInventoryLeavesTaintedGPUsOut(t *testing.T) {
+	ctx := context.Background()
+	p, err := fakegpu.LookupProfile("h100-80gb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := &fakegpu.Inventory{Node: "n1", Profile: p, Count: 3}
+	devs, err := inv.Devices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: resourceapi.ResourceSliceSpec{
+		Driver: gpu.DriverName, NodeName: ptr.To("n1"), Pool: resourceapi.ResourcePool{Name: "n1", ResourceSliceCount: 1}}}
+	for _, d := range devs {
+		slice.Spec.Devices = append(slice.Spec.Devices, d.API)
+	}
+	slice.Spec.Devices[0].Taints = []resourceapi.DeviceTaint{{Key: "dralab.dev/unhealthy", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+	rule := &resourceapi.DeviceTaintRule{ObjectMeta: metav1.ObjectMeta{Name: "drain"}, Spec: resourceapi.DeviceTaintRuleSpec{
+		DeviceSelector: &resourceapi.DeviceTaintSelector{Pool: ptr.To("n1"), Device: ptr.To(slice.Spec.Devices[1].Name)},
+		Taint:          resourceapi.DeviceTaint{Key: "example.com/drain", Effect: resourceapi.DeviceTaintEffectNoExecute}}}
+	r := &Runner{Client: fake.NewClientset(slice, rule)}
+	got, err := r.inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Devices["h100"] != 1 {
+		t.Errorf("free H100s = %d, want 1 of 3: one tainted in its slice, one by a DeviceTaintRule", got.Devices["h100"])
 	}
 }

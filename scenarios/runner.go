@@ -169,7 +169,8 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (_ *Result, err error) {
 }
 
 // inventory reads the GPUs free for the scenario, per tier: devices that
-// no claim holds, and counted GPUs that no pod requests. Scenarios derive
+// no claim holds and no taint keeps (NoSchedule or NoExecute, on the device
+// or from a DeviceTaintRule), and counted GPUs that no pod requests. Scenarios derive
 // their counts from it, so they fit any cluster with the tiers they need,
 // other workloads included.
 func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
@@ -193,10 +194,15 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 			if err != nil {
 				return inv, err
 			}
-			if f, ok := shares[key]; ok && tier != "" {
+			// A tainted device is not the scenario's: its requests do
+			// not tolerate the taints gpu:fail and DeviceTaintRules put.
+			if tier == "" || len(snap.DeviceTaints(sl.Spec.Driver, sl.Spec.Pool.Name, sl.Spec.Devices[i].Name)) > 0 {
+				continue
+			}
+			if f, ok := shares[key]; ok {
 				inv.Shares[tier] = append(inv.Shares[tier], f)
 			}
-			if _, ok := held[key]; ok || tier == "" {
+			if _, ok := held[key]; ok {
 				continue
 			}
 			inv.Devices[tier]++

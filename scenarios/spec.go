@@ -258,9 +258,11 @@ type Expectation struct {
 	// values every device's data there holds.
 	DeviceStatus []string          `json:"deviceStatus,omitempty"`
 	StatusData   map[string]string `json:"statusData,omitempty"`
-	// Reason is why a Pending pod waits: NoMatchingDevice, AllAllocated,
-	// Tainted, Insufficient (an extended resource), CounterExhausted or
-	// CapacityExhausted.
+	// Reason is why a Pending pod waits, as dralab's report reads the
+	// cluster's state (the scheduler itself only says "cannot allocate all
+	// claims"): NoMatchingDevice, AllAllocated, Tainted, Insufficient (an
+	// extended resource), CounterExhausted, CapacityExhausted or
+	// SelectorError.
 	Reason string `json:"reason,omitempty"`
 	// For the whole group.
 	SameDevice bool `json:"sameDevice,omitempty"`
@@ -279,12 +281,15 @@ const (
 	// shared device with too little capacity left for one more share.
 	ReasonCounterExhausted  = "CounterExhausted"
 	ReasonCapacityExhausted = "CapacityExhausted"
+	// A selector that fails on a device, which makes the allocator give
+	// up the claim.
+	ReasonSelectorError = "SelectorError"
 )
 
 // healths are the health values the kubelet reports for a device.
 var healths = []string{"Healthy", "Unhealthy", "Unknown"}
 
-var reasons = []string{ReasonNoMatchingDevice, ReasonAllAllocated, ReasonTainted, ReasonInsufficient, ReasonCounterExhausted, ReasonCapacityExhausted}
+var reasons = []string{ReasonNoMatchingDevice, ReasonAllAllocated, ReasonTainted, ReasonInsufficient, ReasonCounterExhausted, ReasonCapacityExhausted, ReasonSelectorError}
 
 // Parse decodes a scenario.yaml strictly and validates it; source names
 // the file in errors. files lists the scenario folder's files, which

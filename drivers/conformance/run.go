@@ -20,7 +20,6 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/dralab/dralab/drivers/conformance/cluster"
 	"github.com/dralab/dralab/drivers/conformance/manifest"
@@ -43,8 +42,9 @@ const Package = "dralab-conformance"
 type Options struct {
 	// Manifest is the driver's manifest file (required).
 	Manifest string
-	// Kubeconfig is the one kubeconfig file of the cluster to run on
-	// (required), Context its context to use instead of the current one.
+	// Kubeconfig is the kubeconfig of the cluster to run on (required): a
+	// file, or a list as KUBECONFIG holds one, merged as kubectl merges
+	// it; Context its context to use instead of the current one.
 	Kubeconfig string
 	Context    string
 	// Target is the kubeconfig context the caller allows the suite to run
@@ -54,16 +54,22 @@ type Options struct {
 	Target string
 	// Lab tells whether Kubeconfig is a lab's own (target.Request.Lab).
 	Lab func(kubeconfig, server string) (dir string, ok bool)
-	// Layer is LayerAll, LayerSanity or LayerCluster.
+	// Layer is LayerAll, LayerSanity or LayerCluster. Only LayerCluster
+	// leaves the sanity layer out of a passing run.
 	Layer string
 	// Sanity returns the sanity layer's configuration for the cluster
 	// Run found: which node, and where its plugin registry and CDI
-	// directory are. Nil, or an error wrapping ErrNoNode, skips the layer
-	// with the reason: it needs a node's plugin sockets.
+	// directory are. Nil, or an error wrapping ErrNoNode, means the layer
+	// cannot run from here: it is reported not verified, with the reason
+	// (a failure unless AllowUnverified).
 	Sanity func(ctx context.Context, t *target.Target, client kubernetes.Interface, m *manifest.Manifest) (sanity.Config, error)
 	// Cluster tunes the cluster layer (proof image, health command
 	// environment).
 	Cluster cluster.Options
+	// AllowUnverified reports every check that could not be made (the
+	// sanity layer without a node, a feature without a device to check it
+	// with) as skipped, with a warning in the summary, instead of failed.
+	AllowUnverified bool
 	// JUnit is the JUnit XML file to write; empty: none.
 	JUnit string
 	// OnCase is called with each case as its layer ends; nil: nothing.
@@ -75,7 +81,7 @@ type Options struct {
 var ErrNoConsent = target.ErrNoConsent
 
 // ErrNoNode means the sanity layer cannot reach a node's plugin sockets
-// from where Run runs; the layer is skipped with the error as its reason.
+// from where Run runs; the layer is not verified, the error its reason.
 var ErrNoNode = errors.New("the sanity layer talks to a node's kubelet plugin sockets")
 
 // Run runs the suite and returns its report; an error means the suite
@@ -98,9 +104,7 @@ func Run(ctx context.Context, o Options) (*results.Report, error) {
 	if t == nil {
 		return nil, errors.New("no cluster to run on: give a kubeconfig (dralab's conformance:run starts an embedded lab itself)")
 	}
-	restConfig, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-		&clientcmd.ClientConfigLoadingRules{ExplicitPath: t.Kubeconfig},
-		&clientcmd.ConfigOverrides{CurrentContext: t.Context}).ClientConfig()
+	restConfig, err := t.ClientConfig().ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig %s: %w", t.Kubeconfig, err)
 	}
@@ -118,7 +122,9 @@ func Run(ctx context.Context, o Options) (*results.Report, error) {
 		add(runSanity(ctx, o, t, restConfig, m)...)
 	}
 	if o.Layer != LayerSanity {
-		for _, r := range cluster.Run(ctx, m, restConfig, o.Cluster) {
+		co := o.Cluster
+		co.AllowUnverified = co.AllowUnverified || o.AllowUnverified
+		for _, r := range cluster.Run(ctx, m, restConfig, co) {
 			add(results.Case{
 				Package: Package, Name: "cluster/" + r.Feature, Status: r.Status, Elapsed: r.Elapsed,
 				Message: r.Message, Output: strings.Join(r.Log, "\n"),
@@ -141,8 +147,11 @@ func runSanity(ctx context.Context, o Options, t *target.Target, restConfig *res
 	layer := func(status results.Status, msg string) []results.Case {
 		return []results.Case{{Package: Package, Name: "sanity", Status: status, Message: msg}}
 	}
+	notRun := func(reason string) []results.Case {
+		return layer(results.Unverified(o.AllowUnverified, "the sanity layer did not run: "+reason+"; to check the cluster layer only, ask for it (--cluster-only)"))
+	}
 	if o.Sanity == nil {
-		return layer(results.Skipped, ErrNoNode.Error()+": run it on the node, or call drivers/conformance/sanity from the driver's own tests")
+		return notRun(ErrNoNode.Error() + ": run it on the node (--node), or call drivers/conformance/sanity from the driver's own tests")
 	}
 	client, err := kubernetes.NewForConfig(restConfig)
 	if err != nil {
@@ -150,12 +159,13 @@ func runSanity(ctx context.Context, o Options, t *target.Target, restConfig *res
 	}
 	cfg, err := o.Sanity(ctx, t, client, m)
 	if errors.Is(err, ErrNoNode) {
-		return layer(results.Skipped, err.Error())
+		return notRun(err.Error())
 	}
 	if err != nil {
 		return layer(results.Failed, "setup: "+err.Error())
 	}
 	var out []results.Case
+	cfg.AllowUnverified = cfg.AllowUnverified || o.AllowUnverified
 	for _, r := range sanity.Run(ctx, cfg) {
 		c := results.Case{Package: Package, Name: "sanity/" + r.Check, Status: r.Status, Elapsed: r.Elapsed}
 		if r.Status == results.Passed {

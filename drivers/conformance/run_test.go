@@ -51,8 +51,9 @@ func TestRunRefusesAClusterWithoutConsent(t *testing.T) {
 }
 
 // The sanity layer needs a node's plugin sockets: without a way to reach
-// them it is one skipped case that says why, and a Sanity that cannot set
-// it up fails it; either way the JUnit file says so. No cluster is called.
+// them it is one failed case that says why (a skip with a warning when
+// unverified checks are allowed), and a Sanity that cannot set it up fails
+// it; either way the JUnit file says so. No cluster is called.
 func TestRunSanityLayerWithoutANode(t *testing.T) {
 	kubeconfig := writeKubeconfig(t, "ci")
 	junit := filepath.Join(t.TempDir(), "junit.xml")
@@ -63,20 +64,31 @@ func TestRunSanityLayerWithoutANode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(report.Cases) != 1 || report.Cases[0].Name != "sanity" || report.Cases[0].Status != results.Skipped ||
-		!strings.Contains(report.Cases[0].Message, "plugin sockets") || len(seen) != 1 || report.Failed() {
-		t.Fatalf("cases %+v (seen %d), want the sanity layer skipped, saying why", report.Cases, len(seen))
+	if len(report.Cases) != 1 || report.Cases[0].Name != "sanity" || report.Cases[0].Status != results.Failed ||
+		!strings.Contains(report.Cases[0].Message, "not verified: the sanity layer did not run: the sanity layer talks to a node's kubelet plugin sockets") ||
+		len(seen) != 1 || !report.Failed() {
+		t.Fatalf("cases %+v (seen %d), want the sanity layer failed as not verified, saying why", report.Cases, len(seen))
 	}
 	data, err := os.ReadFile(junit)
-	if err != nil || !strings.Contains(string(data), `<skipped message="the sanity layer talks to a node&#39;s kubelet plugin sockets`) {
+	if err != nil || !strings.Contains(string(data), `<failure message="not verified: the sanity layer did not run`) {
 		t.Errorf("JUnit %s = %s, %v", junit, data, err)
 	}
+
+	o.AllowUnverified = true
+	if report, err = conformance.Run(context.Background(), o); err != nil || report.Failed() || report.Cases[0].Status != results.Skipped ||
+		report.Unverified() != 1 || !strings.Contains(report.Summary(), "WARNING: 1 checks") {
+		t.Errorf("allowed unverified: %+v, %v; want the layer skipped with a warning", report, err)
+	}
+	if data, err := os.ReadFile(junit); err != nil || !strings.Contains(string(data), `<skipped message="not verified: the sanity layer did not run`) {
+		t.Errorf("JUnit %s = %s, %v", junit, data, err)
+	}
+	o.AllowUnverified = false
 
 	o.Sanity = func(context.Context, *target.Target, kubernetes.Interface, *manifest.Manifest) (sanity.Config, error) {
 		return sanity.Config{}, fmt.Errorf("%w: none on this machine", conformance.ErrNoNode)
 	}
-	if report, err = conformance.Run(context.Background(), o); err != nil || report.Cases[0].Status != results.Skipped || !strings.Contains(report.Cases[0].Message, "none on this machine") {
-		t.Errorf("a Sanity without a node: %+v, %v; want the layer skipped with its reason", report, err)
+	if report, err = conformance.Run(context.Background(), o); err != nil || report.Cases[0].Status != results.Failed || !strings.Contains(report.Cases[0].Message, "none on this machine") {
+		t.Errorf("a Sanity without a node: %+v, %v; want the layer failed with its reason", report, err)
 	}
 	o.Sanity = func(context.Context, *target.Target, kubernetes.Interface, *manifest.Manifest) (sanity.Config, error) {
 		return sanity.Config{}, errors.New("no node has the driver's devices")

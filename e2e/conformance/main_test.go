@@ -22,14 +22,20 @@ import (
 	"testing"
 
 	"github.com/dralab/dralab/drivers/conformance"
+	"github.com/dralab/dralab/drivers/conformance/cluster"
+	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/drivers/conformance/results"
+	"github.com/dralab/dralab/drivers/conformance/sanity"
 	"github.com/dralab/dralab/drivers/conformance/target"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/labtest"
 )
 
+// defaultManifest is the fake driver's: every capability enabled.
+const defaultManifest = "../../drivers/fakegpu/driver.yaml"
+
 var (
-	manifestFile = flag.String("manifest", "../../drivers/fakegpu/driver.yaml", "the driver's conformance manifest")
+	manifestFile = flag.String("manifest", defaultManifest, "the driver's conformance manifest")
 	labConfig    = flag.String("lab-config", "", "lab configuration of the embedded lab the suite starts without --kubeconfig (default: the default lab with a MIG node, a shared node and a fabric-attached node)")
 	kubeconfig   = flag.String("kubeconfig", "", "the cluster to run on: a dralab lab's kubeconfig, or any whose context DRALAB_TARGET names")
 	image        = flag.String("image", "", "image of the proof containers (default: busybox:1.37; the embedded lab's own busybox there)")
@@ -37,7 +43,9 @@ var (
 
 // TestConformance runs both layers and makes each check a subtest: a
 // failed check fails its subtest with its message and what it saw, a
-// skipped one is skipped with the reason.
+// skipped one is skipped with the reason. The fake driver's manifest
+// enables every capability, and the lab the suite starts for it has a
+// device for each: there no check may be skipped.
 func TestConformance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the conformance suite needs a cluster: run without -short")
@@ -69,4 +77,20 @@ func TestConformance(t *testing.T) {
 		})
 	}
 	t.Logf("\n%s", report.Summary())
+	if *manifestFile == defaultManifest && *kubeconfig == "" && *labConfig == "" {
+		var skipped []string
+		for _, c := range report.Cases {
+			if c.Status != results.Passed {
+				skipped = append(skipped, c.Name+" ("+string(c.Status)+")")
+			}
+		}
+		m, err := manifest.Load(*manifestFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := len(sanity.Checks()) + len(cluster.Features(m, cluster.Options{}))
+		if len(skipped) > 0 || len(report.Cases) != want {
+			t.Errorf("the fake driver's full manifest on the conformance lab: %d checks of %d, not passed: %v; want every check run and passed", len(report.Cases), want, skipped)
+		}
+	}
 }

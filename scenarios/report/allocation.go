@@ -21,6 +21,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/conformance/devices"
 	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/natural"
@@ -350,30 +351,20 @@ func (s *Snapshot) DeviceTaints(driver, pool, device string) []string {
 }
 
 // taints are the taints with an effect that apply to the device, from the
-// slice or from a DeviceTaintRule.
+// slice or from a DeviceTaintRule (devices.State.Taints), as
+// key=value:effect.
 func (s *Snapshot) taints(driver, pool string, dev *resourceapi.Device) []string {
+	return taintStrings(s.state().Taints(devices.Device{Driver: driver, Pool: pool, Device: *dev}))
+}
+
+func taintStrings(taints []resourceapi.DeviceTaint) []string {
 	var out []string
-	add := func(t resourceapi.DeviceTaint) {
-		if t.Effect == resourceapi.DeviceTaintEffectNone {
-			return
-		}
+	for _, t := range taints {
 		kv := t.Key
 		if t.Value != "" {
 			kv += "=" + t.Value
 		}
 		out = append(out, kv+":"+string(t.Effect))
-	}
-	for _, t := range dev.Taints {
-		add(t)
-	}
-	for _, r := range s.TaintRules {
-		sel := r.Spec.DeviceSelector
-		if sel == nil {
-			continue
-		}
-		if (sel.Driver == nil || *sel.Driver == driver) && (sel.Pool == nil || *sel.Pool == pool) && (sel.Device == nil || *sel.Device == dev.Name) {
-			add(r.Spec.Taint)
-		}
 	}
 	return out
 }

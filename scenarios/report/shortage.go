@@ -155,7 +155,7 @@ func (s *Snapshot) counterSet(driver, pool, name string) map[string]resourceapi.
 // state is the snapshot as the one reader of free devices
 // (drivers/conformance/devices) sees it.
 func (s *Snapshot) state() *devices.State {
-	return &devices.State{Slices: s.Slices, Claims: s.AllClaims}
+	return &devices.State{Slices: s.Slices, Claims: s.AllClaims, TaintRules: s.TaintRules}
 }
 
 // eachAllocated calls f for every device allocated without admin access,
@@ -170,12 +170,13 @@ func (s *Snapshot) eachAllocated(f func(claim string, r resourceapi.DeviceReques
 // FreePartitions counts, per MIG profile, how many more devices of that
 // profile the published counters allow beside the devices allocated now,
 // taking free devices first-fit in publication order as the allocator
-// does. Devices that consume no counters are not partitions.
+// does. Devices that consume no counters are not partitions; tainted
+// devices are not free.
 func (s *Snapshot) FreePartitions() map[string]int {
 	st := s.state()
 	held := st.Held()
 	parts := slices.DeleteFunc(st.Published("", ""), func(d devices.Device) bool {
-		return len(d.ConsumesCounters) == 0 || stringAttr(&d.Device, gpu.AttrProfile) == ""
+		return len(d.ConsumesCounters) == 0 || stringAttr(&d.Device, gpu.AttrProfile) == "" || len(st.Taints(d)) > 0
 	})
 	out := map[string]int{}
 	profiles := map[string]bool{}

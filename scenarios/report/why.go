@@ -2,6 +2,7 @@ package report
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 
 	"github.com/dralab/dralab/drivers/conformance/devicecel"
+	"github.com/dralab/dralab/drivers/conformance/devices"
 )
 
 // Reason codes of a waiting pod, beyond the scheduler's generic "cannot
@@ -26,6 +28,10 @@ const (
 	Tainted = "Tainted"
 	// Insufficient: the scheduler found too little of a counted resource.
 	Insufficient = "Insufficient"
+	// SelectorError: a selector fails on a device (a CEL runtime error,
+	// such as an attribute read without has()); the allocator gives up the
+	// claim there instead of trying other devices.
+	SelectorError = "SelectorError"
 )
 
 type deviceRef struct {
@@ -145,6 +151,9 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 	for _, alt := range alts {
 		classes = append(classes, alt.class)
 		candidates, err := s.matching(ctx, alt)
+		if selErr := (*selectorError)(nil); errors.As(err, &selErr) {
+			return SelectorError, fmt.Sprintf("%s: %v", what, selErr), nil
+		}
 		if err != nil {
 			return "", "", err
 		}
@@ -174,8 +183,8 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 				shares = append(shares, noRoom)
 			case held && !shared && !alt.adminAccess:
 				allocated = append(allocated, fmt.Sprintf("%s to %s", c, strings.TrimPrefix(holder, namespace+"/")))
-			case len(s.taints(c.driver, c.pool, c.dev)) > 0 && len(alt.tolerations) == 0:
-				taint = append(taint, c.String())
+			case len(s.blockingTaints(c, alt.tolerations)) > 0:
+				taint = append(taint, fmt.Sprintf("%s (%s)", c, strings.Join(s.blockingTaints(c, alt.tolerations), ", ")))
 			case noCounter != "":
 				counters = append(counters, noCounter)
 			default:
@@ -202,13 +211,35 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 			parts = append(parts, fmt.Sprintf("allocated: %s", strings.Join(allocated, ", ")))
 		}
 		return code, fmt.Sprintf("%s: %s", what, strings.Join(parts, "; ")), nil
+	case len(allocated) > 0 && len(taint) > 0:
+		sort.Strings(allocated)
+		sort.Strings(taint)
+		return AllAllocated, fmt.Sprintf("%s: every matching device is allocated or tainted: allocated: %s; tainted, and not tolerated: %s", what, strings.Join(allocated, ", "), strings.Join(taint, ", ")), nil
 	case len(allocated) > 0:
 		sort.Strings(allocated)
 		return AllAllocated, fmt.Sprintf("%s: all %d matching devices are allocated: %s", what, len(allocated), strings.Join(allocated, ", ")), nil
 	default:
 		sort.Strings(taint)
-		return Tainted, fmt.Sprintf("%s: the free matching devices are tainted: %s", what, strings.Join(taint, ", ")), nil
+		return Tainted, fmt.Sprintf("%s: the free matching devices are tainted, and not tolerated: %s", what, strings.Join(taint, ", ")), nil
 	}
+}
+
+// blockingTaints are the taints of a device that tolerations do not
+// tolerate, each taint matched on its own.
+func (s *Snapshot) blockingTaints(d deviceRef, tolerations []resourceapi.DeviceToleration) []string {
+	st := s.state()
+	return taintStrings(devices.Untolerated(st.Taints(devices.Device{Driver: d.driver, Pool: d.pool, Device: *d.dev}), tolerations))
+}
+
+// selectorError is a selector that fails on a device.
+type selectorError struct {
+	expression string
+	device     deviceRef
+	err        error
+}
+
+func (e *selectorError) Error() string {
+	return fmt.Sprintf("selector %q fails on device %s: %v; the allocator then gives up the claim instead of trying other devices: guard the attribute with has() or read it with .orValue()", e.expression, e.device, e.err)
 }
 
 // AllocatedDevices maps each device allocated without admin access
@@ -234,19 +265,23 @@ func (s *Snapshot) matching(ctx context.Context, alt alternative) ([]deviceRef, 
 		sl := &s.Slices[i]
 		for j := range sl.Spec.Devices {
 			dev := &sl.Spec.Devices[j]
-			ok, err := matchesAll(ctx, selectors, cel.Device{Driver: sl.Spec.Driver, Attributes: dev.Attributes, Capacity: dev.Capacity})
+			ref := deviceRef{driver: sl.Spec.Driver, pool: sl.Spec.Pool.Name, dev: dev}
+			ok, err := matchesAll(ctx, selectors, ref)
 			if err != nil {
 				return nil, err
 			}
 			if ok {
-				out = append(out, deviceRef{driver: sl.Spec.Driver, pool: sl.Spec.Pool.Name, dev: dev})
+				out = append(out, ref)
 			}
 		}
 	}
 	return out, nil
 }
 
-func matchesAll(ctx context.Context, selectors []resourceapi.DeviceSelector, dev cel.Device) (bool, error) {
+// matchesAll reports whether every selector selects the device; a
+// selector that fails on it is a *selectorError.
+func matchesAll(ctx context.Context, selectors []resourceapi.DeviceSelector, d deviceRef) (bool, error) {
+	dev := cel.Device{Driver: d.driver, Attributes: d.dev.Attributes, Capacity: d.dev.Capacity}
 	for _, sel := range selectors {
 		if sel.CEL == nil {
 			continue
@@ -257,9 +292,7 @@ func matchesAll(ctx context.Context, selectors []resourceapi.DeviceSelector, dev
 		}
 		ok, _, err := compiled[0].DeviceMatches(ctx, dev)
 		if err != nil {
-			// The allocator treats a failing selector as no match for
-			// that device's claim; so does the explanation.
-			return false, nil
+			return false, &selectorError{expression: sel.CEL.Expression, device: d, err: err}
 		}
 		if !ok {
 			return false, nil

@@ -3,7 +3,9 @@
 // manifest says it supports. Device counts and attributes are discovered
 // from the driver's ResourceSlices, never declared. A feature whose
 // capability the manifest does not enable is skipped, saying so; one the
-// manifest enables but the suite has no check for fails.
+// manifest enables but the suite has no check for, or cannot check on this
+// cluster, fails (unless Options.AllowUnverified): a run passes only on
+// what it verified.
 //
 // Everything the features create (namespaces, claims, pods,
 // DeviceTaintRules) carries LabelManagedBy and LabelRun and is removed when
@@ -50,6 +52,10 @@ type Options struct {
 	// CommandEnv are variables (KEY=value) added to the environment of the
 	// manifest's health commands, e.g. which lab they act on.
 	CommandEnv []string
+	// AllowUnverified reports a check of an enabled capability that
+	// cannot be made on this cluster as skipped, with a warning, instead
+	// of failed.
+	AllowUnverified bool
 }
 
 // Labels of every object the suite creates. A run removes objects with
@@ -235,16 +241,21 @@ func (s *suite) run(ctx context.Context, cfg *rest.Config, f feature, logf logFu
 			}
 		}
 	}()
-	err = f.check(ctx, logf, k)
+	r.Status, r.Message = s.verdict(f.name, f.check(ctx, logf, k))
+	return r
+}
+
+// verdict is what a check's error says of its feature: passed on no error;
+// not verified when the check could not be made here (a failure unless
+// Options.AllowUnverified); failed otherwise.
+func (s *suite) verdict(name string, err error) (results.Status, string) {
 	if skip := (skipCheck{}); errors.As(err, &skip) {
-		r.Status, r.Message = results.Skipped, skip.reason
-		return r
+		return results.Unverified(s.o.AllowUnverified, name+": "+skip.reason)
 	}
 	if err != nil {
-		return fail("%s: %v", f.name, err)
+		return results.Failed, fmt.Sprintf("%s: %v", name, err)
 	}
-	r.Status = results.Passed
-	return r
+	return results.Passed, ""
 }
 
 // gate says why a feature does not run its check: a reason to skip when
@@ -261,8 +272,9 @@ func gate(m *manifest.Manifest, capability manifest.Capability, checked bool) (s
 	return "", ""
 }
 
-// skipCheck is a check that cannot apply to this driver or cluster, with
-// the reason.
+// skipCheck is a check that cannot be made on this cluster, with the
+// reason: the feature is not verified, a failure unless
+// Options.AllowUnverified.
 type skipCheck struct{ reason string }
 
 func (s skipCheck) Error() string { return s.reason }

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
+	"github.com/dralab/dralab/drivers/conformance/results"
 )
 
 // The device-taints check taints one device, one it was allocated itself,
@@ -234,17 +235,37 @@ func TestDeviceTaintsBeyondTheClaimLimit(t *testing.T) {
 	}
 }
 
-// Devices no attribute tells apart cannot be narrowed: the check skips,
-// saying why, rather than asking for what no claim may hold.
-func TestClaimOfEveryDeviceSkipsWhenAttributesCannotNarrow(t *testing.T) {
+// Devices no attribute tells apart cannot be narrowed: the check says why
+// it cannot be made rather than ask for what no claim may hold, and the
+// feature fails as not verified, or is skipped with the reason when the
+// caller allows unverified checks. It never passes.
+func TestClaimOfEveryDeviceUnverifiedWhenAttributesCannotNarrow(t *testing.T) {
 	_, k := newFakeClusterOf(t, refuseWithEvent, fakeDevices(40, false))
 	err := k.adminAccess(context.Background(), t.Logf, k)
 	var skip skipCheck
 	if !errors.As(err, &skip) || !strings.Contains(err.Error(), "has 40 devices of class gpu.example.com, more than a claim may hold (32)") {
-		t.Fatalf("got %v, want a skip naming the 40 devices and the limit of 32", err)
+		t.Fatalf("got %v, want a check not made, naming the 40 devices and the limit of 32", err)
 	}
 	if err := k.cleanup(context.Background()); err != nil {
 		t.Error(err)
+	}
+	for _, allow := range []bool{false, true} {
+		s := newSuite(k.m, Options{AllowUnverified: allow})
+		status, msg := s.verdict("admin access", err)
+		want := results.Failed
+		if allow {
+			want = results.Skipped
+		}
+		if status != want || !strings.HasPrefix(msg, "not verified: admin access: node ") {
+			t.Errorf("AllowUnverified=%v: %s %q, want %s, not verified, naming the feature", allow, status, msg, want)
+		}
+	}
+	s := newSuite(k.m, Options{})
+	if status, msg := s.verdict("admin access", errors.New("boom")); status != results.Failed || msg != "admin access: boom" {
+		t.Errorf("a failing check: %s %q", status, msg)
+	}
+	if status, _ := s.verdict("admin access", nil); status != results.Passed {
+		t.Errorf("a check that passed: %s", status)
 	}
 }
 

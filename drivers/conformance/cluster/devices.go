@@ -68,19 +68,30 @@ func classDevices(ctx context.Context, client kubernetes.Interface, className st
 	if err != nil {
 		return nil, fmt.Errorf("DeviceClass %s: %w", className, err)
 	}
-	return selectedBy(ctx, selectors, devs), nil
+	out, err := selectedBy(ctx, selectors, devs)
+	if err != nil {
+		return nil, fmt.Errorf("DeviceClass %s: %w", className, err)
+	}
+	return out, nil
 }
 
-// selectedBy returns the devices every selector selects; a device whose
-// evaluation fails is one the allocator skips.
-func selectedBy(ctx context.Context, selectors devicecel.Selectors, devs []device) []device {
+// selectedBy returns the devices every selector selects. A selector that
+// fails on a device (a CEL runtime error, such as an attribute the device
+// lacks read without has()) is an error naming the device: Kubernetes
+// 1.37's allocator gives up the whole claim there rather than skip the
+// device, so no count may treat it as "not selected".
+func selectedBy(ctx context.Context, selectors devicecel.Selectors, devs []device) ([]device, error) {
 	var out []device
 	for _, d := range devs {
-		if ok, _ := selectors.Match(ctx, cel.Device{Driver: d.driver, Attributes: d.dev.Attributes, Capacity: d.dev.Capacity}); ok {
+		ok, err := selectors.Match(ctx, cel.Device{Driver: d.driver, Attributes: d.dev.Attributes, Capacity: d.dev.Capacity})
+		if err != nil {
+			return nil, fmt.Errorf("a selector fails on device %s/%s/%s, and the allocator refuses every claim that meets it there: %w", d.driver, d.pool, d.dev.Name, err)
+		}
+		if ok {
 			out = append(out, d)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // claimLimit is the most devices one claim may be allocated
@@ -125,7 +136,11 @@ func (k *kit) everyDeviceWith(ctx context.Context, name, node string, with resou
 	if err != nil {
 		return req, fmt.Errorf("selector %s: %w", expr, err)
 	}
-	if n := len(selectedBy(ctx, selectors, devs)); n != group {
+	sel, err := selectedBy(ctx, selectors, devs)
+	if err != nil {
+		return req, fmt.Errorf("selector %s: %w", expr, err)
+	}
+	if n := len(sel); n != group {
 		return req, fmt.Errorf("selector %s selects %d devices of node %s, want %d", expr, n, node, group)
 	}
 	req.Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}}

@@ -77,7 +77,7 @@ func selected(ctx context.Context, client kubernetes.Interface, class, selector 
 	if err != nil {
 		return nil, fmt.Errorf("selector %s: %w", selector, err)
 	}
-	return selectedBy(ctx, sel, out), nil
+	return selectedBy(ctx, sel, out)
 }
 
 // allocations lists every allocation result of the driver's pool, in any

@@ -3,7 +3,9 @@
 // that the conformance checks, the sanity layer and the scenarios' reports
 // share. A free device is one the allocator could give now: published in
 // the newest generation of its pool, held by no claim (admin access
-// aside), and with room left in every counter it consumes.
+// aside), with room left in every counter it consumes, and with no taint
+// the request does not tolerate (NoSchedule or NoExecute, on the device in
+// its slice or put there by a DeviceTaintRule).
 package devices
 
 import (
@@ -11,9 +13,11 @@ import (
 	"fmt"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/utils/ptr"
 )
 
@@ -39,14 +43,17 @@ type SetKey struct{ Driver, Pool, Set string }
 // Counters are what a pool's counter sets hold, by set and counter name.
 type Counters map[SetKey]map[string]resource.Quantity
 
-// State is a cluster's ResourceSlices and ResourceClaims, read together.
+// State is a cluster's ResourceSlices, ResourceClaims and DeviceTaintRules,
+// read together.
 type State struct {
-	Slices []resourceapi.ResourceSlice
-	Claims []resourceapi.ResourceClaim
+	Slices     []resourceapi.ResourceSlice
+	Claims     []resourceapi.ResourceClaim
+	TaintRules []resourceapi.DeviceTaintRule
 }
 
-// Read lists the ResourceSlices of driver ("" for every driver's) and the
-// ResourceClaims of every namespace.
+// Read lists the ResourceSlices of driver ("" for every driver's), the
+// ResourceClaims of every namespace and the DeviceTaintRules (none where
+// the cluster does not serve them).
 func Read(ctx context.Context, client kubernetes.Interface, driver string) (*State, error) {
 	opts := metav1.ListOptions{}
 	if driver != "" {
@@ -60,7 +67,63 @@ func Read(ctx context.Context, client kubernetes.Interface, driver string) (*Sta
 	if err != nil {
 		return nil, fmt.Errorf("listing ResourceClaims: %w", err)
 	}
-	return &State{Slices: slices.Items, Claims: claims.Items}, nil
+	st := &State{Slices: slices.Items, Claims: claims.Items}
+	rules, err := client.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return nil, fmt.Errorf("listing DeviceTaintRules: %w", err)
+	default:
+		st.TaintRules = rules.Items
+	}
+	return st, nil
+}
+
+// Taints are the taints with an effect (NoSchedule, NoExecute) on d: its
+// own, then those of the DeviceTaintRules that select it. A rule without
+// a selector selects no device, as in Kubernetes 1.37's allocator.
+func (s *State) Taints(d Device) []resourceapi.DeviceTaint {
+	var out []resourceapi.DeviceTaint
+	add := func(t resourceapi.DeviceTaint) {
+		if t.Effect == resourceapi.DeviceTaintEffectNoSchedule || t.Effect == resourceapi.DeviceTaintEffectNoExecute {
+			out = append(out, t)
+		}
+	}
+	for _, t := range d.Taints {
+		add(t)
+	}
+	for _, r := range s.TaintRules {
+		if sel := r.Spec.DeviceSelector; sel != nil &&
+			(sel.Driver == nil || *sel.Driver == d.Driver) && (sel.Pool == nil || *sel.Pool == d.Pool) && (sel.Device == nil || *sel.Device == d.Name) {
+			add(r.Spec.Taint)
+		}
+	}
+	return out
+}
+
+// Untolerated returns the taints no toleration tolerates, each matched on
+// its own (key, value, effect), as the allocator matches them.
+func Untolerated(taints []resourceapi.DeviceTaint, tolerations []resourceapi.DeviceToleration) []resourceapi.DeviceTaint {
+	var out []resourceapi.DeviceTaint
+	for _, t := range taints {
+		tolerated := false
+		for _, tol := range tolerations {
+			if resourceclaim.ToleratesTaint(tol, t) {
+				tolerated = true
+				break
+			}
+		}
+		if !tolerated {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Blocked returns the taints of d that keep it from a request with these
+// tolerations.
+func (s *State) Blocked(d Device, tolerations []resourceapi.DeviceToleration) []resourceapi.DeviceTaint {
+	return Untolerated(s.Taints(d), tolerations)
 }
 
 // Current returns the slices of driver on node ("" for any) of the newest
@@ -183,14 +246,21 @@ func (c Counters) Take(d Device) {
 }
 
 // Free returns the devices of driver on node ("" for any) the allocator
-// could give now, each on its own: published in the newest generation of
-// its pool, held by no claim, and fitting the counters left.
+// could give now to a request without tolerations, each on its own:
+// published in the newest generation of its pool, held by no claim,
+// fitting the counters left and untainted.
 func (s *State) Free(driver, node string) []Device {
+	return s.FreeFor(driver, node, nil)
+}
+
+// FreeFor is Free for a request with tolerations: a device whose every
+// taint they tolerate is free.
+func (s *State) FreeFor(driver, node string, tolerations []resourceapi.DeviceToleration) []Device {
 	held := s.Held()
 	left := s.CountersLeft()
 	var out []Device
 	for _, d := range s.Published(driver, node) {
-		if _, ok := held[d.Key()]; !ok && left.Fits(d) {
+		if _, ok := held[d.Key()]; !ok && left.Fits(d) && len(s.Blocked(d, tolerations)) == 0 {
 			out = append(out, d)
 		}
 	}

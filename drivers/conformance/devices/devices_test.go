@@ -119,3 +119,62 @@ func TestRead(t *testing.T) {
 		t.Errorf("Free after Read = %v; want %v", got, want)
 	}
 }
+
+// TestTaintedDevicesAreNotFree: a device's own NoSchedule taint and a
+// DeviceTaintRule's NoExecute taint keep devices from a request that does
+// not tolerate them, each taint matched by its own toleration; None
+// effects and a rule without a selector keep nothing.
+func TestTaintedDevicesAreNotFree(t *testing.T) {
+	sl := gpuSlice("n1", 1)
+	sl.Spec.Devices[3].Taints = []resourceapi.DeviceTaint{{Key: "example.com/broken", Value: "xid", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+	sl.Spec.Devices[2].Taints = []resourceapi.DeviceTaint{{Key: "example.com/note", Effect: resourceapi.DeviceTaintEffectNone}}
+	rule := func(name string, sel *resourceapi.DeviceTaintSelector, effect resourceapi.DeviceTaintEffect) resourceapi.DeviceTaintRule {
+		return resourceapi.DeviceTaintRule{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourceapi.DeviceTaintRuleSpec{
+			DeviceSelector: sel, Taint: resourceapi.DeviceTaint{Key: "example.com/" + name, Effect: effect}}}
+	}
+	half0 := &resourceapi.DeviceTaintSelector{Driver: ptr.To(driver), Pool: ptr.To("n1"), Device: ptr.To("gpu-0-half-0")}
+	rules := []resourceapi.DeviceTaintRule{
+		rule("drain", half0, resourceapi.DeviceTaintEffectNoExecute),
+		rule("other-pool", &resourceapi.DeviceTaintSelector{Pool: ptr.To("n2")}, resourceapi.DeviceTaintEffectNoSchedule),
+		rule("no-selector", nil, resourceapi.DeviceTaintEffectNoSchedule),
+	}
+	client := fake.NewClientset(&sl, &rules[0], &rules[1], &rules[2])
+	s, err := Read(context.Background(), client, driver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.TaintRules) != 3 {
+		t.Fatalf("Read found %d DeviceTaintRules, want 3", len(s.TaintRules))
+	}
+	if got, want := names(s.Free(driver, "n1")), []string{"n1/gpu-0", "n1/gpu-0-half-1"}; !slices.Equal(got, want) {
+		t.Errorf("Free = %v; want %v: nic-0 is tainted in its slice, gpu-0-half-0 by the rule drain", got, want)
+	}
+	tolerateBroken := []resourceapi.DeviceToleration{{Key: "example.com/broken", Operator: resourceapi.DeviceTolerationOpEqual, Value: "xid", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+	if got, want := names(s.FreeFor(driver, "n1", tolerateBroken)), []string{"n1/gpu-0", "n1/gpu-0-half-1", "n1/nic-0"}; !slices.Equal(got, want) {
+		t.Errorf("FreeFor(tolerating broken=xid) = %v; want %v", got, want)
+	}
+	// A toleration of another value or another effect tolerates nothing:
+	// any toleration is not every toleration.
+	for _, tol := range []resourceapi.DeviceToleration{
+		{Key: "example.com/broken", Operator: resourceapi.DeviceTolerationOpEqual, Value: "ecc"},
+		{Key: "example.com/broken", Operator: resourceapi.DeviceTolerationOpExists, Effect: resourceapi.DeviceTaintEffectNoExecute},
+		{Key: "example.com/drain", Operator: resourceapi.DeviceTolerationOpExists},
+	} {
+		if got := names(s.FreeFor(driver, "n1", []resourceapi.DeviceToleration{tol})); slices.Contains(got, "n1/nic-0") {
+			t.Errorf("FreeFor(%+v) = %v: holds nic-0, whose taint broken=xid:NoSchedule it does not tolerate", tol, got)
+		}
+	}
+	everything := []resourceapi.DeviceToleration{{Operator: resourceapi.DeviceTolerationOpExists}}
+	if got := s.FreeFor(driver, "n1", everything); len(got) != 4 {
+		t.Errorf("FreeFor(tolerate all) = %v; want all 4", names(got))
+	}
+	var d Device
+	for _, p := range s.Published(driver, "n1") {
+		if p.Name == "gpu-0-half-0" {
+			d = p
+		}
+	}
+	if taints := s.Taints(d); len(taints) != 1 || taints[0].Key != "example.com/drain" {
+		t.Errorf("Taints(gpu-0-half-0) = %v; want the rule drain's only (no-selector selects nothing, other-pool another pool)", taints)
+	}
+}

@@ -390,6 +390,32 @@ func firstPanic(lines []string) string {
 	return ""
 }
 
+// UnverifiedPrefix starts the message of a check that could not verify
+// what a driver's manifest enables (no device to check it with, nothing to
+// reach the node by): a failure, or a skip the caller allowed.
+const UnverifiedPrefix = "not verified: "
+
+// Unverified is the verdict on a check that could not verify what it was
+// meant to: Failed, unless the caller allows unverified checks, then
+// Skipped; the message says so either way.
+func Unverified(allow bool, reason string) (Status, string) {
+	if allow {
+		return Skipped, UnverifiedPrefix + reason
+	}
+	return Failed, UnverifiedPrefix + reason + " (--allow-unverified makes this a warning)"
+}
+
+// Unverified counts the skipped cases that were allowed to go unverified.
+func (r *Report) Unverified() int {
+	n := 0
+	for _, c := range r.Cases {
+		if c.Status == Skipped && strings.HasPrefix(c.Message, UnverifiedPrefix) {
+			n++
+		}
+	}
+	return n
+}
+
 // Failed reports whether any case failed.
 func (r *Report) Failed() bool {
 	for _, c := range r.Cases {

@@ -87,6 +87,9 @@ func (r *Report) Summary() string {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", name, c.Status, detail)
 	}
 	tw.Flush()
+	if n := r.Unverified(); n > 0 {
+		fmt.Fprintf(&b, "WARNING: %d checks of what the manifest enables were not verified (allowed by --allow-unverified): a pass says nothing of them\n", n)
+	}
 	tests, failures, skipped := r.counts()
 	fmt.Fprintf(&b, "%d checks: %d passed, %d failed, %d skipped\n", tests, tests-failures-skipped, failures, skipped)
 	// A row without a detail ends in the RESULT column's padding; trailing

@@ -107,7 +107,7 @@ func checkCDIIDsResolve(ctx context.Context, e *env) (string, error) {
 	if len(ids) == 0 {
 		// Some devices, a NIC configured by the driver itself, need no
 		// container edits; nothing can be resolved then.
-		return "", skipError{fmt.Sprintf("claim %s was prepared without CDI devices: nothing to resolve", klog.KObj(c))}
+		return "", skipError{reason: fmt.Sprintf("claim %s was prepared without CDI devices: nothing to resolve", klog.KObj(c))}
 	}
 	if err := e.s.resolveCDI("cdi-ids-resolve", "returned for claim "+klog.KObj(c).String(), ids); err != nil {
 		return "", err
@@ -214,7 +214,7 @@ func checkConcurrent(ctx context.Context, e *env) (string, error) {
 		return "", err
 	}
 	if len(devs) < 2 {
-		return "", skipError{fmt.Sprintf("needs at least 2 free devices of driver %s on node %s, found %d", e.s.driver, e.s.cfg.NodeName, len(devs))}
+		return "", skipError{reason: fmt.Sprintf("needs at least 2 free devices of driver %s on node %s, found %d", e.s.driver, e.s.cfg.NodeName, len(devs))}
 	}
 	claims, err := e.newClaims(ctx, devs)
 	if err != nil {
@@ -323,9 +323,9 @@ func checkRestart(ctx context.Context, e *env) (string, error) {
 	const rule = "restart"
 	switch {
 	case e.s.cfg.Restart == nil:
-		return "", skipError{"no Restart function in the sanity Config: the restart check needs a way to restart the driver"}
+		return "", skipError{reason: "no Restart function in the sanity Config: the restart check needs a way to restart the driver"}
 	case !e.s.restartable:
-		return "", skipError{"the manifest says the driver may not be restarted (sanity.restartable: false)"}
+		return "", skipError{reason: "the manifest says the driver may not be restarted (sanity.restartable: false)", disabled: true}
 	}
 	c, before, err := e.preparedClaim(ctx)
 	if err != nil {

@@ -50,8 +50,13 @@ type Config struct {
 	// old instance still answering cannot be told from a new one, so a
 	// Restart that returns only once the old instance stopped serving
 	// makes a stronger check. ctx is the check's: a driver started
-	// in-process must not be bound to it. Nil skips the restart check.
+	// in-process must not be bound to it. Nil leaves the restart check
+	// unverified.
 	Restart func(ctx context.Context) error
+	// AllowUnverified reports a check that cannot be made here (no
+	// Restart, too few free devices) as skipped, with a warning, instead
+	// of failed. A check the manifest disables is skipped either way.
+	AllowUnverified bool
 }
 
 // Result is what one check found.
@@ -64,7 +69,8 @@ type Result struct {
 	// Message says what happened. A failure's message starts with the name
 	// of the rule the driver broke, which is not always the check's own:
 	// the concurrent check fails with "cdi-ids-resolve: …" when a CDI ID
-	// does not resolve. A skip's message is the reason.
+	// does not resolve. A skip's message is the reason: the manifest
+	// disables what it checks, or it starts with results.UnverifiedPrefix.
 	Message string
 	Elapsed time.Duration
 }
@@ -211,8 +217,10 @@ func (s *session) run(ctx context.Context, c Check) (r Result) {
 	msg, err := c.run(ctx, e)
 	var skip skipError
 	switch {
-	case errors.As(err, &skip):
+	case errors.As(err, &skip) && skip.disabled:
 		r.Status, r.Message = results.Skipped, skip.reason
+	case errors.As(err, &skip):
+		r.Status, r.Message = results.Unverified(s.cfg.AllowUnverified, skip.reason)
 	case err != nil:
 		r.Status, r.Message = results.Failed, err.Error()
 	default:
@@ -240,7 +248,12 @@ func broke(rule, format string, args ...any) error {
 // checked either, so they fail rather than skip.
 const setupRule = "setup"
 
-// skipError skips a check that cannot apply to this driver or Config.
-type skipError struct{ reason string }
+// skipError is a check not made, with the reason: skipped when the manifest
+// disables what it checks, else not verified (a failure unless
+// Config.AllowUnverified).
+type skipError struct {
+	reason   string
+	disabled bool
+}
 
 func (e skipError) Error() string { return e.reason }

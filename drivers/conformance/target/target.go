@@ -9,9 +9,12 @@ package target
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/homedir"
 )
 
 // EnvConsent names the kubeconfig context a user allows the suites to run
@@ -24,7 +27,9 @@ var ErrNoConsent = errors.New("not a dralab lab, and not named in " + EnvConsent
 
 // Request is what a suite was given.
 type Request struct {
-	// Kubeconfig is one kubeconfig file; empty: a fresh embedded lab.
+	// Kubeconfig is a kubeconfig file, or a list of them as KUBECONFIG
+	// holds one (merged as kubectl merges them); empty: a fresh embedded
+	// lab.
 	Kubeconfig string
 	// Context overrides the kubeconfig's current context (--context).
 	Context string
@@ -40,8 +45,10 @@ type Request struct {
 
 // Target is a cluster a suite may run on.
 type Target struct {
-	// Kubeconfig is the file, absolute.
+	// Kubeconfig is the file, absolute, or the list of Files.
 	Kubeconfig string
+	// Files are the kubeconfig files, absolute, merged in this order.
+	Files []string
 	// Context and Server are what the kubeconfig points at.
 	Context string
 	Server  string
@@ -74,18 +81,24 @@ func Resolve(r Request) (*Target, error) {
 		}
 		return nil, nil
 	}
-	if list := filepath.SplitList(r.Kubeconfig); len(list) > 1 {
-		return nil, fmt.Errorf("KUBECONFIG lists %d files (%s): set it to the one file of the cluster to run on", len(list), r.Kubeconfig)
+	var files []string
+	for _, f := range filepath.SplitList(r.Kubeconfig) {
+		if f == "" {
+			continue
+		}
+		abs, err := filepath.Abs(f)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, abs)
 	}
-	file, err := filepath.Abs(r.Kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := clientcmd.LoadFromFile(file)
+	t := &Target{Kubeconfig: strings.Join(files, string(filepath.ListSeparator)), Files: files}
+	cfg, err := t.LoadingRules().Load()
 	if err != nil {
 		return nil, fmt.Errorf("reading kubeconfig: %w", err)
 	}
-	t := &Target{Kubeconfig: file, Context: cfg.CurrentContext}
+	file := t.Kubeconfig
+	t.Context = cfg.CurrentContext
 	if r.Context != "" {
 		t.Context = r.Context
 	}
@@ -99,9 +112,11 @@ func Resolve(r Request) (*Target, error) {
 	}
 	t.Server = cluster.Server
 	if r.Lab != nil {
-		if dir, ok := r.Lab(file, t.Server); ok {
-			t.LabDir = dir
-			return t, nil
+		for _, f := range t.Files {
+			if dir, ok := r.Lab(f, t.Server); ok {
+				t.LabDir = dir
+				return t, nil
+			}
 		}
 	}
 	switch r.Consent {
@@ -113,4 +128,35 @@ func Resolve(r Request) (*Target, error) {
 	default:
 		return nil, fmt.Errorf("kubeconfig %s points at context %q (server %s), but %s=%s names another: %w", file, t.Context, t.Server, EnvConsent, r.Consent, ErrNoConsent)
 	}
+}
+
+// LoadingRules load the Target's kubeconfig as kubectl does: one file must
+// exist; of a list, the files that exist are merged, the first to set a
+// value winning.
+func (t *Target) LoadingRules() *clientcmd.ClientConfigLoadingRules {
+	if len(t.Files) == 1 {
+		return &clientcmd.ClientConfigLoadingRules{ExplicitPath: t.Files[0]}
+	}
+	return &clientcmd.ClientConfigLoadingRules{Precedence: t.Files}
+}
+
+// ClientConfig is the Target's kubeconfig, at its Context.
+func (t *Target) ClientConfig() clientcmd.ClientConfig {
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(t.LoadingRules(), &clientcmd.ConfigOverrides{CurrentContext: t.Context})
+}
+
+// DefaultKubeconfig is where kubectl finds its kubeconfig without
+// --kubeconfig: $KUBECONFIG (a file or a list), else ~/.kube/config when it
+// exists; "" when neither is there.
+func DefaultKubeconfig() string {
+	if env := os.Getenv(clientcmd.RecommendedConfigPathEnvVar); env != "" {
+		return env
+	}
+	// clientcmd.RecommendedHomeFile, read now rather than when the
+	// program started.
+	home := filepath.Join(homedir.HomeDir(), clientcmd.RecommendedHomeDir, clientcmd.RecommendedFileName)
+	if _, err := os.Stat(home); err == nil {
+		return home
+	}
+	return ""
 }

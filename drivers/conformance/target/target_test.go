@@ -125,10 +125,24 @@ func TestResolve(t *testing.T) {
 			t.Fatalf("got %v, want ErrNoConsent", err)
 		}
 	})
-	t.Run("a list of kubeconfigs", func(t *testing.T) {
-		_, err := Resolve(Request{Kubeconfig: foreign + string(filepath.ListSeparator) + labKubeconfig, Consent: "prod"})
-		if err == nil || !strings.Contains(err.Error(), "one file") {
-			t.Fatalf("got %v, want an error asking for one file", err)
+	t.Run("a list of kubeconfigs is merged as kubectl merges it", func(t *testing.T) {
+		list := foreign + string(filepath.ListSeparator) + labKubeconfig
+		got, err := Resolve(Request{Kubeconfig: list, Consent: "prod"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The first file sets the current context and cluster c.
+		if got.Context != "prod" || got.Server != "https://10.0.0.1:6443" || len(got.Files) != 2 || got.Kubeconfig != list {
+			t.Errorf("got %+v, want prod of the first file, both files", got)
+		}
+		// A lab's kubeconfig in the list is still a lab's.
+		got, err = Resolve(Request{Kubeconfig: labKubeconfig + string(filepath.ListSeparator) + foreign, Lab: isLab(labKubeconfig)})
+		if err != nil || got.LabDir != filepath.Dir(labKubeconfig) {
+			t.Fatalf("got %+v, %v; want the lab in %s", got, err, filepath.Dir(labKubeconfig))
+		}
+		rest, err := got.ClientConfig().ClientConfig()
+		if err != nil || rest.Host != labServer {
+			t.Errorf("ClientConfig: %v, %v; want the lab's server", rest, err)
 		}
 	})
 	t.Run("a missing kubeconfig", func(t *testing.T) {
@@ -136,4 +150,23 @@ func TestResolve(t *testing.T) {
 			t.Fatal("no error")
 		}
 	})
+}
+
+// DefaultKubeconfig finds the kubeconfig where kubectl does.
+func TestDefaultKubeconfig(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("KUBECONFIG", "")
+	if got := DefaultKubeconfig(); got != "" {
+		t.Errorf("no KUBECONFIG, no ~/.kube/config: got %q, want none", got)
+	}
+	file := filepath.Join(home, ".kube", "config")
+	writeKubeconfig(t, file, "kind-kind", "https://127.0.0.1:6443")
+	if got := DefaultKubeconfig(); got != file {
+		t.Errorf("got %q, want %s", got, file)
+	}
+	t.Setenv("KUBECONFIG", "/a:/b")
+	if got := DefaultKubeconfig(); got != "/a:/b" {
+		t.Errorf("got %q, want $KUBECONFIG", got)
+	}
 }

@@ -4,15 +4,19 @@
 //	go install github.com/dralab/dralab/drivers/conformance/cmd/dralab-conformance@latest
 //	DRALAB_TARGET=kind-kind dralab-conformance --manifest driver.yaml --junit junit.xml
 //
-// The cluster layer runs on the cluster of --kubeconfig (default
-// $KUBECONFIG), and only when --target (default $DRALAB_TARGET) names its
-// context: the suite creates and deletes namespaces, claims, pods and
+// The cluster layer runs on the cluster of the kubeconfig kubectl would use
+// (--kubeconfig, else $KUBECONFIG, else ~/.kube/config; --context picks
+// another context), and only when --target (default $DRALAB_TARGET) names
+// its context: the suite creates and deletes namespaces, claims, pods and
 // DeviceTaintRules there. The sanity layer talks to one node's kubelet
 // plugin sockets: it runs when --node names the node and this process can
-// reach its --registrar-dir and --cdi-dir (run it on the node), and is
-// skipped otherwise. It prints each check as it ends and a summary, writes
-// JUnit XML with --junit and an HTML page with --html, and exits 1 when a
-// check fails, 2 when the suite cannot run.
+// reach its --registrar-dir and --cdi-dir (run it on the node). A pass
+// means every check the manifest enables was verified: the sanity layer
+// not run, or a feature with nothing to check it on, fails, unless
+// --cluster-only leaves the sanity layer out or --allow-unverified turns
+// such failures into warnings. It prints each check as it ends and a
+// summary, writes JUnit XML with --junit and an HTML page with --html, and
+// exits 1 when a check fails, 2 when the suite cannot run.
 package main
 
 import (
@@ -49,20 +53,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var (
 		o            conformance.Options
-		node         = fs.String("node", "", "the node whose kubelet plugin the sanity layer checks; empty: the sanity layer is skipped")
+		node         = fs.String("node", "", "the node whose kubelet plugin the sanity layer checks; empty: the sanity layer cannot run, which fails the run unless --cluster-only")
+		clusterOnly  = fs.Bool("cluster-only", false, "run the cluster layer only (the same as --layer cluster): a pass then says nothing of the kubelet plugin")
 		registrarDir = fs.String("registrar-dir", "/var/lib/kubelet/plugins_registry", "the node's kubelet plugin registry, as this process sees it (sanity layer)")
 		cdiDir       = fs.String("cdi-dir", "/var/run/cdi", "the node's CDI spec directory, as this process sees it (sanity layer)")
 	)
 	fs.StringVar(&o.Manifest, "manifest", "", "the driver's conformance manifest (required)")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "the one kubeconfig file of the cluster to run on")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "the kubeconfig of the cluster to run on (default $KUBECONFIG, else ~/.kube/config, as kubectl)")
 	fs.StringVar(&o.Context, "context", "", "the kubeconfig context to use (default: its current context)")
 	fs.StringVar(&o.Target, "target", os.Getenv(target.EnvConsent), "the context the suite may create and delete objects in (default $"+target.EnvConsent+")")
 	fs.StringVar(&o.Layer, "layer", conformance.LayerAll, "run one layer only: sanity or cluster")
+	fs.BoolVar(&o.AllowUnverified, "allow-unverified", false, "report checks that could not be made (no node for the sanity layer, no device to check a capability on) as skipped with a warning, not failed")
 	fs.StringVar(&o.JUnit, "junit", "", "write JUnit XML to this file")
 	html := fs.String("html", "", "write the run's HTML page (a row per check) to this file")
 	fs.StringVar(&o.Cluster.Image, "image", "", "image of the proof containers, with sh and env (default busybox:1.37)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: dralab-conformance --manifest driver.yaml [--kubeconfig file] [--target context] [--node name] [--junit file] [--html file]")
+		fmt.Fprintln(stderr, "Usage: dralab-conformance --manifest driver.yaml [--kubeconfig file] [--context name] [--target context] [--node name | --cluster-only] [--allow-unverified] [--junit file] [--html file]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -75,6 +81,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.Manifest == "" {
 		fmt.Fprintln(stderr, "dralab-conformance: --manifest is required")
 		return 2
+	}
+	if *clusterOnly {
+		if o.Layer != conformance.LayerAll && o.Layer != conformance.LayerCluster {
+			fmt.Fprintf(stderr, "dralab-conformance: --cluster-only and --layer %s ask for different layers\n", o.Layer)
+			return 2
+		}
+		o.Layer = conformance.LayerCluster
+	}
+	if o.Kubeconfig == "" {
+		o.Kubeconfig = target.DefaultKubeconfig()
 	}
 	if _, err := manifest.Load(o.Manifest); err != nil {
 		fmt.Fprintln(stderr, "dralab-conformance:", err)
@@ -92,7 +108,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	where, err := conformance.Where(o)
 	if err == nil && o.Kubeconfig == "" {
-		err = errors.New("no cluster: set --kubeconfig or KUBECONFIG")
+		err = errors.New("no cluster: no --kubeconfig, no KUBECONFIG and no ~/.kube/config")
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "dralab-conformance:", err)

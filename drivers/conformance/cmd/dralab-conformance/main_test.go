@@ -30,6 +30,7 @@ func kubeconfig(t *testing.T) string {
 func TestRun(t *testing.T) {
 	t.Setenv("KUBECONFIG", "")
 	t.Setenv("DRALAB_TARGET", "")
+	t.Setenv("HOME", t.TempDir())
 	const m = "../../../fakegpu/driver.yaml"
 	kc := kubeconfig(t)
 	junit := filepath.Join(t.TempDir(), "junit.xml")
@@ -45,12 +46,16 @@ func TestRun(t *testing.T) {
 		{"an unknown flag", []string{"--manifests", m}, 2, nil, []string{"flag provided but not defined: -manifests", "Usage:"}},
 		{"an argument", []string{"--manifest", m, "extra"}, 2, nil, []string{`unexpected arguments ["extra"]`}},
 		{"a manifest that does not parse", []string{"--manifest", "main.go"}, 2, nil, []string{"main.go"}},
-		{"no cluster", []string{"--manifest", m}, 2, nil, []string{"set --kubeconfig or KUBECONFIG"}},
+		{"no cluster", []string{"--manifest", m}, 2, nil, []string{"no --kubeconfig, no KUBECONFIG and no ~/.kube/config"}},
 		{"a cluster without consent", []string{"--manifest", m, "--kubeconfig", kc}, 2, nil, []string{`"ci"`, "DRALAB_TARGET=ci"}},
-		{"the sanity layer without a node", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci", "--layer", "sanity", "--junit", junit, "--html", html}, 0,
-			[]string{"sanity", "SKIP", "1 checks: 0 passed, 0 failed, 1 skipped", "JUnit: " + junit, "Report: " + html}, []string{"Target: context \"ci\"", "SKIP sanity"}},
-		{"a node this process cannot reach", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci", "--layer", "sanity", "--node", "n1", "--registrar-dir", filepath.Join(t.TempDir(), "none")}, 0,
-			[]string{"--registrar-dir", "1 skipped"}, nil},
+		// A sanity layer that cannot run is not a pass.
+		{"the sanity layer without a node", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci", "--layer", "sanity"}, 1,
+			[]string{"sanity", "FAIL", "not verified: the sanity layer did not run", "--cluster-only", "1 checks: 0 passed, 1 failed, 0 skipped"}, []string{"Target: context \"ci\"", "FAIL sanity"}},
+		{"the sanity layer without a node, allowed", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci", "--layer", "sanity", "--allow-unverified", "--junit", junit, "--html", html}, 0,
+			[]string{"SKIP", "WARNING: 1 checks of what the manifest enables were not verified", "1 checks: 0 passed, 0 failed, 1 skipped", "JUnit: " + junit, "Report: " + html}, []string{"SKIP sanity"}},
+		{"a node this process cannot reach", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci", "--layer", "sanity", "--node", "n1", "--registrar-dir", filepath.Join(t.TempDir(), "none")}, 1,
+			[]string{"--registrar-dir", "1 failed"}, nil},
+		{"--cluster-only with --layer sanity", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci", "--layer", "sanity", "--cluster-only"}, 2, nil, []string{"ask for different layers"}},
 		{"an unknown layer", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci", "--layer", "both"}, 2, nil, []string{`layer "both"`}},
 	}
 	for _, c := range cases {
@@ -77,5 +82,34 @@ func TestRun(t *testing.T) {
 	}
 	if data, err := os.ReadFile(html); err != nil || !strings.Contains(string(data), `data-case="sanity" data-status="SKIP"`) {
 		t.Errorf("HTML %s: %s, %v", html, data, err)
+	}
+}
+
+// Without --kubeconfig and KUBECONFIG the tool reads ~/.kube/config, as
+// kubectl does (kind writes there): DRALAB_TARGET alone is then enough, and
+// --context picks another context, which consent must name.
+func TestKubeconfigLikeKubectl(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("KUBECONFIG", "")
+	if err := os.MkdirAll(filepath.Join(home, ".kube"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(kubeconfig(t), filepath.Join(home, ".kube", "config")); err != nil {
+		t.Fatal(err)
+	}
+	const m = "../../../fakegpu/driver.yaml"
+	args := []string{"--manifest", m, "--layer", "sanity", "--allow-unverified"}
+
+	t.Setenv("DRALAB_TARGET", "ci")
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), args, &stdout, &stderr); code != 0 || !strings.Contains(stderr.String(), `Target: context "ci"`) ||
+		!strings.Contains(stderr.String(), filepath.Join(home, ".kube", "config")) {
+		t.Errorf("exit code %d, want 0 on context ci of ~/.kube/config\nstdout: %s\nstderr: %s", code, &stdout, &stderr)
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := run(context.Background(), append(args, "--context", "none"), &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), `no context "none"`) {
+		t.Errorf("--context none: exit code %d, want 2 naming the missing context\nstderr: %s", code, &stderr)
 	}
 }

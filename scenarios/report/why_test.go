@@ -1,0 +1,64 @@
+package report
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// withTier gives a device a tier attribute.
+func withTier(d resourceapi.Device, tier string) resourceapi.Device {
+	d.Attributes = map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"tier": {StringValue: ptr.To(tier)}}
+	return d
+}
+
+func tier(name string, tolerations ...resourceapi.DeviceToleration) alternative {
+	return alternative{name: "gpu", class: "any", count: 1, tolerations: tolerations,
+		selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["` + drv + `"].tier == "` + name + `"`}}}}
+}
+
+// A selector that fails on a device stops the allocator on that claim: the
+// explanation says so, naming selector and device, rather than "no match".
+func TestWhySelectorError(t *testing.T) {
+	s := snapshot([]resourceapi.Device{{Name: "plain"}, withTier(resourceapi.Device{Name: "gpu-0"}, "h100")})
+	code, msg, err := s.whyAlternatives(context.Background(), "ns", "request gpu", []alternative{tier("h100")}, s.AllocatedDevices())
+	if err != nil || code != SelectorError || !strings.Contains(msg, `fails on device n/plain`) || !strings.Contains(msg, "has()") {
+		t.Fatalf("got %q %q %v; want SelectorError naming n/plain and how to guard", code, msg, err)
+	}
+}
+
+// A toleration tolerates the taints it matches, each on its own: one for
+// another key leaves the device tainted; one for the key makes it free. A
+// DeviceTaintRule's taint counts as the slice's own does.
+func TestWhyTaintsPerToleration(t *testing.T) {
+	h100 := withTier(resourceapi.Device{Name: "gpu-0", Taints: []resourceapi.DeviceTaint{{Key: "dralab.dev/unhealthy", Value: "xid-79", Effect: resourceapi.DeviceTaintEffectNoSchedule}}}, "h100")
+	s := snapshot([]resourceapi.Device{h100, withTier(resourceapi.Device{Name: "gpu-1"}, "a100")})
+	ctx := context.Background()
+	other := resourceapi.DeviceToleration{Key: "example.com/maintenance", Operator: resourceapi.DeviceTolerationOpExists}
+	code, msg, err := s.whyAlternatives(ctx, "ns", "request gpu", []alternative{tier("h100", other)}, s.AllocatedDevices())
+	if err != nil || code != Tainted || !strings.Contains(msg, "n/gpu-0 (dralab.dev/unhealthy=xid-79:NoSchedule)") {
+		t.Errorf("a toleration of another key: %q %q %v; want Tainted naming the device and its taint", code, msg, err)
+	}
+	tolerates := resourceapi.DeviceToleration{Key: "dralab.dev/unhealthy", Operator: resourceapi.DeviceTolerationOpExists}
+	if code, msg, _ := s.whyAlternatives(ctx, "ns", "request gpu", []alternative{tier("h100", tolerates)}, s.AllocatedDevices()); code != "" {
+		t.Errorf("a toleration of the taint: %q %q; want no reason, the device is free to it", code, msg)
+	}
+
+	// The A100 tainted by a rule, the H100 held: both block, and both are
+	// named.
+	s = snapshot([]resourceapi.Device{withTier(resourceapi.Device{Name: "gpu-0"}, "h100"), withTier(resourceapi.Device{Name: "gpu-1"}, "a100")}, claimOn("trainer", "gpu-0", nil))
+	s.TaintRules = []resourceapi.DeviceTaintRule{{ObjectMeta: metav1.ObjectMeta{Name: "drain"}, Spec: resourceapi.DeviceTaintRuleSpec{
+		DeviceSelector: &resourceapi.DeviceTaintSelector{Device: ptr.To("gpu-1")},
+		Taint:          resourceapi.DeviceTaint{Key: "example.com/drain", Effect: resourceapi.DeviceTaintEffectNoExecute}}}}
+	code, msg, err = s.whyAlternatives(ctx, "ns", "request gpu", []alternative{tier("h100"), tier("a100")}, s.AllocatedDevices())
+	if err != nil || code != AllAllocated || !strings.Contains(msg, "allocated: n/gpu-0 to trainer") || !strings.Contains(msg, "n/gpu-1 (example.com/drain:NoExecute)") {
+		t.Errorf("one held, one tainted by a rule: %q %q %v; want both named", code, msg, err)
+	}
+	if got := s.DeviceTaints(drv, "n", "gpu-1"); len(got) != 1 || got[0] != "example.com/drain:NoExecute" {
+		t.Errorf("DeviceTaints(gpu-1) = %v; want the rule's", got)
+	}
+}
