@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"testing"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -57,6 +58,9 @@ func TestKindLab(t *testing.T) {
 	}
 	t.Logf("scenarios: %s", from)
 	for _, s := range all {
-		t.Run(s.Name, func(t *testing.T) { runScenario(ctx, t, restConfig, s) })
+		// kind runs the default lab's nodes, without partitioned,
+		// shared or fabric-attached GPUs.
+		policy := unmetPolicy{lab: "the default lab on kind", expected: slices.Concat(partitionedScenarios, fabricScenarios)}
+		t.Run(s.Name, func(t *testing.T) { runScenario(ctx, t, restConfig, s, policy) })
 	}
 }

@@ -13,7 +13,8 @@ import (
 )
 
 // partitionedScenarios need split or shared GPUs, which the default lab
-// does not have: on it TestScenarios skips them as unmet.
+// does not have: on it TestScenarios skips them as unmet, and only them
+// and fabricScenarios.
 var partitionedScenarios = []string{"mig-partitions", "gpu-sharing", "mig-fallback"}
 
 // fabricScenarios need fabric-attached GPUs, which the default lab does
@@ -69,7 +70,8 @@ func runOnExampleLab(t *testing.T, file, labName string, names []string) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			runScenario(ctx, t, restConfig, s)
+			// The lab was chosen for these scenarios: each must run.
+			runScenario(ctx, t, restConfig, s, unmetPolicy{lab: "lab/examples/" + file})
 		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/magefile/mage/mg"
 
 	"github.com/dralab/dralab/drivers/conformance"
+	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/drivers/conformance/results"
 	"github.com/dralab/dralab/drivers/conformance/target"
 	"github.com/dralab/dralab/internal/build"
@@ -28,9 +29,12 @@ type Conformance mg.Namespace
 
 // Run runs both layers (kubelet-plugin sanity and cluster features) for the
 // driver of a manifest, e.g. drivers/fakegpu/driver.yaml, on an embedded
-// lab of $DRALAB_CONFIG (or the default lab) that it starts and deletes;
+// lab of $DRALAB_CONFIG (or the conformance lab: the default lab plus a
+// MIG, a shared and a fabric-attached node) that it starts and deletes;
 // with $KUBECONFIG set, on that cluster when it is a dralab lab or
-// $DRALAB_TARGET names its context, else it refuses. It prints the target
+// $DRALAB_TARGET names its context, else it refuses. A lab of this machine
+// that lacks the GPUs the manifest's capabilities need (the default lab)
+// is passed over for the conformance lab, saying so. It prints the target
 // first, then a summary, and writes JUnit XML and an HTML report to
 // $ARTIFACTS (or the working directory).
 func (Conformance) Run(ctx context.Context, manifest string) error {
@@ -43,24 +47,48 @@ func (Conformance) Sanity(ctx context.Context, manifest string) error {
 	return runConformance(ctx, manifest, conformance.LayerSanity)
 }
 
-func runConformance(ctx context.Context, manifest, layer string) error {
+func runConformance(ctx context.Context, manifestFile, layer string) error {
 	o := conformance.Options{
-		Manifest: manifest, Layer: layer,
+		Manifest: manifestFile, Layer: layer,
 		Kubeconfig: os.Getenv("KUBECONFIG"), Target: os.Getenv(target.EnvConsent), Lab: labstate.LabOf,
 	}
 	where, err := conformance.Where(o)
 	if err != nil {
 		return err
 	}
+	u := ui.Stderr()
+	instead := false
+	if o.Kubeconfig != "" {
+		// A lab of this machine without the devices the manifest's
+		// capabilities need (README's default lab for the fake driver's
+		// full manifest) cannot pass: run on the lab that has them.
+		m, err := manifest.Load(manifestFile)
+		if err != nil {
+			return err
+		}
+		t, err := target.Resolve(target.Request{Kubeconfig: o.Kubeconfig, Consent: o.Target, Lab: labstate.LabOf})
+		if err != nil {
+			return err
+		}
+		if t.LabDir != "" {
+			cfg, err := config.Load(labstate.Dir(t.LabDir).Config())
+			if err != nil {
+				return err
+			}
+			if lacks := labtest.Lacks(cfg, m); len(lacks) > 0 {
+				u.Println(fmt.Sprintf("The lab in %s lacks %s: running on the conformance lab instead, started and deleted for this run (unset KUBECONFIG to ask for it)", t.LabDir, strings.Join(lacks, ", ")))
+				o.Kubeconfig, where, instead = "", (*target.Target)(nil).String(), true
+			}
+		}
+	}
 	var labCfg *config.Config
-	if o.Kubeconfig == "" {
+	if o.Kubeconfig == "" && !instead {
 		if file := os.Getenv("DRALAB_CONFIG"); file != "" {
 			if labCfg, err = config.Load(file); err != nil {
 				return err
 			}
 		}
 	}
-	u := ui.Stderr()
 	u.Println("Target: " + where)
 	if o.Kubeconfig == "" {
 		// The lab runs the dralab binary of this checkout.
@@ -77,12 +105,12 @@ func runConformance(ctx context.Context, manifest, layer string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	name := strings.TrimSuffix(filepath.Base(filepath.Dir(manifest))+"-"+filepath.Base(manifest), ".yaml")
+	name := strings.TrimSuffix(filepath.Base(filepath.Dir(manifestFile))+"-"+filepath.Base(manifestFile), ".yaml")
 	o.JUnit = filepath.Join(dir, "junit-conformance-"+name+".xml")
 	o.OnCase = func(c results.Case) {
 		u.Println(fmt.Sprintf("  %s %s (%s)", c.Status, c.Name, c.Elapsed.Round(100*time.Millisecond)))
 	}
-	done := u.Step("Running the conformance suite of " + manifest)
+	done := u.Step("Running the conformance suite of " + manifestFile)
 	report, err := labtest.Conformance(ctx, o, labCfg)
 	if err == nil && report.Failed() {
 		err = fmt.Errorf("the driver fails conformance checks")
@@ -92,7 +120,7 @@ func runConformance(ctx context.Context, manifest, layer string) error {
 		fmt.Println(report.Summary())
 		fmt.Println("JUnit:", o.JUnit)
 		page := filepath.Join(dir, "conformance-"+name+".html")
-		if herr := report.WriteHTMLFile(page, "dralab conformance: "+manifest, nil); herr != nil {
+		if herr := report.WriteHTMLFile(page, "dralab conformance: "+manifestFile, nil); herr != nil {
 			return errors.Join(err, herr)
 		}
 		fmt.Println("Report:", page)

@@ -12,6 +12,7 @@ import (
 	"github.com/dralab/dralab/drivers/conformance/results"
 	"github.com/dralab/dralab/drivers/conformance/sanity"
 	"github.com/dralab/dralab/drivers/conformance/target"
+	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab/config"
@@ -64,6 +65,16 @@ func Conformance(ctx context.Context, o conformance.Options, labCfg *config.Conf
 			return nil, err
 		}
 	}
+	if o.Cluster.CommandEnv == nil {
+		// A lab of this machine that the kubeconfig names: the manifest's
+		// commands (dralab gpu fail) act on it, with this checkout's
+		// dralab on their PATH.
+		if t, err := target.Resolve(target.Request{Kubeconfig: o.Kubeconfig, Context: o.Context, Consent: o.Target, Lab: o.Lab}); err == nil && t.LabDir != "" {
+			if o.Cluster.CommandEnv, err = commandEnv(ctx, labstate.Dir(t.LabDir)); err != nil {
+				return nil, err
+			}
+		}
+	}
 	o.Sanity = func(ctx context.Context, t *target.Target, client kubernetes.Interface, m *manifest.Manifest) (sanity.Config, error) {
 		if t.LabDir == "" {
 			return sanity.Config{}, fmt.Errorf("%w, and %s is not an embedded lab's kubeconfig: run it on the embedded lab, or call drivers/conformance/sanity from the driver's own tests", conformance.ErrNoNode, t.Kubeconfig)
@@ -71,4 +82,38 @@ func Conformance(ctx context.Context, o conformance.Options, labCfg *config.Conf
 		return SanityConfig(ctx, t.LabDir, client, m)
 	}
 	return conformance.Run(ctx, o)
+}
+
+// Lacks says what a lab of cfg lacks for the fake GPU driver's capabilities
+// that a manifest enables: a MIG node for partitionable devices, a shared
+// node for consumable capacity, a fabric-attached node for binding
+// conditions, as ConformanceConfig has them. None for another driver,
+// whose devices are its own.
+func Lacks(cfg *config.Config, m *manifest.Manifest) []string {
+	if cfg.Driver != nil || m.Driver != gpu.DriverName {
+		return nil
+	}
+	var mig, shared, fabric bool
+	for _, n := range cfg.Nodes {
+		if g := n.GPUs; g != nil && g.NVML == "" && g.Mode != config.GPUModeDevicePlugin {
+			mig = mig || g.Partitioning == config.PartitioningMIG
+			shared = shared || g.Sharing == config.SharingMemory
+			fabric = fabric || g.Attach == config.AttachFabric
+		}
+	}
+	var out []string
+	for _, need := range []struct {
+		capability manifest.Capability
+		has        bool
+		what       string
+	}{
+		{manifest.DRAPartitionableDevices, mig, "a GPU with partitioning: mig"},
+		{manifest.DRAConsumableCapacity, shared, "a GPU with sharing: memory"},
+		{manifest.DRADeviceBindingConditions, fabric, "a GPU with attach: fabric"},
+	} {
+		if m.Enabled(need.capability) && !need.has {
+			out = append(out, fmt.Sprintf("%s (for %s)", need.what, need.capability))
+		}
+	}
+	return out
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 
 	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
 )
@@ -62,13 +63,18 @@ func CommandEnv(ctx context.Context, l *lab.Lab) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return commandEnv(ctx, labstate.Dir(st.StateDir))
+}
+
+// commandEnv is CommandEnv of the lab whose state is in dir.
+func commandEnv(ctx context.Context, dir labstate.Dir) ([]string, error) {
 	bin, err := build.Dralab(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return []string{
-		"DRALAB_STATE_DIR=" + filepath.Dir(st.StateDir),
-		lab.EnvLab + "=" + l.Config().Name,
+		"DRALAB_STATE_DIR=" + filepath.Dir(string(dir)),
+		lab.EnvLab + "=" + dir.Name(),
 		"PATH=" + filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH"),
 	}, nil
 }

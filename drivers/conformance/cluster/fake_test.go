@@ -95,6 +95,11 @@ type fakeCluster struct {
 	// time (from 1).
 	log   func(n int) string
 	reads int
+	// lastRead is the pod last read.
+	lastRead string
+	// inject, when set, is what the driver puts in a container given a
+	// device, by the device's name: a wrong driver's double.
+	inject func(device string) string
 	// phase is what a bound pod becomes: Running, or Succeeded for a
 	// proof command that has exited.
 	phase v1.PodPhase
@@ -161,8 +166,9 @@ func newFakeClusterOf(t *testing.T, refuse string, devices []resourceapi.Device,
 		invalid:   string(m.OpaqueConfig.Invalid),
 		devices:   devices,
 		allocated: map[string]bool{},
-		log:       func(int) string { return "PATH=/bin\nGPU_DEVICE_0=gpu-0\n" },
-		phase:     v1.PodRunning,
+		// nil: the driver a kubelet runs, which names the device the
+		// pod's first claim was allocated.
+		phase: v1.PodRunning,
 	}
 	f.client.PrependReactor("create", "devicetaintrules", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		rule := a.(clienttesting.CreateAction).GetObject().(*resourceapi.DeviceTaintRule)
@@ -180,7 +186,13 @@ func newFakeClusterOf(t *testing.T, refuse string, devices []resourceapi.Device,
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		if a.GetSubresource() != "log" {
-			if g, ok := a.(clienttesting.GetAction); ok && f.getPodErr != nil {
+			g, ok := a.(clienttesting.GetAction)
+			if ok {
+				// The fake's GetLogs names no pod: a proof reads the
+				// pod it then reads the log of.
+				f.lastRead = g.GetName()
+			}
+			if ok && f.getPodErr != nil {
 				if err := f.getPodErr(g.GetName()); err != nil {
 					return true, nil, err
 				}
@@ -188,6 +200,13 @@ func newFakeClusterOf(t *testing.T, refuse string, devices []resourceapi.Device,
 			return false, nil, nil
 		}
 		f.reads++
+		if f.log == nil {
+			d := f.podDevice(a.GetNamespace(), f.lastRead)
+			if f.inject != nil {
+				d = f.inject(d)
+			}
+			return true, &runtime.Unknown{Raw: []byte("PATH=/bin\nGPU_DEVICE_0=" + d + "\n")}, nil
+		}
 		return true, &runtime.Unknown{Raw: []byte(f.log(f.reads))}, nil
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -461,6 +480,26 @@ func (f *fakeCluster) failPodReads(err func(name string) error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.getPodErr = err
+}
+
+// podDevice is the first device allocated to a pod's claims, read from
+// the tracker: a reactor may not call the clientset it runs in.
+func (f *fakeCluster) podDevice(ns, name string) string {
+	obj, err := f.client.Tracker().Get(v1.SchemeGroupVersion.WithResource("pods"), ns, name)
+	if err != nil {
+		return ""
+	}
+	pod := obj.(*v1.Pod)
+	for _, pc := range pod.Spec.ResourceClaims {
+		obj, err := f.client.Tracker().Get(resourceapi.SchemeGroupVersion.WithResource("resourceclaims"), ns, ptr.Deref(pc.ResourceClaimName, ""))
+		if err != nil {
+			continue
+		}
+		if c := obj.(*resourceapi.ResourceClaim); c.Status.Allocation != nil && len(c.Status.Allocation.Devices.Results) > 0 {
+			return c.Status.Allocation.Devices.Results[0].Device
+		}
+	}
+	return ""
 }
 
 // setLog sets what a proof container's log holds at each read.

@@ -24,6 +24,8 @@ type kit struct {
 	ns     string
 	// rules are the DeviceTaintRules the check created.
 	rules []string
+	// proven are the values the check's pods proved, with their devices.
+	proven []provenDevice
 }
 
 // meta names an object of the check's namespace, labelled as the run's.
@@ -301,7 +303,10 @@ func (k *kit) proofWith(ctx context.Context, name string, p manifest.Proof) (str
 		}
 		return state, false, nil
 	})
-	return proven, err
+	if err != nil {
+		return "", err
+	}
+	return proven, k.bindProof(ctx, name, p, proven)
 }
 
 // containerEnded tells whether a container of the pod has terminated:

@@ -44,7 +44,8 @@ func partitionedGPU() ([]resourceapi.Device, resourceapi.CounterSet) {
 
 func withPartitions(k *kit, selector string) {
 	k.m.Capabilities = map[manifest.Capability]bool{manifest.DRAPartitionableDevices: true}
-	k.m.Partitions = &manifest.Partitions{DeviceClass: fakeDriver, Selector: selector}
+	k.m.Partitions = &manifest.Partitions{DeviceClass: fakeDriver, Selector: selector,
+		Proof: &manifest.Proof{Env: &manifest.EnvProof{Name: "GPU_DEVICE_0", Pattern: "^gpu-[0-9]+(-[a-z]+-[0-9]+)?$"}, Names: "{device}"}}
 }
 
 // With a scheduler that honours counters, four one-slice partitions run,

@@ -230,6 +230,64 @@ type BindingConditions struct {
 type Proof struct {
 	Env     *EnvProof     `json:"env,omitempty"`
 	Command *CommandProof `json:"command,omitempty"`
+	// Names is what the proven value must be for the device the claim
+	// was allocated, a template of {driver}, {pool}, {device} and
+	// {attribute:<name>} (the device's attribute, e.g. {attribute:uuid}):
+	// "{device}" for a driver that sets GPU_DEVICE_0=gpu-3 for gpu-3.
+	// Empty: the value must only match the pattern. Either way the suite
+	// requires distinct devices to prove distinct values and one device
+	// the same value wherever it is proven.
+	Names string `json:"names,omitempty"`
+}
+
+// placeholder finds a template's placeholders.
+var placeholder = regexp.MustCompile(`\{[^{}]*\}`)
+
+// Expected is the value Names gives for a device of driver's pool: what a
+// container given that device must prove. It fails on a placeholder whose
+// attribute the device lacks.
+func (p Proof) Expected(driver, pool string, dev resourceapi.Device) (string, error) {
+	var errs []error
+	out := placeholder.ReplaceAllStringFunc(p.Names, func(ph string) string {
+		switch ph {
+		case "{driver}":
+			return driver
+		case "{pool}":
+			return pool
+		case "{device}":
+			return dev.Name
+		}
+		name, ok := strings.CutPrefix(strings.Trim(ph, "{}"), "attribute:")
+		if !ok {
+			errs = append(errs, fmt.Errorf("unknown placeholder %s", ph))
+			return ph
+		}
+		a, ok := dev.Attributes[resourceapi.QualifiedName(name)]
+		if id, own := strings.CutPrefix(name, driver+"/"); !ok && own {
+			a, ok = dev.Attributes[resourceapi.QualifiedName(id)]
+		}
+		v, known := attributeString(a)
+		if !ok || !known {
+			errs = append(errs, fmt.Errorf("device %s/%s/%s has no attribute %s", driver, pool, dev.Name, name))
+		}
+		return v
+	})
+	return out, errors.Join(errs...)
+}
+
+// attributeString is an attribute's value as a container would print it.
+func attributeString(a resourceapi.DeviceAttribute) (string, bool) {
+	switch {
+	case a.StringValue != nil:
+		return *a.StringValue, true
+	case a.VersionValue != nil:
+		return *a.VersionValue, true
+	case a.IntValue != nil:
+		return fmt.Sprint(*a.IntValue), true
+	case a.BoolValue != nil:
+		return fmt.Sprint(*a.BoolValue), true
+	}
+	return "", false
 }
 
 // EnvProof: the driver sets an environment variable in the container
@@ -610,6 +668,18 @@ func (pr *Proof) validate(p *field.Path) field.ErrorList {
 			}
 		}
 		errs = append(errs, validatePattern(ep.Child("pattern"), e.Pattern)...)
+	}
+	if pr.Names != "" {
+		phs := placeholder.FindAllString(pr.Names, -1)
+		if len(phs) == 0 {
+			errs = append(errs, field.Invalid(p.Child("names"), pr.Names, "name the device with {device}, {pool}, {driver} or {attribute:<name>}: a fixed value would be the same for every device"))
+		}
+		for _, ph := range phs {
+			name, attr := strings.CutPrefix(strings.Trim(ph, "{}"), "attribute:")
+			if !slices.Contains([]string{"{driver}", "{pool}", "{device}"}, ph) && (!attr || name == "") {
+				errs = append(errs, field.NotSupported(p.Child("names"), ph, []string{"{driver}", "{pool}", "{device}", "{attribute:<name>}"}))
+			}
+		}
 	}
 	if c := pr.Command; c != nil {
 		cp := p.Child("command")

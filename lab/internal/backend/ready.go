@@ -11,6 +11,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/kubeclient"
@@ -97,8 +98,14 @@ type notReady struct {
 func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.ResourceSlice, since time.Time, labNode func(*v1.Node) string) map[string]notReady {
 	byName := map[string]*v1.Node{}
 	// published counts a node's devices; whole counts its whole GPUs, as a
-	// partitioned GPU is published with its MIG devices beside it.
-	published, whole := map[string]int{}, map[string]int{}
+	// partitioned GPU is published with its MIG devices beside it; kept
+	// counts the whole GPUs that are as the node's configuration promises
+	// (partitioned, shared, fabric-attached), parts its MIG devices.
+	published, whole, kept, parts := map[string]int{}, map[string]int{}, map[string]int{}, map[string]int{}
+	gpusOf := map[string]*config.GPUs{}
+	for _, n := range cfg.Nodes {
+		gpusOf[n.Name] = n.GPUs
+	}
 	for i := range nodes {
 		byName[labNode(&nodes[i])] = &nodes[i]
 	}
@@ -115,8 +122,14 @@ func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.Resourc
 			if n.Name == s.Spec.Pool.Name {
 				published[name] += len(s.Spec.Devices)
 				for _, d := range s.Spec.Devices {
-					if t := d.Attributes[gpu.AttrType].StringValue; t != nil && *t == gpu.TypeGPU {
+					switch t := ptr.Deref(d.Attributes[gpu.AttrType].StringValue, ""); t {
+					case gpu.TypeGPU:
 						whole[name]++
+						if promised(gpusOf[name], d) {
+							kept[name]++
+						}
+					case gpu.TypeMIG:
+						parts[name]++
 					}
 				}
 			}
@@ -151,6 +164,8 @@ func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.Resourc
 			}
 		case n.GPUs.Mode == config.GPUModeDRA && (whole[n.Name] != n.GPUs.Count || !complete[node.Name]):
 			missing[n.Name] = notReady{why: fmt.Sprintf("has %d of its %d GPUs in ResourceSlices", whole[n.Name], n.GPUs.Count), driver: true}
+		case n.GPUs.Mode == config.GPUModeDRA && (kept[n.Name] != n.GPUs.Count || n.GPUs.Partitioning == config.PartitioningMIG && parts[n.Name] == 0):
+			missing[n.Name] = notReady{why: fmt.Sprintf("has %d of its %d GPUs published as its configuration says (%s), with %d MIG devices", kept[n.Name], n.GPUs.Count, promises(n.GPUs), parts[n.Name]), driver: true}
 		case n.GPUs.Mode == config.GPUModeDevicePlugin:
 			q := node.Status.Allocatable[v1.ResourceName(gpu.ExtendedResource)]
 			if q.Value() != int64(n.GPUs.Count) {
@@ -204,4 +219,36 @@ func completeNodes(driver string, rs []resourceapi.ResourceSlice) map[string]boo
 		out[p.node] = (done || !seen) && p.have == p.count
 	}
 	return out
+}
+
+// promised reports whether a whole GPU is published as the node's GPUs
+// promise: consuming its counters when partitioned, allowing several
+// allocations when shared, with binding conditions when fabric-attached.
+// A lab that is Ready then has every device its scenarios require, so a
+// driver that stops publishing them fails lab:up rather than skip them.
+func promised(g *config.GPUs, d resourceapi.Device) bool {
+	if g == nil {
+		return true
+	}
+	return (g.Partitioning != config.PartitioningMIG || len(d.ConsumesCounters) > 0) &&
+		(g.Sharing != config.SharingMemory || ptr.Deref(d.AllowMultipleAllocations, false)) &&
+		(g.Attach != config.AttachFabric || len(d.BindingConditions) > 0)
+}
+
+// promises says what promised checks, in the configuration's words.
+func promises(g *config.GPUs) string {
+	var out []string
+	if g.Partitioning != "" {
+		out = append(out, "partitioning: "+g.Partitioning)
+	}
+	if g.Sharing != "" {
+		out = append(out, "sharing: "+g.Sharing)
+	}
+	if g.Attach != "" {
+		out = append(out, "attach: "+g.Attach)
+	}
+	if len(out) == 0 {
+		return "whole GPUs"
+	}
+	return strings.Join(out, ", ")
 }

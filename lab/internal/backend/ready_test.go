@@ -80,3 +80,53 @@ func TestNodeReportsSinceTheLabStarted(t *testing.T) {
 		}
 	}
 }
+
+// A node is ready once its GPUs are published as its configuration
+// promises, not only counted: a partitioned GPU consumes its counters
+// beside MIG devices, a shared one allows several allocations, a
+// fabric-attached one has binding conditions. A driver that stops
+// publishing them fails lab:up instead of leaving scenarios unmet.
+func TestNodeWaitsForWhatItsConfigurationPromises(t *testing.T) {
+	node := v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}}}
+	whole := func(edit func(*resourceapi.Device)) resourceapi.Device {
+		d := resourceapi.Device{Name: "gpu-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{gpu.AttrType: {StringValue: ptr.To(gpu.TypeGPU)}}}
+		if edit != nil {
+			edit(&d)
+		}
+		return d
+	}
+	mig := resourceapi.Device{Name: "gpu-0-mig-1g10gb-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{gpu.AttrType: {StringValue: ptr.To(gpu.TypeMIG)}}}
+	counters := func(d *resourceapi.Device) {
+		d.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: "gpu-0-counters"}}
+	}
+	shared := func(d *resourceapi.Device) { d.AllowMultipleAllocations = ptr.To(true) }
+	fabric := func(d *resourceapi.Device) { d.BindingConditions = []string{"dralab.dev/attached"} }
+	for _, tc := range []struct {
+		name    string
+		gpus    config.GPUs
+		devices []resourceapi.Device
+		ready   bool
+	}{
+		{"whole GPUs", config.GPUs{}, []resourceapi.Device{whole(nil)}, true},
+		{"MIG without counters", config.GPUs{Partitioning: config.PartitioningMIG}, []resourceapi.Device{whole(nil), mig}, false},
+		{"MIG without MIG devices", config.GPUs{Partitioning: config.PartitioningMIG}, []resourceapi.Device{whole(counters)}, false},
+		{"MIG", config.GPUs{Partitioning: config.PartitioningMIG}, []resourceapi.Device{whole(counters), mig}, true},
+		{"shared, not shareable", config.GPUs{Sharing: config.SharingMemory}, []resourceapi.Device{whole(nil)}, false},
+		{"shared", config.GPUs{Sharing: config.SharingMemory}, []resourceapi.Device{whole(shared)}, true},
+		{"fabric without binding conditions", config.GPUs{Attach: config.AttachFabric}, []resourceapi.Device{whole(nil)}, false},
+		{"fabric", config.GPUs{Attach: config.AttachFabric}, []resourceapi.Device{whole(fabric)}, true},
+	} {
+		g := tc.gpus
+		g.Count, g.Mode = 1, config.GPUModeDRA
+		cfg := &config.Config{Nodes: []config.Node{{Name: "n1", GPUs: &g}}}
+		slice := resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{
+			Driver: gpu.DriverName, NodeName: ptr.To("n1"), Pool: resourceapi.ResourcePool{Name: "n1", Generation: 1, ResourceSliceCount: 1}, Devices: tc.devices}}
+		missing := nodesNotReady(cfg, []v1.Node{node}, []resourceapi.ResourceSlice{slice}, time.Time{}, SameName)
+		if ready := len(missing) == 0; ready != tc.ready {
+			t.Errorf("%s: ready %v (%v), want %v", tc.name, ready, missing, tc.ready)
+		}
+		if !tc.ready && !strings.Contains(missing["n1"].why, "published as its configuration says") {
+			t.Errorf("%s: %q does not say what the configuration promised", tc.name, missing["n1"].why)
+		}
+	}
+}

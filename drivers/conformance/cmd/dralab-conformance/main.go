@@ -2,7 +2,7 @@
 // the driver a manifest describes, from a driver's own CI:
 //
 //	go install github.com/dralab/dralab/drivers/conformance/cmd/dralab-conformance@latest
-//	DRALAB_TARGET=kind-kind dralab-conformance --manifest driver.yaml --junit junit.xml
+//	DRALAB_TARGET=kind-kind dralab-conformance --manifest driver.yaml --cluster-only --junit junit.xml
 //
 // The cluster layer runs on the cluster of the kubeconfig kubectl would use
 // (--kubeconfig, else $KUBECONFIG, else ~/.kube/config; --context picks

@@ -1,0 +1,34 @@
+package labtest
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/dralab/dralab/drivers/conformance/manifest"
+	"github.com/dralab/dralab/lab/config"
+)
+
+// README's default lab lacks the GPUs three of the fake driver's
+// capabilities need, each named; the conformance lab has them all.
+func TestLacks(t *testing.T) {
+	m, err := manifest.Load("../../drivers/fakegpu/driver.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lacks := Lacks(config.Default(), m)
+	if got := strings.Join(lacks, "; "); len(lacks) != 3 || !strings.Contains(got, "partitioning: mig (for DRAPartitionableDevices)") ||
+		!strings.Contains(got, "sharing: memory (for DRAConsumableCapacity)") || !strings.Contains(got, "attach: fabric (for DRADeviceBindingConditions)") {
+		t.Errorf("Lacks(default lab) = %q, want the MIG, shared and fabric GPUs", got)
+	}
+	cfg, err := ConformanceConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lacks := Lacks(cfg, m); len(lacks) != 0 {
+		t.Errorf("Lacks(conformance lab) = %q, want nothing", lacks)
+	}
+	m.Driver = "gpu.example.com"
+	if lacks := Lacks(config.Default(), m); len(lacks) != 0 {
+		t.Errorf("Lacks for another driver = %q, want nothing: its devices are its own", lacks)
+	}
+}
