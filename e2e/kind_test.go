@@ -61,6 +61,6 @@ func TestKindLab(t *testing.T) {
 		// kind runs the default lab's nodes, without partitioned,
 		// shared or fabric-attached GPUs.
 		policy := unmetPolicy{lab: "the default lab on kind", expected: slices.Concat(partitionedScenarios, fabricScenarios)}
-		t.Run(s.Name, func(t *testing.T) { runScenario(ctx, t, restConfig, s, policy) })
+		t.Run(s.Name, func(t *testing.T) { runScenario(ctx, t, restConfig, l, s, policy) })
 	}
 }

@@ -2,14 +2,23 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/examples"
 	"github.com/dralab/dralab/lab/labtest"
 	"github.com/dralab/dralab/scenarios"
+	"github.com/dralab/dralab/scenarios/report"
 )
 
 // partitionedScenarios need split or shared GPUs, which the default lab
@@ -38,9 +47,27 @@ func TestFabricScenarios(t *testing.T) {
 // runOnExampleLab starts a lab of an example configuration, runs the named
 // scenarios on it, one after another, and deletes it.
 func runOnExampleLab(t *testing.T, file, labName string, names []string) {
+	l, restConfig := startExampleLab(t, file, labName)
+	ctx := context.Background()
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			s, err := scenarios.Get(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The lab was chosen for these scenarios: each must run.
+			runScenario(ctx, t, restConfig, l, s, unmetPolicy{lab: "lab/examples/" + file})
+		})
+	}
+}
+
+// startExampleLab starts a lab of an example configuration, deleted when
+// the test ends. It runs only where the suite starts embedded labs.
+func startExampleLab(t *testing.T, file, labName string) (*lab.Lab, *rest.Config) {
+	t.Helper()
 	requireCluster(t)
 	if theLab == nil {
-		t.Skip("runs on an embedded lab of its own; against --kubeconfig, TestScenarios runs these scenarios where the cluster has what they require")
+		t.Skip("runs on an embedded lab of its own; against --kubeconfig, TestScenarios runs the scenarios the cluster has what they require for")
 	}
 	data, err := examples.FS.ReadFile(file)
 	if err != nil {
@@ -50,8 +77,7 @@ func runOnExampleLab(t *testing.T, file, labName string, names []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	l, err := labtest.Start(ctx, cfg, labName)
+	l, err := labtest.Start(context.Background(), cfg, labName)
 	t.Cleanup(func() {
 		if err := labtest.Stop(context.Background(), l); err != nil {
 			t.Errorf("deleting lab %s: %v", labName, err)
@@ -64,14 +90,59 @@ func runOnExampleLab(t *testing.T, file, labName string, names []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range names {
-		t.Run(name, func(t *testing.T) {
-			s, err := scenarios.Get(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// The lab was chosen for these scenarios: each must run.
-			runScenario(ctx, t, restConfig, s, unmetPolicy{lab: "lab/examples/" + file})
+	return l, restConfig
+}
+
+// matrixLabs are the example labs TestScenarioMatrix runs every scenario
+// on. The default lab is TestScenarios' own; real-node.yaml needs a real
+// node (root, containerd and runc: one per host), whose tests run in lab/.
+var matrixLabs = []string{"mixed.yaml", "partitioned.yaml", "fabric.yaml", "soak.yaml", "nvml-mock.yaml"}
+
+// TestScenarioMatrix runs every built-in scenario on every example lab, one
+// lab at a time, and on the default lab with a failed H100: each scenario
+// passes, or is skipped because the lab lacks what it requires, saying
+// what; none fails. A scenario that hard-codes what one lab has fails here
+// on another.
+func TestScenarioMatrix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six embedded labs: run without -short")
+	}
+	all, err := scenarios.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	runAll := func(t *testing.T, l *lab.Lab, restConfig *rest.Config, where string) {
+		for _, s := range all {
+			t.Run(s.Name, func(t *testing.T) {
+				runScenario(ctx, t, restConfig, l, s, unmetPolicy{lab: where, anyUnmet: true})
+			})
+		}
+	}
+	for _, file := range matrixLabs {
+		t.Run(strings.TrimSuffix(file, ".yaml"), func(t *testing.T) {
+			l, restConfig := startExampleLab(t, file, "dl-matrix-"+strings.TrimSuffix(file, ".yaml"))
+			runAll(t, l, restConfig, "lab/examples/"+file)
 		})
 	}
+	// The walkthrough fails an H100 by hand (gpu:fail) and goes on: every
+	// scenario then counts one H100 fewer, or says why it cannot run.
+	t.Run("default-h100-failed", func(t *testing.T) {
+		l, restConfig := startExampleLab(t, examples.DefaultFile, "dl-matrix-failed")
+		if _, err := l.FailGPU(ctx, lab.GPURef{Node: "gpu-h100", Device: "gpu-0"}, 79); err != nil {
+			t.Fatal(err)
+		}
+		client, err := kubernetes.NewForConfig(restConfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			s, err := report.Read(ctx, client, metav1.NamespaceDefault)
+			return err == nil && len(s.DeviceTaints(gpu.DriverName, "gpu-h100", "gpu-0")) > 0, nil
+		})
+		if err != nil {
+			t.Fatalf("waiting for gpu-h100/gpu-0 to be tainted in its ResourceSlice: %v", err)
+		}
+		runAll(t, l, restConfig, "the default lab with gpu-h100/gpu-0 failed (XID 79)")
+	})
 }

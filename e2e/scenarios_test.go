@@ -43,7 +43,7 @@ func TestScenarios(t *testing.T) {
 			WithLabel("scenario", s.Name).
 			WithLabel("tier", s.Labels["tier"]).
 			Assess(s.Title, func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
-				runScenario(ctx, t, cfg.Client().RESTConfig(), s, policy)
+				runScenario(ctx, t, cfg.Client().RESTConfig(), theLab, s, policy)
 				return ctx
 			}).
 			Feature())
@@ -52,14 +52,16 @@ func TestScenarios(t *testing.T) {
 }
 
 // unmetPolicy is how runScenario treats a scenario whose requirements the
-// cluster does not meet. On a lab the test chose (lab set), that is a
-// failure, but for the scenarios expected not to run there, which are
-// skipped saying so; one of those that does run is a failure too, so the
-// list stays exact. On a cluster the user brought (lab empty), it is a
-// skip with the reason.
+// cluster does not meet. On a lab a test chose for its scenarios (lab set,
+// not anyUnmet), that is a failure, but for the scenarios expected not to
+// run there, which are skipped saying so; one of those that does run is a
+// failure too, so the list stays exact. On a cluster the user brought (the
+// zero policy), or where any scenario may lack what it needs (anyUnmet),
+// it is a skip with the reason.
 type unmetPolicy struct {
 	lab      string
 	expected []string
+	anyUnmet bool
 }
 
 // unmet handles a scenario's ErrUnmet.
@@ -68,6 +70,8 @@ func (p unmetPolicy) unmet(t *testing.T, s *scenarios.Scenario, err error) {
 	switch {
 	case p.lab == "":
 		t.Skipf("skipped on this cluster, which the user chose: %v", err)
+	case p.anyUnmet:
+		t.Skipf("skipped on %s: %v", p.lab, err)
 	case slices.Contains(p.expected, s.Name):
 		t.Skipf("skipped, as expected on %s: %v", p.lab, err)
 	default:
@@ -83,10 +87,11 @@ func (p unmetPolicy) met(t *testing.T, s *scenarios.Scenario) {
 	}
 }
 
-// runScenario runs one scenario on a cluster and fails the test on every
-// mismatch; a cluster without what the scenario requires is as policy
-// says.
-func runScenario(ctx context.Context, t *testing.T, restConfig *rest.Config, s *scenarios.Scenario, policy unmetPolicy) {
+// runScenario runs one scenario on a cluster (the lab l's, or nil for a
+// cluster the user brought, where no GPU can be failed) and fails the test
+// on every mismatch; a cluster without what the scenario requires is as
+// policy says.
+func runScenario(ctx context.Context, t *testing.T, restConfig *rest.Config, l *lab.Lab, s *scenarios.Scenario, policy unmetPolicy) {
 	runner, err := scenarios.NewRunner(restConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -94,8 +99,8 @@ func runScenario(ctx context.Context, t *testing.T, restConfig *rest.Config, s *
 	runner.OnStep = func(step string, rows []report.Row) {
 		t.Logf("%s:\n%s", step, report.Table(rows))
 	}
-	if theLab != nil {
-		runner.GPUFaults = lab.GPUFaults{Lab: theLab}
+	if l != nil {
+		runner.GPUFaults = lab.GPUFaults{Lab: l}
 	}
 	runner.BeforeCleanup = func(ctx context.Context, res *scenarios.Result) {
 		if !res.Passed() || t.Failed() {
@@ -222,7 +227,7 @@ spec:
 	}
 	feat := features.New(s.Name).
 		Assess(s.Title, func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
-			runScenario(ctx, t, cfg.Client().RESTConfig(), s, unmetPolicy{})
+			runScenario(ctx, t, cfg.Client().RESTConfig(), theLab, s, unmetPolicy{})
 			return ctx
 		}).
 		Feature()

@@ -81,33 +81,8 @@ func (Lab) Status(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "Lab:\t%s (%s backend)\n", st.Name, st.Backend)
-	fmt.Fprintf(w, "Phase:\t%s\n", st.Phase)
-	if st.Message != "" {
-		fmt.Fprintf(w, "Message:\t%s\n", st.Message)
-	}
-	if st.PID != 0 {
-		fmt.Fprintf(w, "Process:\t%d\n", st.PID)
-	}
-	if st.APIServer != "" {
-		fmt.Fprintf(w, "API server:\t%s\n", st.APIServer)
-		fmt.Fprintf(w, "Kubeconfig:\t%s\n", st.Kubeconfig)
-	}
-	fmt.Fprintf(w, "State:\t%s\n", st.StateDir)
-	w.Flush()
-	if len(st.Nodes) > 0 {
-		fmt.Println()
-		w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "NODE\tREADY\tPROCESS\tGPUS\tDRIVER")
-		for _, n := range st.Nodes {
-			gpus, driver := n.Profile, n.Driver
-			if gpus == "" {
-				gpus, driver = "-", "-"
-			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", n.Name, n.Ready, n.Process, gpus, driver)
-		}
-		w.Flush()
+	if err := st.Write(os.Stdout); err != nil {
+		return err
 	}
 	if st.Phase == "Absent" {
 		fmt.Println("\nNo lab. Create one with: go run mage.go lab:up")

@@ -32,6 +32,12 @@ type Inventory struct {
 	Partitions map[string]int
 	// Shares lists, by tier, what is left of each shared device's memory.
 	Shares map[string][]report.FreeShare
+	// Published counts every GPU published through DRA, free or not, by
+	// tier and node.
+	Published map[string]map[string]int
+	// Groups counts the free GPUs of a tier by attribute and by the
+	// attribute's value on one node (pool): tier → attribute → group.
+	Groups map[string]map[string]map[string]int
 }
 
 // Resolve turns a count into a number.
@@ -48,6 +54,11 @@ func (inv Inventory) Resolve(c *Count) int {
 	}
 	for _, p := range c.PartitionsOf {
 		n += inv.Partitions[p]
+	}
+	if g := c.GroupsOf; g != nil && g.Size > 0 {
+		for _, free := range inv.Groups[g.Tier][g.Attribute] {
+			n += free / g.Size
+		}
 	}
 	if sh := c.SharesOf; sh != nil {
 		want := resource.MustParse(sh.Memory) // validated when parsed
@@ -236,6 +247,7 @@ func Describe(e Expectation, inv Inventory) string {
 	if e.Devices != nil {
 		add("devices", fmt.Sprint(inv.Resolve(e.Devices)))
 	}
+	add("every GPU of its node of tier", e.AllOfNode)
 	add("same", e.SameAttribute)
 	if e.AdminAccess != nil {
 		add("admin access", fmt.Sprint(*e.AdminAccess))
@@ -333,6 +345,12 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 	}
 	if e.Devices != nil && len(devs) != inv.Resolve(e.Devices) {
 		mismatch("allocated devices", inv.Resolve(e.Devices), len(devs), refs(devs))
+	}
+	if e.AllOfNode != "" {
+		node := o.Rows[0].Node
+		if want := inv.Published[e.AllOfNode][node]; len(devs) != want {
+			mismatch(fmt.Sprintf("allocated devices: every %s GPU of node %s", e.AllOfNode, orNone(node)), want, len(devs), refs(devs))
+		}
 	}
 	if e.SameAttribute != "" && len(devs) > 0 {
 		values := map[string]bool{}

@@ -178,7 +178,7 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 	if err != nil {
 		return Inventory{}, err
 	}
-	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]report.FreeShare{}}
+	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]report.FreeShare{}, Groups: map[string]map[string]map[string]int{}, Published: map[string]map[string]int{}}
 	shares := map[string]report.FreeShare{}
 	for _, f := range snap.FreeShares(gpu.CapacityMemory) {
 		shares[f.Driver+"/"+f.Pool+"/"+f.Device] = f
@@ -194,6 +194,13 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 			if err != nil {
 				return inv, err
 			}
+			if tier != "" {
+				node := ptr.Deref(sl.Spec.NodeName, "")
+				if inv.Published[tier] == nil {
+					inv.Published[tier] = map[string]int{}
+				}
+				inv.Published[tier][node]++
+			}
 			// A tainted device is not the scenario's: its requests do
 			// not tolerate the taints gpu:fail and DeviceTaintRules put.
 			if tier == "" || len(snap.DeviceTaints(sl.Spec.Driver, sl.Spec.Pool.Name, sl.Spec.Devices[i].Name)) > 0 {
@@ -206,6 +213,7 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 				continue
 			}
 			inv.Devices[tier]++
+			inv.addToGroups(tier, sl.Spec.Pool.Name, &sl.Spec.Devices[i])
 			if len(sl.Spec.Devices[i].ConsumesCounters) > 0 {
 				inv.Partitioned[tier]++
 			}
@@ -243,11 +251,43 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 	return inv, nil
 }
 
+// addToGroups counts a free device of tier in the groups of each of its
+// attributes with a plain value, on its pool's node.
+func (inv Inventory) addToGroups(tier, pool string, d *resourceapi.Device) {
+	for name, a := range d.Attributes {
+		var v string
+		switch {
+		case a.StringValue != nil:
+			v = *a.StringValue
+		case a.IntValue != nil:
+			v = fmt.Sprint(*a.IntValue)
+		case a.BoolValue != nil:
+			v = fmt.Sprint(*a.BoolValue)
+		case a.VersionValue != nil:
+			v = *a.VersionValue
+		default:
+			continue
+		}
+		if inv.Groups[tier] == nil {
+			inv.Groups[tier] = map[string]map[string]int{}
+		}
+		if inv.Groups[tier][string(name)] == nil {
+			inv.Groups[tier][string(name)] = map[string]int{}
+		}
+		inv.Groups[tier][string(name)][pool+"/"+v]++
+	}
+}
+
 func (inv Inventory) meets(req Requirements) error {
 	var missing []string
 	for _, t := range req.Tiers {
 		if inv.Devices[t] == 0 {
 			missing = append(missing, fmt.Sprintf("%s GPUs published through DRA", t))
+		}
+	}
+	for _, t := range slices.Sorted(maps.Keys(req.Devices)) {
+		if n := req.Devices[t]; inv.Devices[t] < n {
+			missing = append(missing, fmt.Sprintf("%d free %s GPUs published through DRA (it has %d)", n, t, inv.Devices[t]))
 		}
 	}
 	for _, t := range req.CountedTiers {

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
 	"slices"
 
@@ -60,6 +61,10 @@ type Scenario struct {
 type Requirements struct {
 	// Tiers must have GPUs published through DRA.
 	Tiers []string `json:"tiers,omitempty"`
+	// Devices are how many free GPUs of a tier, published through DRA, the
+	// scenario needs at least, by tier: {h100: 2} for a replacement that
+	// gets another H100.
+	Devices map[string]int `json:"devices,omitempty"`
 	// CountedTiers must have GPUs counted through the device-plugin API.
 	CountedTiers []string `json:"countedTiers,omitempty"`
 	// PartitionedTiers must have free GPUs published with partitions that
@@ -146,7 +151,21 @@ type Count struct {
 	// SharesOf counts the shares of this much memory that the shared GPUs
 	// of a tier have left room for.
 	SharesOf *Shares `json:"sharesOf,omitempty"`
+	// GroupsOf counts the groups of Size free GPUs of a tier that share an
+	// attribute's value on one node: the claims a matchAttribute
+	// constraint can still be met for.
+	GroupsOf *Groups `json:"groupsOf,omitempty"`
 	Plus     int     `json:"plus,omitempty"`
+}
+
+// Groups is a number of groups of GPUs that share an attribute:
+// {tier: l4, size: 2, attribute: resource.kubernetes.io/pcieRoot}.
+type Groups struct {
+	Tier string `json:"tier"`
+	Size int    `json:"size"`
+	// Attribute is the attribute's name as the driver's ResourceSlices
+	// spell it: qualified for another domain than the driver's.
+	Attribute string `json:"attribute"`
 }
 
 // Shares is a number of shares of GPUs that several claims share:
@@ -170,7 +189,7 @@ func (c *Count) UnmarshalJSON(data []byte) error {
 		err = errors.Join(strict...)
 	}
 	if err != nil {
-		return fmt.Errorf("a count is a number or {devicesOf, countedOf, partitionsOf, sharesOf, plus}: %w", err)
+		return fmt.Errorf("a count is a number or {devicesOf, countedOf, partitionsOf, sharesOf, groupsOf, plus}: %w", err)
 	}
 	*c = Count(p)
 	return nil
@@ -215,6 +234,12 @@ func (c *Count) String() string {
 		}
 		s += fmt.Sprintf("%s shares of %s GPUs", c.SharesOf.Memory, c.SharesOf.Tier)
 	}
+	if g := c.GroupsOf; g != nil {
+		if s != "" {
+			s += " + "
+		}
+		s += fmt.Sprintf("groups of %d free %s GPUs sharing %s", g.Size, g.Tier, g.Attribute)
+	}
 	if c.Plus != 0 {
 		s += fmt.Sprintf(" %+d", c.Plus)
 	}
@@ -241,8 +266,11 @@ type Expectation struct {
 	Consumed string `json:"consumed,omitempty"`
 	// NodeTier is the tier of the GPUs of the pod's node (for counted GPUs,
 	// where no device is named).
-	NodeTier      string `json:"nodeTier,omitempty"`
-	Devices       *Count `json:"devices,omitempty"`
+	NodeTier string `json:"nodeTier,omitempty"`
+	Devices  *Count `json:"devices,omitempty"`
+	// AllOfNode (a tier): the pod holds every GPU of the tier published on
+	// its node, in use or not, as a claim with allocationMode All does.
+	AllOfNode     string `json:"allOfNode,omitempty"`
 	SameAttribute string `json:"sameAttribute,omitempty"`
 	AdminAccess   *bool  `json:"adminAccess,omitempty"`
 	// ExtendedResourceClaim: the pod's extended resources are backed by a
@@ -261,8 +289,8 @@ type Expectation struct {
 	// Reason is why a Pending pod waits, as dralab's report reads the
 	// cluster's state (the scheduler itself only says "cannot allocate all
 	// claims"): NoMatchingDevice, AllAllocated, Tainted, Insufficient (an
-	// extended resource), CounterExhausted, CapacityExhausted or
-	// SelectorError.
+	// extended resource), CounterExhausted, CapacityExhausted,
+	// SelectorError or ConstraintUnmet.
 	Reason string `json:"reason,omitempty"`
 	// For the whole group.
 	SameDevice bool `json:"sameDevice,omitempty"`
@@ -284,12 +312,15 @@ const (
 	// A selector that fails on a device, which makes the allocator give
 	// up the claim.
 	ReasonSelectorError = "SelectorError"
+	// Enough free devices, none of whose sets meets a matchAttribute
+	// constraint.
+	ReasonConstraintUnmet = "ConstraintUnmet"
 )
 
 // healths are the health values the kubelet reports for a device.
 var healths = []string{"Healthy", "Unhealthy", "Unknown"}
 
-var reasons = []string{ReasonNoMatchingDevice, ReasonAllAllocated, ReasonTainted, ReasonInsufficient, ReasonCounterExhausted, ReasonCapacityExhausted, ReasonSelectorError}
+var reasons = []string{ReasonNoMatchingDevice, ReasonAllAllocated, ReasonTainted, ReasonInsufficient, ReasonCounterExhausted, ReasonCapacityExhausted, ReasonSelectorError, ReasonConstraintUnmet}
 
 // Parse decodes a scenario.yaml strictly and validates it; source names
 // the file in errors. files lists the scenario folder's files, which
@@ -336,8 +367,21 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 		if c.N != nil && *c.N < 0 {
 			errs = append(errs, field.Invalid(p, *c.N, "must not be negative"))
 		}
-		if c.N == nil && len(c.DevicesOf) == 0 && len(c.CountedOf) == 0 && len(c.PartitionsOf) == 0 && c.SharesOf == nil {
-			errs = append(errs, field.Required(p, "a number, or devicesOf/countedOf/partitionsOf/sharesOf"))
+		if c.N == nil && len(c.DevicesOf) == 0 && len(c.CountedOf) == 0 && len(c.PartitionsOf) == 0 && c.SharesOf == nil && c.GroupsOf == nil {
+			errs = append(errs, field.Required(p, "a number, or devicesOf/countedOf/partitionsOf/sharesOf/groupsOf"))
+		}
+		if g := c.GroupsOf; g != nil {
+			gp := p.Child("groupsOf")
+			if g.Tier == "" {
+				errs = append(errs, field.Required(gp.Child("tier"), ""))
+			}
+			checkTier(gp.Child("tier"), g.Tier)
+			if g.Size < 1 {
+				errs = append(errs, field.Invalid(gp.Child("size"), g.Size, "how many GPUs a group holds, at least 1"))
+			}
+			if g.Attribute == "" {
+				errs = append(errs, field.Required(gp.Child("attribute"), "the attribute the GPUs of a group share, e.g. resource.kubernetes.io/pcieRoot"))
+			}
 		}
 		if sh := c.SharesOf; sh != nil {
 			if sh.Tier == "" {
@@ -385,6 +429,13 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 	checkTiers(field.NewPath("requires", "partitionedTiers"), s.Requires.PartitionedTiers)
 	checkTiers(field.NewPath("requires", "sharedTiers"), s.Requires.SharedTiers)
 	checkTiers(field.NewPath("requires", "attachedTiers"), s.Requires.AttachedTiers)
+	for _, tier := range slices.Sorted(maps.Keys(s.Requires.Devices)) {
+		p := field.NewPath("requires", "devices").Key(tier)
+		checkTier(p, tier)
+		if n := s.Requires.Devices[tier]; n < 1 {
+			errs = append(errs, field.Invalid(p, n, "how many free GPUs of the tier the scenario needs, at least 1"))
+		}
+	}
 	if len(s.Steps) == 0 {
 		errs = append(errs, field.Required(field.NewPath("steps"), ""))
 	}
@@ -444,6 +495,7 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 			checkCount(ep.Child("devices"), e.Devices)
 			checkTier(ep.Child("tier"), e.Tier)
 			checkTier(ep.Child("nodeTier"), e.NodeTier)
+			checkTier(ep.Child("allOfNode"), e.AllOfNode)
 			if e.Consumed != "" {
 				if _, err := resource.ParseQuantity(e.Consumed); err != nil {
 					errs = append(errs, field.Invalid(ep.Child("consumed"), e.Consumed, "a quantity, e.g. 7Gi"))

@@ -3,6 +3,12 @@
 // its backends fill them.
 package status
 
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+)
+
 // UpResult says what Up did.
 type UpResult struct {
 	// Reused is true when a running lab with the same configuration was kept.
@@ -63,4 +69,46 @@ type NodeStatus struct {
 	RegistrarDir string
 	PluginsDir   string
 	CDIDir       string
+}
+
+// Write prints the status as lab:status shows it: the lab, then a table
+// of its nodes.
+func (s *Status) Write(out io.Writer) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "Lab:\t%s (%s backend)\n", s.Name, s.Backend)
+	fmt.Fprintf(w, "Phase:\t%s\n", s.Phase)
+	if s.Message != "" {
+		fmt.Fprintf(w, "Message:\t%s\n", s.Message)
+	}
+	if s.PID != 0 {
+		fmt.Fprintf(w, "Process:\t%d\n", s.PID)
+	}
+	if s.APIServer != "" {
+		fmt.Fprintf(w, "API server:\t%s\n", s.APIServer)
+		fmt.Fprintf(w, "Kubeconfig:\t%s\n", s.Kubeconfig)
+	}
+	fmt.Fprintf(w, "State:\t%s\n", s.StateDir)
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if len(s.Nodes) == 0 {
+		return nil
+	}
+	fmt.Fprintln(out)
+	return s.WriteNodes(out)
+}
+
+// WriteNodes prints the table of the lab's nodes: name, readiness, process,
+// GPUs and driver.
+func (s *Status) WriteNodes(out io.Writer) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NODE\tREADY\tPROCESS\tGPUS\tDRIVER")
+	for _, n := range s.Nodes {
+		gpus, driver := n.Profile, n.Driver
+		if gpus == "" {
+			gpus, driver = "-", "-"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", n.Name, n.Ready, n.Process, gpus, driver)
+	}
+	return w.Flush()
 }

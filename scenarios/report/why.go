@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -32,6 +34,10 @@ const (
 	// such as an attribute read without has()); the allocator gives up the
 	// claim there instead of trying other devices.
 	SelectorError = "SelectorError"
+	// ConstraintUnmet: enough matching devices are free, but no set of
+	// them meets the claim's matchAttribute constraint (devices of one
+	// node sharing the attribute's value).
+	ConstraintUnmet = "ConstraintUnmet"
 )
 
 type deviceRef struct {
@@ -52,6 +58,9 @@ type alternative struct {
 	tolerations []resourceapi.DeviceToleration
 	// capacity is what one share asks of a device several claims share.
 	capacity map[resourceapi.QualifiedName]resource.Quantity
+	// match is the attribute a matchAttribute constraint of the claim
+	// makes the request's devices share; "" for none.
+	match resourceapi.FullyQualifiedName
 }
 
 // why explains a pod the scheduler could not place: for each unallocated
@@ -134,7 +143,60 @@ func (s *Snapshot) extendedRequests(pod *v1.Pod) []alternative {
 }
 
 func (s *Snapshot) whyRequest(ctx context.Context, claim *resourceapi.ResourceClaim, req resourceapi.DeviceRequest, holders map[string]string) (string, string, error) {
-	return s.whyAlternatives(ctx, claim.Namespace, fmt.Sprintf("request %q of claim %s", req.Name, claim.Name), alternatives(req), holders)
+	alts := alternatives(req)
+	for _, c := range claim.Spec.Devices.Constraints {
+		if c.MatchAttribute != nil && (len(c.Requests) == 0 || slices.Contains(c.Requests, req.Name)) {
+			for i := range alts {
+				alts[i].match = *c.MatchAttribute
+			}
+		}
+	}
+	return s.whyAlternatives(ctx, claim.Namespace, fmt.Sprintf("request %q of claim %s", req.Name, claim.Name), alts, holders)
+}
+
+// sharing groups devices by node (pool) and the value of an attribute,
+// and returns the largest group's size and a description of the groups;
+// a device without the attribute is a group of its own.
+func sharing(devs []deviceRef, attr resourceapi.FullyQualifiedName) (int, string) {
+	groups := map[string][]string{}
+	for _, d := range devs {
+		v := "no " + string(attr)
+		if a, ok := attribute(d, attr); ok {
+			v = a
+		}
+		k := d.pool + " " + v
+		groups[k] = append(groups[k], d.dev.Name)
+	}
+	largest := 0
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(groups)) {
+		largest = max(largest, len(groups[k]))
+		pool, v, _ := strings.Cut(k, " ")
+		parts = append(parts, fmt.Sprintf("%s: %s on %s", pool, strings.Join(groups[k], ", "), v))
+	}
+	return largest, strings.Join(parts, "; ")
+}
+
+// attribute is a device's attribute by its fully qualified name, which a
+// slice spells without the domain when it is the driver's own.
+func attribute(d deviceRef, name resourceapi.FullyQualifiedName) (string, bool) {
+	a, ok := d.dev.Attributes[resourceapi.QualifiedName(name)]
+	if id, own := strings.CutPrefix(string(name), d.driver+"/"); !ok && own {
+		a, ok = d.dev.Attributes[resourceapi.QualifiedName(id)]
+	}
+	switch {
+	case !ok:
+		return "", false
+	case a.StringValue != nil:
+		return *a.StringValue, true
+	case a.VersionValue != nil:
+		return *a.VersionValue, true
+	case a.IntValue != nil:
+		return fmt.Sprint(*a.IntValue), true
+	case a.BoolValue != nil:
+		return fmt.Sprint(*a.BoolValue), true
+	}
+	return "", false
 }
 
 // whyAlternatives explains why none of a request's alternatives can be
@@ -147,6 +209,10 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 		// Partitioned and shared devices: no counter left, no capacity
 		// left, or a request larger than the device.
 		counters, shares, never []string
+		// constrained: alternatives with enough free devices, none of
+		// whose sets meets the match constraint; short: the free devices
+		// of alternatives with too few.
+		constrained, short []string
 	)
 	for _, alt := range alts {
 		classes = append(classes, alt.class)
@@ -160,7 +226,7 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 		if len(candidates) == 0 {
 			continue
 		}
-		free := 0
+		var free []deviceRef
 		for _, c := range candidates {
 			key := c.driver + "/" + c.String()
 			holder, held := holders[key]
@@ -188,11 +254,26 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 			case noCounter != "":
 				counters = append(counters, noCounter)
 			default:
-				free++
+				free = append(free, c)
 			}
 		}
-		if free >= alt.count {
+		if len(free) >= alt.count && alt.match != "" && alt.count > 1 {
+			largest, groups := sharing(free, alt.match)
+			if largest >= alt.count {
+				return "", "", nil
+			}
+			constrained = append(constrained, fmt.Sprintf("%s needs %d devices of one node sharing %s; of the %d free matching devices, at most %d do (%s)", alt.name, alt.count, alt.match, len(free), largest, groups))
+			continue
+		}
+		if len(free) >= alt.count {
 			return "", "", nil // this alternative fits as far as devices go
+		}
+		if len(free) > 0 {
+			var names []string
+			for _, f := range free {
+				names = append(names, f.String())
+			}
+			short = append(short, fmt.Sprintf("%s needs %d, and %d matching devices are free (%s)", alt.name, alt.count, len(free), strings.Join(names, ", ")))
 		}
 	}
 	switch {
@@ -200,6 +281,8 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 		return NoMatchingDevice, fmt.Sprintf("%s: no matching device can ever hold it: %s", what, strings.Join(never, "; ")), nil
 	case !anyMatch:
 		return NoMatchingDevice, fmt.Sprintf("%s: no device in the cluster matches class %s and its selectors", what, strings.Join(dedupe(classes), " or ")), nil
+	case len(constrained) > 0:
+		return ConstraintUnmet, fmt.Sprintf("%s: %s", what, strings.Join(constrained, "; ")), nil
 	case len(shares) > 0 || len(counters) > 0:
 		code := CapacityExhausted
 		if len(shares) == 0 {
@@ -211,6 +294,9 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 			parts = append(parts, fmt.Sprintf("allocated: %s", strings.Join(allocated, ", ")))
 		}
 		return code, fmt.Sprintf("%s: %s", what, strings.Join(parts, "; ")), nil
+	case len(allocated) > 0 && len(short) > 0:
+		sort.Strings(allocated)
+		return AllAllocated, fmt.Sprintf("%s: %s; allocated: %s", what, strings.Join(short, "; "), strings.Join(allocated, ", ")), nil
 	case len(allocated) > 0 && len(taint) > 0:
 		sort.Strings(allocated)
 		sort.Strings(taint)

@@ -62,3 +62,39 @@ func TestWhyTaintsPerToleration(t *testing.T) {
 		t.Errorf("DeviceTaints(gpu-1) = %v; want the rule's", got)
 	}
 }
+
+// withRoot gives a device a tier and a PCIe root.
+func withRoot(name, root string) resourceapi.Device {
+	d := withTier(resourceapi.Device{Name: name}, "l4")
+	d.Attributes["resource.kubernetes.io/pcieRoot"] = resourceapi.DeviceAttribute{StringValue: ptr.To(root)}
+	return d
+}
+
+// A pair that must share a PCIe root: with two free L4s under different
+// roots the explanation names the constraint and the groups, not "all
+// allocated"; with one free L4 beside two allocated it says how many are
+// free and how many the request needs.
+func TestWhyConstraint(t *testing.T) {
+	ctx := context.Background()
+	pair := tier("l4")
+	pair.count, pair.match = 2, "resource.kubernetes.io/pcieRoot"
+	devs := []resourceapi.Device{withRoot("gpu-0", "pci0000:15"), withRoot("gpu-1", "pci0000:15"), withRoot("gpu-2", "pci0000:37")}
+
+	s := snapshot(devs, claimOn("pair-0", "gpu-0", nil))
+	code, msg, err := s.whyAlternatives(ctx, "ns", "request gpus", []alternative{pair}, s.AllocatedDevices())
+	if err != nil || code != ConstraintUnmet || !strings.Contains(msg, "of the 2 free matching devices, at most 1 do") ||
+		!strings.Contains(msg, "n: gpu-1 on pci0000:15; n: gpu-2 on pci0000:37") {
+		t.Errorf("two free under two roots: %q %q %v; want ConstraintUnmet naming the groups", code, msg, err)
+	}
+
+	s = snapshot(devs, claimOn("pair-0", "gpu-0", nil), claimOn("pair-0b", "gpu-1", nil))
+	code, msg, err = s.whyAlternatives(ctx, "ns", "request gpus", []alternative{pair}, s.AllocatedDevices())
+	if err != nil || code != AllAllocated || !strings.Contains(msg, "needs 2, and 1 matching devices are free (n/gpu-2)") || !strings.Contains(msg, "allocated: n/gpu-0 to pair-0, n/gpu-1 to pair-0b") {
+		t.Errorf("one free of three: %q %q %v; want the free one and the allocated ones named", code, msg, err)
+	}
+
+	s = snapshot(append(devs, withRoot("gpu-3", "pci0000:37")), claimOn("pair-0", "gpu-0", nil))
+	if code, msg, _ := s.whyAlternatives(ctx, "ns", "request gpus", []alternative{pair}, s.AllocatedDevices()); code != "" {
+		t.Errorf("gpu-2 and gpu-3 share a root: %q %q, want no reason", code, msg)
+	}
+}
