@@ -24,6 +24,9 @@ type Inventory struct {
 	// consume their counters; Shared those several claims may share.
 	Partitioned map[string]int
 	Shared      map[string]int
+	// Plain counts the free GPUs among Devices that are neither
+	// partitioned, shared nor fabric-attached.
+	Plain map[string]int
 	// Attached counts the free GPUs among Devices that publish binding
 	// conditions (fabric-attached GPUs).
 	Attached map[string]int

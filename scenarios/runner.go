@@ -178,7 +178,7 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 	if err != nil {
 		return Inventory{}, err
 	}
-	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]report.FreeShare{}, Groups: map[string]map[string]map[string]int{}, Published: map[string]map[string]int{}}
+	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Plain: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]report.FreeShare{}, Groups: map[string]map[string]map[string]int{}, Published: map[string]map[string]int{}}
 	shares := map[string]report.FreeShare{}
 	for _, f := range snap.FreeShares(gpu.CapacityMemory) {
 		shares[f.Driver+"/"+f.Pool+"/"+f.Device] = f
@@ -222,6 +222,9 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 			}
 			if len(sl.Spec.Devices[i].BindingConditions) > 0 {
 				inv.Attached[tier]++
+			}
+			if d := &sl.Spec.Devices[i]; len(d.ConsumesCounters) == 0 && !ptr.Deref(d.AllowMultipleAllocations, false) && len(d.BindingConditions) == 0 {
+				inv.Plain[tier]++
 			}
 		}
 	}
@@ -298,6 +301,11 @@ func (inv Inventory) meets(req Requirements) error {
 	for _, t := range req.PartitionedTiers {
 		if inv.Partitioned[t] == 0 {
 			missing = append(missing, fmt.Sprintf("%s GPUs published with MIG partitions (partitioning: mig)", t))
+		}
+	}
+	for _, t := range req.PlainTiers {
+		if inv.Plain[t] == 0 {
+			missing = append(missing, fmt.Sprintf("%s GPUs that are neither partitioned, shared nor fabric-attached", t))
 		}
 	}
 	for _, t := range req.SharedTiers {

@@ -72,6 +72,10 @@ type Requirements struct {
 	// claims may share (allowMultipleAllocations).
 	PartitionedTiers []string `json:"partitionedTiers,omitempty"`
 	SharedTiers      []string `json:"sharedTiers,omitempty"`
+	// PlainTiers must have free GPUs that are neither partitioned, shared
+	// nor fabric-attached: admin access to a GPU whose counters another
+	// claim holds is refused, as the allocator checks counters for it too.
+	PlainTiers []string `json:"plainTiers,omitempty"`
 	// AttachedTiers must have free GPUs that are fabric-attached: they
 	// publish binding conditions, which the lab's attach controller sets
 	// (attach: fabric).
@@ -429,6 +433,7 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 	checkTiers(field.NewPath("requires", "partitionedTiers"), s.Requires.PartitionedTiers)
 	checkTiers(field.NewPath("requires", "sharedTiers"), s.Requires.SharedTiers)
 	checkTiers(field.NewPath("requires", "attachedTiers"), s.Requires.AttachedTiers)
+	checkTiers(field.NewPath("requires", "plainTiers"), s.Requires.PlainTiers)
 	for _, tier := range slices.Sorted(maps.Keys(s.Requires.Devices)) {
 		p := field.NewPath("requires", "devices").Key(tier)
 		checkTier(p, tier)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -69,14 +70,55 @@ func (h histogram) since(before histogram) histogram {
 	return out
 }
 
-// quantile interpolates the q-quantile within its bucket, as Prometheus's
-// histogram_quantile does.
-func (h histogram) quantile(q float64) float64 {
+// quantile is the bucket the q-quantile falls in: all a histogram can
+// tell of it. Interpolating within the bucket, as Prometheus's
+// histogram_quantile does, would print digits the exponential buckets
+// (…, 0.512, 1.024, 2.048 s) never measured.
+func (h histogram) quantile(q float64) Latency {
 	if h.count == 0 {
-		return 0
+		return Latency{}
 	}
-	count := h.count
-	return testutil.HistogramVec{&testutil.Histogram{Histogram: &dto.Histogram{SampleCount: &count, Bucket: h.buckets}}}.Quantile(q)
+	rank := q * float64(h.count)
+	low := 0.0
+	for _, b := range h.buckets {
+		if math.IsInf(b.GetUpperBound(), 1) {
+			break
+		}
+		if float64(b.GetCumulativeCount()) >= rank {
+			return Latency{LowSeconds: low, HighSeconds: b.GetUpperBound()}
+		}
+		low = b.GetUpperBound()
+	}
+	// Beyond the last finite bucket: above its bound, no upper limit known.
+	return Latency{LowSeconds: low}
+}
+
+// Latency is a latency quantile: for the lab, the bucket of the scheduler's
+// attempt histogram it falls in, LowSeconds < q ≤ HighSeconds; for
+// scheduler_perf's runs, the estimate it reports (interpolated within
+// the bucket), LowSeconds = HighSeconds. HighSeconds 0 above LowSeconds:
+// beyond the histogram's last finite bucket.
+type Latency struct {
+	LowSeconds  float64 `json:"lowSeconds"`
+	HighSeconds float64 `json:"highSeconds"`
+}
+
+// IsZero reports whether nothing was measured.
+func (l Latency) IsZero() bool { return l.LowSeconds == 0 && l.HighSeconds == 0 }
+
+// String is the latency in milliseconds: "(256, 512]" for a bucket, "≈6.0"
+// for an estimate, "-" for none.
+func (l Latency) String() string {
+	ms := func(s float64) string { return strconv.FormatFloat(s*1000, 'f', -1, 64) }
+	switch {
+	case l.IsZero():
+		return "-"
+	case l.LowSeconds == l.HighSeconds:
+		return fmt.Sprintf("≈%.1f", l.LowSeconds*1000)
+	case l.HighSeconds == 0:
+		return "> " + ms(l.LowSeconds)
+	}
+	return "(" + ms(l.LowSeconds) + ", " + ms(l.HighSeconds) + "]"
 }
 
 // clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat's CPU

@@ -29,7 +29,7 @@ func WriteTable(out io.Writer, results []Result, comparisons []Comparison) error
 			ratio = fmt.Sprintf("%.2f", r.VsCounting)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t\n", r.Case, r.Source, r.Pods, r.PodsPerSecond, ratio,
-			orDash(r.P50Seconds*1000, "%.1f"), orDash(r.P99Seconds*1000, "%.1f"), orDash(r.CPUSecondsPerPod*1000, "%.1f"), orDash(float64(r.PeakRSSBytes)/(1<<20), "%.0f"))
+			r.P50, r.P99, orDash(r.CPUSecondsPerPod*1000, "%.1f"), orDash(float64(r.PeakRSSBytes)/(1<<20), "%.0f"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -44,11 +44,19 @@ func WriteTable(out io.Writer, results []Result, comparisons []Comparison) error
 	}
 	fmt.Fprintln(out)
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tdralab pods/s\tscheduler_perf pods/s\tdralab ÷ upstream\t")
+	// No ratio: the two schedulers run with different settings, which
+	// each column names.
+	fmt.Fprintln(tw, "workload\tdralab pods/s\tscheduler_perf pods/s\t")
 	for _, c := range comparisons {
-		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.2f\t\n", c.Workload, c.Lab, c.Upstream, c.Ratio())
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t\n", c.Workload, c.Lab, c.Upstream)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(comparisons) > 0 {
+		fmt.Fprintf(out, "dralab: %s; scheduler_perf: %s. The settings differ, so the figures are not a ratio of the schedulers' speed.\n", comparisons[0].LabSettings, comparisons[0].UpstreamSettings)
+	}
+	return nil
 }
 
 func orDash(v float64, format string) string {
@@ -64,14 +72,10 @@ type Comparison struct {
 	Workload string  `json:"workload"`
 	Lab      float64 `json:"dralabPodsPerSecond"`
 	Upstream float64 `json:"upstreamPodsPerSecond"`
-}
-
-// Ratio is the lab's throughput over upstream's.
-func (c Comparison) Ratio() float64 {
-	if c.Upstream == 0 {
-		return 0
-	}
-	return c.Lab / c.Upstream
+	// LabSettings and UpstreamSettings are the schedulers' settings that
+	// differ between the two runs.
+	LabSettings      string `json:"dralabSettings"`
+	UpstreamSettings string `json:"upstreamSettings"`
 }
 
 // WriteJSON writes the results as a JSON array, one object a run.

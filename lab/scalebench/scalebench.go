@@ -73,11 +73,11 @@ type Result struct {
 	// PodsPerSecond is Pods over the time from the first measured pod's
 	// creation to the last one's binding.
 	PodsPerSecond float64 `json:"podsPerSecond"`
-	// P50Seconds and P99Seconds are the scheduler's own attempt latency
+	// P50 and P99 are the scheduler's own attempt latency
 	// (scheduler_scheduling_attempt_duration_seconds, result scheduled)
-	// over the measured phase.
-	P50Seconds float64 `json:"p50Seconds"`
-	P99Seconds float64 `json:"p99Seconds"`
+	// over the measured phase: the histogram bucket each falls in.
+	P50 Latency `json:"p50"`
+	P99 Latency `json:"p99"`
 	// CPUSecondsPerPod is the lab process's (etcd, API server, scheduler,
 	// controller manager) CPU time in the measured phase, per pod.
 	CPUSecondsPerPod float64 `json:"cpuSecondsPerPod"`
@@ -359,8 +359,8 @@ func (o Options) runOne(ctx context.Context, workloadName, state string, s shape
 		Nodes:            nodes,
 		Pods:             measured,
 		PodsPerSecond:    float64(measured) / elapsed.Seconds(),
-		P50Seconds:       attempts.quantile(0.5),
-		P99Seconds:       attempts.quantile(0.99),
+		P50:              attempts.quantile(0.5),
+		P99:              attempts.quantile(0.99),
 		CPUSecondsPerPod: (cpuAfter - cpuBefore) / float64(measured),
 		PeakRSSBytes:     rss,
 		Source:           sourceLab,

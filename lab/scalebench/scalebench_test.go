@@ -1,7 +1,6 @@
 package scalebench
 
 import (
-	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -41,16 +40,31 @@ func TestAttemptQuantilesOverThePhase(t *testing.T) {
 	if phase.count != 100 {
 		t.Fatalf("phase has %d attempts, want 100", phase.count)
 	}
-	for _, c := range []struct{ q, want float64 }{
-		{0.5, 0.01},                   // the 50th attempt ends the (1 ms, 10 ms] bucket
-		{0.99, 0.01 + 0.09*49.0/50.0}, // interpolated within (10 ms, 100 ms]
+	// A quantile is the bucket it falls in, never a value interpolated
+	// within it.
+	for _, c := range []struct {
+		q    float64
+		want Latency
+		text string
+	}{
+		{0.5, Latency{0.001, 0.01}, "(1, 10]"},  // the 50th attempt ends the (1 ms, 10 ms] bucket
+		{0.99, Latency{0.01, 0.1}, "(10, 100]"}, // the 99th is in (10 ms, 100 ms]
 	} {
-		if got := phase.quantile(c.q); math.Abs(got-c.want) > 1e-9 {
-			t.Errorf("p%g = %g s, want %g s", c.q*100, got, c.want)
+		if got := phase.quantile(c.q); got != c.want || got.String() != c.text {
+			t.Errorf("p%g = %+v (%s), want %+v (%s)", c.q*100, got, got, c.want, c.text)
 		}
 	}
+	if got := after.quantile(1); got != (Latency{0.01, 0.1}) {
+		t.Errorf("p100 = %+v, want the last finite bucket (10 ms, 100 ms]", got)
+	}
+	if s := (Latency{0.006, 0.006}).String(); s != "≈6.0" {
+		t.Errorf("an estimate prints %q, want ≈6.0", s)
+	}
+	if s := (Latency{LowSeconds: 0.1}).String(); s != "> 100" {
+		t.Errorf("beyond the last bucket prints %q, want > 100", s)
+	}
 	none, err := parseAttempts([]byte("# TYPE apiserver_request_total counter\napiserver_request_total 1\n"))
-	if err != nil || none.count != 0 || none.quantile(0.5) != 0 {
+	if err != nil || none.count != 0 || !none.quantile(0.5).IsZero() {
 		t.Errorf("metrics without attempts: %+v, %v", none, err)
 	}
 	if _, err := parseAttempts([]byte("scheduler_scheduling_attempt_duration_seconds_bucket{le=\"0.1\" 3\n")); err == nil {
@@ -185,7 +199,7 @@ func TestUpstreamDataItems(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Case != "SchedulingWithResourceClaimTemplate/5000pods_500nodes" || r.Pods != 2500 || r.PodsPerSecond != 80 || r.P50Seconds != 0.006 || r.P99Seconds != 0.045 || r.Source != sourceUpstream {
+	if r.Case != "SchedulingWithResourceClaimTemplate/5000pods_500nodes" || r.Pods != 2500 || r.PodsPerSecond != 80 || r.P50 != (Latency{0.006, 0.006}) || r.P99 != (Latency{0.045, 0.045}) || r.Source != sourceUpstream {
 		t.Errorf("upstream result %+v", r)
 	}
 	if _, err := upstreamResult(UpstreamWorkloads[0], items); err == nil || !strings.Contains(err.Error(), "2000pods_200nodes") {

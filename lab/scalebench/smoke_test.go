@@ -53,8 +53,8 @@ func TestSmoke(t *testing.T) {
 		if r.PodsPerSecond <= 0 || r.CPUSecondsPerPod <= 0 || r.PeakRSSBytes < 100<<20 {
 			t.Errorf("%s: %.1f pods/s, %.4f CPU s/pod, peak RSS %d bytes: want each above zero (RSS above 100 MiB, a control plane's)", r.Case, r.PodsPerSecond, r.CPUSecondsPerPod, r.PeakRSSBytes)
 		}
-		if r.P50Seconds <= 0 || r.P99Seconds < r.P50Seconds {
-			t.Errorf("%s: p50 %g s, p99 %g s: want 0 < p50 ≤ p99", r.Case, r.P50Seconds, r.P99Seconds)
+		if r.P50.HighSeconds <= 0 || r.P50.LowSeconds >= r.P50.HighSeconds || r.P99.HighSeconds < r.P50.HighSeconds {
+			t.Errorf("%s: p50 %s ms, p99 %s ms: want p50 a bucket (low, high], p99 one no lower", r.Case, r.P50, r.P99)
 		}
 		if r.VsCounting <= 0 || (r.Workload == scalebench.CaseCounting && r.VsCounting != 1) {
 			t.Errorf("%s: ÷ counting = %g", r.Case, r.VsCounting)

@@ -13,6 +13,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/dralab/dralab/lab/config"
 )
 
 // UpstreamPackage is scheduler_perf's DRA package in the k8s.io/kubernetes
@@ -199,12 +201,26 @@ func upstreamResult(w UpstreamWorkload, items []dataItem) (Result, error) {
 		Source:        sourceUpstream,
 	}
 	if lat, ok := find(attemptMetric, map[string]string{"result": "scheduled"}); ok {
-		r.P50Seconds, r.P99Seconds = lat.Data["Perc50"]/1000, lat.Data["Perc99"]/1000
+		p50, p99 := lat.Data["Perc50"]/1000, lat.Data["Perc99"]/1000
+		r.P50, r.P99 = Latency{p50, p50}, Latency{p99, p99}
 	}
 	return r, nil
 }
 
 const sourceUpstream = "scheduler_perf"
+
+// upstreamSettings are scheduler_perf's scheduler settings that differ
+// from the lab's: its default configuration.
+const upstreamSettings = "percentageOfNodesToScore adaptive (46 % at 500 nodes), parallelism 16"
+
+// labSettings are the lab scheduler's settings a comparison names.
+func labSettings(cp *config.ControlPlane) string {
+	n := int32(config.DefaultPercentageOfNodesToScore)
+	if cp != nil && cp.PercentageOfNodesToScore != nil {
+		n = *cp.PercentageOfNodesToScore
+	}
+	return fmt.Sprintf("percentageOfNodesToScore %d %%", n)
+}
 
 // CompareUpstream runs each workload on the lab (RunUpstreamShape), then
 // all of them with scheduler_perf, and returns the results of both (lab
@@ -234,7 +250,8 @@ func CompareUpstream(ctx context.Context, o Options, uo UpstreamOptions, workloa
 	}
 	var comparisons []Comparison
 	for i, w := range workloads {
-		comparisons = append(comparisons, Comparison{Workload: w.Name, Lab: labResults[i].PodsPerSecond, Upstream: upstream[i].PodsPerSecond})
+		comparisons = append(comparisons, Comparison{Workload: w.Name, Lab: labResults[i].PodsPerSecond, Upstream: upstream[i].PodsPerSecond,
+			LabSettings: labSettings(o.ControlPlane), UpstreamSettings: upstreamSettings})
 	}
 	return append(labResults, upstream...), comparisons, nil
 }

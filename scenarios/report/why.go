@@ -240,8 +240,11 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 				continue
 			}
 			anyMatch = true
+			// The allocator checks counters for admin access too: an
+			// admin claim for a partitioned GPU whose counters another
+			// claim holds is refused.
 			var noCounter string
-			if !shared && !held && !alt.adminAccess {
+			if !shared && (!held || alt.adminAccess) {
 				noCounter = s.counterShortage(c, namespace)
 			}
 			switch {

@@ -98,3 +98,17 @@ func TestWhyConstraint(t *testing.T) {
 		t.Errorf("gpu-2 and gpu-3 share a root: %q %q, want no reason", code, msg)
 	}
 }
+
+// Admin access takes no device from anyone, but the allocator still checks
+// a partitioned device's counters: an admin claim for a whole GPU whose
+// counters a workload holds waits, and the explanation names the counter.
+func TestWhyAdminAccessNeedsCounters(t *testing.T) {
+	whole := resourceapi.Device{Name: "gpu-0", ConsumesCounters: consumes("gpu-0-counters", map[string]string{"slice-0": "1", "slice-1": "1"})}
+	s := snapshot([]resourceapi.Device{withName(whole)}, claimOn("trainer", "gpu-0", nil))
+	admin := named("gpu-0")
+	admin.adminAccess = true
+	code, msg, err := s.whyAlternatives(context.Background(), "ns", "monitor", []alternative{admin}, s.AllocatedDevices())
+	if err != nil || code != CounterExhausted || !strings.Contains(msg, "trainer") {
+		t.Errorf("got %q %q %v; want CounterExhausted naming the trainer's hold", code, msg, err)
+	}
+}
