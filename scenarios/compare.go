@@ -58,6 +58,9 @@ func (inv Inventory) Resolve(c *Count) int {
 	for _, p := range c.PartitionsOf {
 		n += inv.Partitions[p]
 	}
+	for _, t := range c.PartitionedOf {
+		n += inv.Partitioned[t]
+	}
 	if g := c.GroupsOf; g != nil && g.Size > 0 {
 		for _, free := range inv.Groups[g.Tier][g.Attribute] {
 			n += free / g.Size
@@ -273,7 +276,7 @@ func Describe(e Expectation, inv Inventory) string {
 		sort.Strings(kv)
 		add("status data", strings.Join(kv, ", "))
 	}
-	add("reason", e.Reason)
+	add("reason", e.Reason.String())
 	if e.SameDevice {
 		what = append(what, "all on one device")
 	}
@@ -367,8 +370,8 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 	if e.NodeTier != "" && o.Rows[0].NodeTier != e.NodeTier {
 		mismatch("tier of the node's GPUs", e.NodeTier, orNone(o.Rows[0].NodeTier), "node "+orNone(o.Rows[0].Node))
 	}
-	if e.Reason != "" && o.Rows[0].ReasonCode != e.Reason {
-		mismatch("pending reason", e.Reason, orNone(o.Rows[0].ReasonCode), o.Rows[0].Reason)
+	if len(e.Reason) > 0 && !slices.Contains(e.Reason, o.Rows[0].ReasonCode) {
+		mismatch("pending reason", e.Reason.String(), orNone(o.Rows[0].ReasonCode), o.Rows[0].Reason)
 	}
 	return msgs
 }

@@ -164,7 +164,7 @@ func TestCheckEachPerExpectation(t *testing.T) {
 		{"1 pod worker-* (devices of [h100]): phase Running, request gpu, subrequest h100, tier h100", "worker-0", true},
 		{"1 pod worker-* (devices of [a100]): phase Running, subrequest a100, tier a100", "worker-1", false},
 		{"2 pods worker-* (devices of [l4]): phase Running, subrequest l4, tier l4", "worker-2 worker-3", true},
-		{"1 pod worker-*: phase Pending, reason AllAllocated", "worker-4", true},
+		{"1 pod worker-*: phase Pending, reason AllAllocated or CapacityExhausted", "worker-4", true},
 	}
 	for i, w := range want {
 		r := res[i]

@@ -15,6 +15,7 @@ import (
 	"maps"
 	"path"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -152,6 +153,9 @@ type Count struct {
 	DevicesOf    []string `json:"devicesOf,omitempty"`
 	CountedOf    []string `json:"countedOf,omitempty"`
 	PartitionsOf []string `json:"partitionsOf,omitempty"`
+	// PartitionedOf counts the free whole GPUs of tiers that are published
+	// with MIG partitions (partitioning: mig).
+	PartitionedOf []string `json:"partitionedOf,omitempty"`
 	// SharesOf counts the shares of this much memory that the shared GPUs
 	// of a tier have left room for.
 	SharesOf *Shares `json:"sharesOf,omitempty"`
@@ -193,7 +197,7 @@ func (c *Count) UnmarshalJSON(data []byte) error {
 		err = errors.Join(strict...)
 	}
 	if err != nil {
-		return fmt.Errorf("a count is a number or {devicesOf, countedOf, partitionsOf, sharesOf, groupsOf, plus}: %w", err)
+		return fmt.Errorf("a count is a number or {devicesOf, countedOf, partitionsOf, partitionedOf, sharesOf, groupsOf, plus}: %w", err)
 	}
 	*c = Count(p)
 	return nil
@@ -231,6 +235,12 @@ func (c *Count) String() string {
 			s += " + "
 		}
 		s += fmt.Sprintf("free MIG partitions of %v", c.PartitionsOf)
+	}
+	if len(c.PartitionedOf) > 0 {
+		if s != "" {
+			s += " + "
+		}
+		s += fmt.Sprintf("free partitioned GPUs of %v", c.PartitionedOf)
 	}
 	if c.SharesOf != nil {
 		if s != "" {
@@ -295,7 +305,10 @@ type Expectation struct {
 	// claims"): NoMatchingDevice, AllAllocated, Tainted, Insufficient (an
 	// extended resource), CounterExhausted, CapacityExhausted,
 	// SelectorError or ConstraintUnmet.
-	Reason string `json:"reason,omitempty"`
+	// A list names reasons of which any may hold: [AllAllocated,
+	// CapacityExhausted] on a lab where the last matching device is a
+	// shared one with too little left.
+	Reason Reasons `json:"reason,omitempty"`
 	// For the whole group.
 	SameDevice bool `json:"sameDevice,omitempty"`
 	// TierCounts counts the group's pods by tier (of their devices, or of
@@ -320,6 +333,36 @@ const (
 	// constraint.
 	ReasonConstraintUnmet = "ConstraintUnmet"
 )
+
+// Reasons are the pending reasons an expectation accepts: one, written as a
+// string, or a list of which any may hold.
+type Reasons []string
+
+// UnmarshalJSON accepts a string or a list of strings.
+func (r *Reasons) UnmarshalJSON(data []byte) error {
+	var one string
+	if err := json.Unmarshal(data, &one); err == nil {
+		*r = Reasons{one}
+		return nil
+	}
+	var list []string
+	if err := json.Unmarshal(data, &list); err != nil {
+		return fmt.Errorf("a reason is a string or a list of them: %w", err)
+	}
+	*r = list
+	return nil
+}
+
+// MarshalJSON writes one reason as a string.
+func (r Reasons) MarshalJSON() ([]byte, error) {
+	if len(r) == 1 {
+		return json.Marshal(r[0])
+	}
+	return json.Marshal([]string(r))
+}
+
+// String joins the reasons with "or".
+func (r Reasons) String() string { return strings.Join(r, " or ") }
 
 // healths are the health values the kubelet reports for a device.
 var healths = []string{"Healthy", "Unhealthy", "Unknown"}
@@ -371,9 +414,10 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 		if c.N != nil && *c.N < 0 {
 			errs = append(errs, field.Invalid(p, *c.N, "must not be negative"))
 		}
-		if c.N == nil && len(c.DevicesOf) == 0 && len(c.CountedOf) == 0 && len(c.PartitionsOf) == 0 && c.SharesOf == nil && c.GroupsOf == nil {
-			errs = append(errs, field.Required(p, "a number, or devicesOf/countedOf/partitionsOf/sharesOf/groupsOf"))
+		if c.N == nil && len(c.DevicesOf) == 0 && len(c.CountedOf) == 0 && len(c.PartitionsOf) == 0 && len(c.PartitionedOf) == 0 && c.SharesOf == nil && c.GroupsOf == nil {
+			errs = append(errs, field.Required(p, "a number, or devicesOf/countedOf/partitionsOf/partitionedOf/sharesOf/groupsOf"))
 		}
+		checkTiers(p.Child("partitionedOf"), c.PartitionedOf)
 		if g := c.GroupsOf; g != nil {
 			gp := p.Child("groupsOf")
 			if g.Tier == "" {
@@ -516,12 +560,14 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 			if e.Phase != "" && e.Phase != "Running" && e.Phase != "Pending" {
 				errs = append(errs, field.NotSupported(ep.Child("phase"), e.Phase, []string{"Running", "Pending"}))
 			}
-			if e.Reason != "" {
-				if !slices.Contains(reasons, e.Reason) {
-					errs = append(errs, field.NotSupported(ep.Child("reason"), e.Reason, reasons))
+			if len(e.Reason) > 0 {
+				for _, r := range e.Reason {
+					if !slices.Contains(reasons, r) {
+						errs = append(errs, field.NotSupported(ep.Child("reason"), r, reasons))
+					}
 				}
 				if e.Phase != "Pending" {
-					errs = append(errs, field.Invalid(ep.Child("reason"), e.Reason, "a reason needs phase: Pending"))
+					errs = append(errs, field.Invalid(ep.Child("reason"), e.Reason.String(), "a reason needs phase: Pending"))
 				}
 			}
 		}

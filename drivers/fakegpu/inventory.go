@@ -49,6 +49,12 @@ const (
 // node: device.attributes["gpu.dralab.dev"].attach == "fabric".
 const AttrAttach = "attach"
 
+// AttrSharing is "memory" on a GPU that claims share by memory, unset on
+// the others: a claim for a share selects it with
+// device.attributes["gpu.dralab.dev"].?sharing.orValue("") == "memory",
+// since a capacity request alone is met by a whole GPU too.
+const AttrSharing = "sharing"
+
 // Binding conditions of a fabric-attached GPU: condition types in the
 // claim's status.devices[].conditions. The API takes qualified names, as
 // label keys are: a DNS prefix of ours and a name.
@@ -185,6 +191,7 @@ func (inv *Inventory) Devices(context.Context) ([]kit.Device, error) {
 			counterSet := CounterSetName(i)
 			whole.API.Capacity[gpu.CapacityMultiprocessors] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(p.Multiprocessors), resource.DecimalSI)}
 			whole.API.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: counterSet, Counters: p.MIG.Counters(p.Memory, p.Multiprocessors)}}
+			whole.API.Attributes[gpu.AttrPartitioning] = resourceapi.DeviceAttribute{StringValue: ptr.To(gpu.PartitioningMIG)}
 			devices = append(devices, gpu.MIGDevices(name, uuid, p.ProductName, counterSet, product, p.MIG)...)
 		case inv.Sharing == SharingMemory:
 			share(&whole.API, p)
@@ -230,6 +237,7 @@ var ShareStep = resource.MustParse("1Gi")
 // take all of it and leave the GPU to no one else.
 func share(dev *resourceapi.Device, p *Profile) {
 	dev.AllowMultipleAllocations = ptr.To(true)
+	dev.Attributes[AttrSharing] = resourceapi.DeviceAttribute{StringValue: ptr.To(SharingMemory)}
 	most := *resource.NewQuantity(p.Memory.Value()/ShareStep.Value()*ShareStep.Value(), resource.BinarySI)
 	mem := dev.Capacity[gpu.CapacityMemory]
 	mem.RequestPolicy = &resourceapi.CapacityRequestPolicy{

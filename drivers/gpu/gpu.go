@@ -82,6 +82,12 @@ const (
 	AttrUUID = "uuid"
 	// AttrParentUUID is a MIG device's GPU's UUID.
 	AttrParentUUID = "parentUUID"
+	// AttrPartitioning is PartitioningMIG on a whole GPU published with its
+	// MIG devices beside it, unset on the others: a claim for a GPU that
+	// may be cut selects it with
+	// device.attributes["gpu.dralab.dev"].?partitioning.orValue("") == "mig".
+	AttrPartitioning = "partitioning"
+	PartitioningMIG  = "mig"
 	// CapacityMemory and CapacityMultiprocessors are a device's memory
 	// and streaming multiprocessors.
 	CapacityMemory          = "memory"

@@ -7,6 +7,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/kit"
@@ -67,6 +68,7 @@ func (inv *Inventory) migDevices(g GPU, whole *kit.Device) ([]kit.Device, resour
 			product[attr] = v
 		}
 	}
+	whole.API.Attributes[gpu.AttrPartitioning] = resourceapi.DeviceAttribute{StringValue: ptr.To(gpu.PartitioningMIG)}
 	for _, mp := range g.MIG.Profiles {
 		for _, start := range mp.Placements {
 			inv.placements[gpu.MIGDeviceName(name, mp, start)] = MIGPlacement{ParentUUID: g.UUID, ProfileID: mp.ID, Start: start}

@@ -126,6 +126,10 @@ func checkDevice(t *testing.T, dev kit.Device, cfg gpus.Config, i int, driver, c
 		"resource.kubernetes.io/pciBusID": wantTopology[i].busID,
 		"resource.kubernetes.io/pcieRoot": wantTopology[i].root,
 	}
+	if len(dev.API.ConsumesCounters) > 0 {
+		// In MIG mode, published with its MIG devices.
+		want["partitioning"] = "mig"
+	}
 	if got := flatten(dev.API.Attributes); !reflect.DeepEqual(got, want) {
 		t.Errorf("%s attributes:\n got %v\nwant %v", name, got, want)
 	}
