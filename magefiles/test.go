@@ -76,6 +76,10 @@ func (Test) E2E(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if t != nil && len(t.Files) > 1 {
+		// e2e-framework's --kubeconfig takes one file.
+		return fmt.Errorf("KUBECONFIG lists %d files (%s): the e2e suite takes one; set KUBECONFIG to the file of the cluster to run on", len(t.Files), t.Kubeconfig)
+	}
 	ui.Stderr().Println("Target: " + t.String())
 	bin, err := buildDralab(ctx)
 	if err != nil {
