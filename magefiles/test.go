@@ -208,7 +208,7 @@ func (Test) All(ctx context.Context) error {
 
 // buildDralab builds the dralab and driver binaries, showing the step.
 func buildDralab(ctx context.Context) (string, error) {
-	done := ui.Stderr().Step("Building dralab (the first build compiles Kubernetes: 15–25 min on 2 cores)")
+	done := ui.Stderr().Step("Building dralab (the first build compiles Kubernetes: about 12 min on 2 cores)")
 	bin, err := build.Dralab(ctx)
 	done(err)
 	return bin, err

@@ -189,7 +189,7 @@ func (k *kit) partitionsOn(ctx context.Context) (*pool, []device, error) {
 		}
 	}
 	if best == nil {
-		return nil, nil, fmt.Errorf("no node publishes devices of class %s%s that consume counters: nothing to partition", spec.DeviceClass, selectorWords(spec.Selector))
+		return nil, nil, skipCheck{fmt.Sprintf("no node publishes devices of class %s%s that consume counters: nothing to partition", spec.DeviceClass, selectorWords(spec.Selector))}
 	}
 	return best, bestParts, nil
 }
@@ -452,8 +452,8 @@ func (k *kit) shareable(ctx context.Context) (device, string, string, error) {
 	if err != nil || expr != "" {
 		return d, node, expr, err
 	}
-	return device{}, "", "", fmt.Errorf("no device of class %s%s allows multiple allocations with room for two requests of %v%s",
-		spec.DeviceClass, selectorWords(spec.Selector), quantities(spec.Request), strings.Join(append([]string{""}, reasons...), "; "))
+	return device{}, "", "", skipCheck{fmt.Sprintf("no device of class %s%s allows multiple allocations with room for two requests of %v%s",
+		spec.DeviceClass, selectorWords(spec.Selector), quantities(spec.Request), strings.Join(append([]string{""}, reasons...), "; "))}
 }
 
 // pinnable finds, over the driver's nodes, a free device of class (and

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -90,8 +91,8 @@ func TestPartitionsNeedCounters(t *testing.T) {
 	_, k := newFakeClusterOf(t, refuseWithEvent, fakeDevices(2, true))
 	withPartitions(k, "")
 	err := k.partitions(context.Background(), t.Logf, k)
-	if err == nil || !strings.Contains(err.Error(), "consume counters: nothing to partition") {
-		t.Fatalf("got %v, want no partitions found", err)
+	if skip := (skipCheck{}); !errors.As(err, &skip) || !strings.Contains(err.Error(), "consume counters: nothing to partition") {
+		t.Fatalf("got %v, want the check not made (nothing to check it on), no partitions found", err)
 	}
 }
 
@@ -150,8 +151,9 @@ func TestSharesNeedRoomForTwo(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			_, k := newFakeClusterOf(t, refuseWithEvent, c.devices)
 			withShares(k, "8Gi")
-			if err := k.shares(context.Background(), t.Logf, k); err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("got %v, want %q", err, c.want)
+			err := k.shares(context.Background(), t.Logf, k)
+			if skip := (skipCheck{}); !errors.As(err, &skip) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want the check not made, saying %q", err, c.want)
 			}
 		})
 	}
