@@ -29,6 +29,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/conformance/devices"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/kubeapply"
 	"github.com/dralab/dralab/scenarios/report"
@@ -258,17 +259,8 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 // attributes with a plain value, on its pool's node.
 func (inv Inventory) addToGroups(tier, pool string, d *resourceapi.Device) {
 	for name, a := range d.Attributes {
-		var v string
-		switch {
-		case a.StringValue != nil:
-			v = *a.StringValue
-		case a.IntValue != nil:
-			v = fmt.Sprint(*a.IntValue)
-		case a.BoolValue != nil:
-			v = fmt.Sprint(*a.BoolValue)
-		case a.VersionValue != nil:
-			v = *a.VersionValue
-		default:
+		v, ok := devices.AttributeString(a)
+		if !ok {
 			continue
 		}
 		if inv.Groups[tier] == nil {

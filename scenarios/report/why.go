@@ -161,7 +161,7 @@ func sharing(devs []deviceRef, attr resourceapi.FullyQualifiedName) (int, string
 	groups := map[string][]string{}
 	for _, d := range devs {
 		v := "no " + string(attr)
-		if a, ok := attribute(d, attr); ok {
+		if a, ok := devices.Attribute(d.driver, d.dev.Attributes, string(attr)); ok {
 			v = a
 		}
 		k := d.pool + " " + v
@@ -175,28 +175,6 @@ func sharing(devs []deviceRef, attr resourceapi.FullyQualifiedName) (int, string
 		parts = append(parts, fmt.Sprintf("%s: %s on %s", pool, strings.Join(groups[k], ", "), v))
 	}
 	return largest, strings.Join(parts, "; ")
-}
-
-// attribute is a device's attribute by its fully qualified name, which a
-// slice spells without the domain when it is the driver's own.
-func attribute(d deviceRef, name resourceapi.FullyQualifiedName) (string, bool) {
-	a, ok := d.dev.Attributes[resourceapi.QualifiedName(name)]
-	if id, own := strings.CutPrefix(string(name), d.driver+"/"); !ok && own {
-		a, ok = d.dev.Attributes[resourceapi.QualifiedName(id)]
-	}
-	switch {
-	case !ok:
-		return "", false
-	case a.StringValue != nil:
-		return *a.StringValue, true
-	case a.VersionValue != nil:
-		return *a.VersionValue, true
-	case a.IntValue != nil:
-		return fmt.Sprint(*a.IntValue), true
-	case a.BoolValue != nil:
-		return fmt.Sprint(*a.BoolValue), true
-	}
-	return "", false
 }
 
 // whyAlternatives explains why none of a request's alternatives can be

@@ -11,6 +11,7 @@ package devices
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -283,4 +284,35 @@ func (s *State) Together(free []Device, n int) []Device {
 		}
 	}
 	return out
+}
+
+// Attribute is the value of a device's attribute as a container would print
+// it, by its qualified name: "resource.kubernetes.io/pcieRoot", or one of
+// the driver's own, which a slice spells with or without the driver's
+// domain. False when the device lacks it or it is a list.
+func Attribute(driver string, attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, name string) (string, bool) {
+	a, ok := attrs[resourceapi.QualifiedName(name)]
+	if id, own := strings.CutPrefix(name, driver+"/"); !ok && own {
+		a, ok = attrs[resourceapi.QualifiedName(id)]
+	}
+	if !ok {
+		return "", false
+	}
+	return AttributeString(a)
+}
+
+// AttributeString is an attribute's value as a container would print it;
+// false for a list or an empty attribute.
+func AttributeString(a resourceapi.DeviceAttribute) (string, bool) {
+	switch {
+	case a.StringValue != nil:
+		return *a.StringValue, true
+	case a.VersionValue != nil:
+		return *a.VersionValue, true
+	case a.IntValue != nil:
+		return fmt.Sprint(*a.IntValue), true
+	case a.BoolValue != nil:
+		return fmt.Sprint(*a.BoolValue), true
+	}
+	return "", false
 }

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/dralab/dralab/drivers/conformance/devicecel"
+	"github.com/dralab/dralab/drivers/conformance/devices"
 	"github.com/dralab/dralab/drivers/conformance/strictyaml"
 )
 
@@ -262,32 +263,13 @@ func (p Proof) Expected(driver, pool string, dev resourceapi.Device) (string, er
 			errs = append(errs, fmt.Errorf("unknown placeholder %s", ph))
 			return ph
 		}
-		a, ok := dev.Attributes[resourceapi.QualifiedName(name)]
-		if id, own := strings.CutPrefix(name, driver+"/"); !ok && own {
-			a, ok = dev.Attributes[resourceapi.QualifiedName(id)]
-		}
-		v, known := attributeString(a)
-		if !ok || !known {
+		v, ok := devices.Attribute(driver, dev.Attributes, name)
+		if !ok {
 			errs = append(errs, fmt.Errorf("device %s/%s/%s has no attribute %s", driver, pool, dev.Name, name))
 		}
 		return v
 	})
 	return out, errors.Join(errs...)
-}
-
-// attributeString is an attribute's value as a container would print it.
-func attributeString(a resourceapi.DeviceAttribute) (string, bool) {
-	switch {
-	case a.StringValue != nil:
-		return *a.StringValue, true
-	case a.VersionValue != nil:
-		return *a.VersionValue, true
-	case a.IntValue != nil:
-		return fmt.Sprint(*a.IntValue), true
-	case a.BoolValue != nil:
-		return fmt.Sprint(*a.BoolValue), true
-	}
-	return "", false
 }
 
 // EnvProof: the driver sets an environment variable in the container
