@@ -433,20 +433,28 @@ func TestDriverForgettingClaimsOnRestartFails(t *testing.T) {
 	n.leftovers()
 }
 
+// Without a way to restart the driver the restart check is not verified:
+// a failure, or a skip that says so when unverified checks are allowed. A
+// manifest that says the driver may not be restarted skips it.
 func TestRestartSkipped(t *testing.T) {
 	n := newNode(t, 4)
 	n.run()
 	want := allPass()
-	want["restart"] = "skip"
+	want["restart"] = "fail:not verified"
 
 	cfg := n.config()
 	cfg.Restart = nil
 	got := n.runChecks(cfg)
 	expect(t, got, want)
 	if msg := got["restart"].Message; !strings.Contains(msg, "Restart") {
-		t.Errorf("skip reason %q does not mention the missing Restart", msg)
+		t.Errorf("reason %q does not mention the missing Restart", msg)
 	}
 
+	cfg.AllowUnverified = true
+	want["restart"] = "skip:not verified"
+	expect(t, n.runChecks(cfg), want)
+
+	want["restart"] = "skip"
 	cfg = n.config()
 	cfg.Manifest.Sanity.Restartable = false
 	got = n.runChecks(cfg)
@@ -466,7 +474,8 @@ func TestNoDriverFailsRegistration(t *testing.T) {
 	for _, c := range sanity.Checks() {
 		want[c.Name] = "fail:registration"
 	}
-	want["restart"] = "skip"
+	// No way to restart it either: not verified, before any call.
+	want["restart"] = "fail:not verified"
 	got := n.runChecks(cfg)
 	expect(t, got, want)
 	if msg := got["registration"].Message; !strings.Contains(msg, "no socket in "+n.opts.RegistrarDir) {

@@ -19,8 +19,8 @@ import (
 // checked against what the pod's claims were allocated: the value must be
 // the one the manifest's proof names for one of those devices (when it
 // names one), and within a feature distinct devices must prove distinct
-// values and one device, however many claims or shares hold it, the same
-// value.
+// values and one device, held through one claim or as shares of it, the
+// same value.
 
 // podDevice is a device allocated to one of a pod's claims.
 type podDevice struct {
@@ -127,7 +127,17 @@ func (k *kit) bindProof(ctx context.Context, podName string, p manifest.Proof, v
 		// Several devices and no template to tell which one v names.
 		return nil
 	}
+	kept := k.proven[:0]
 	for _, q := range k.proven {
+		// One device held at once through one claim, or as shares, must
+		// prove one value; a device allocated again after its holder
+		// ended may be given anew (a MIG device is created again, with
+		// a new UUID).
+		concurrent := q.claim == bound.claim || q.r.ShareID != nil && bound.r.ShareID != nil
+		if q.key() == bound.key() && !concurrent {
+			continue
+		}
+		kept = append(kept, q)
 		switch {
 		case q.key() == bound.key() && q.value != v:
 			return fmt.Errorf("pods %s and %s were allocated the same device %s (claims %s and %s), but prove different values, %q and %q: the proof does not name the device",
@@ -137,6 +147,6 @@ func (k *kit) bindProof(ctx context.Context, podName string, p manifest.Proof, v
 				q.pod, podName, v, q.key(), q.claim, bound.key(), bound.claim)
 		}
 	}
-	k.proven = append(k.proven, provenDevice{pod: podName, value: v, podDevice: *bound})
+	k.proven = append(kept, provenDevice{pod: podName, value: v, podDevice: *bound})
 	return nil
 }

@@ -10,7 +10,8 @@
 // its context: the suite creates and deletes namespaces, claims, pods and
 // DeviceTaintRules there. The sanity layer talks to one node's kubelet
 // plugin sockets: it runs when --node names the node and this process can
-// reach its --registrar-dir and --cdi-dir (run it on the node). A pass
+// reach its --registrar-dir and --cdi-dir (run it on the node); its restart
+// check runs --restart-command. A pass
 // means every check the manifest enables was verified: the sanity layer
 // not run, or a feature with nothing to check it on, fails, unless
 // --cluster-only leaves the sanity layer out or --allow-unverified turns
@@ -26,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"syscall"
 	"time"
@@ -54,6 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var (
 		o            conformance.Options
 		node         = fs.String("node", "", "the node whose kubelet plugin the sanity layer checks; empty: the sanity layer cannot run, which fails the run unless --cluster-only")
+		restartCmd   = fs.String("restart-command", "", "a shell command that restarts the driver of --node, for the sanity layer's restart check (e.g. kubectl -n my-driver delete pod -l app=my-driver --field-selector spec.nodeName=worker-1); without it that check is not verified")
 		clusterOnly  = fs.Bool("cluster-only", false, "run the cluster layer only (the same as --layer cluster): a pass then says nothing of the kubelet plugin")
 		registrarDir = fs.String("registrar-dir", "/var/lib/kubelet/plugins_registry", "the node's kubelet plugin registry, as this process sees it (sanity layer)")
 		cdiDir       = fs.String("cdi-dir", "/var/run/cdi", "the node's CDI spec directory, as this process sees it (sanity layer)")
@@ -68,7 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	html := fs.String("html", "", "write the run's HTML page (a row per check) to this file")
 	fs.StringVar(&o.Cluster.Image, "image", "", "image of the proof containers, with sh and env (default busybox:1.37)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: dralab-conformance --manifest driver.yaml [--kubeconfig file] [--context name] [--target context] [--node name | --cluster-only] [--allow-unverified] [--junit file] [--html file]")
+		fmt.Fprintln(stderr, "Usage: dralab-conformance --manifest driver.yaml [--kubeconfig file] [--context name] [--target context] [--node name [--restart-command cmd] | --cluster-only] [--allow-unverified] [--junit file] [--html file]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -103,7 +106,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 					return sanity.Config{}, fmt.Errorf("%w of node %s: %s %v", conformance.ErrNoNode, *node, flag, err)
 				}
 			}
-			return sanity.Config{Manifest: m, Client: client, NodeName: *node, RegistrarDir: *registrarDir, CDIDir: *cdiDir}, nil
+			cfg := sanity.Config{Manifest: m, Client: client, NodeName: *node, RegistrarDir: *registrarDir, CDIDir: *cdiDir}
+			if *restartCmd != "" {
+				cfg.Restart = func(ctx context.Context) error {
+					if out, err := exec.CommandContext(ctx, "sh", "-c", *restartCmd).CombinedOutput(); err != nil {
+						return fmt.Errorf("--restart-command %q: %w: %s", *restartCmd, err, out)
+					}
+					return nil
+				}
+			}
+			return cfg, nil
 		}
 	}
 	where, err := conformance.Where(o)
