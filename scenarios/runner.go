@@ -204,7 +204,7 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 			}
 			// A tainted device is not the scenario's: its requests do
 			// not tolerate the taints gpu:fail and DeviceTaintRules put.
-			if tier == "" || len(snap.DeviceTaints(sl.Spec.Driver, sl.Spec.Pool.Name, sl.Spec.Devices[i].Name)) > 0 {
+			if tier == "" || len(snap.Taints(sl.Spec.Driver, sl.Spec.Pool.Name, &sl.Spec.Devices[i])) > 0 {
 				continue
 			}
 			if f, ok := shares[key]; ok {

@@ -214,7 +214,7 @@ func (s *Snapshot) Rows(ctx context.Context) ([]Row, error) {
 					row.Product = stringAttr(dev, "productName")
 					row.Profile = stringAttr(dev, gpu.AttrProfile)
 					row.Attributes = stringAttrs(dev)
-					row.Taints = s.taints(r.Driver, r.Pool, dev)
+					row.Taints = s.Taints(r.Driver, r.Pool, dev)
 					row.Tainted = len(row.Taints) > 0
 					tier, err := Tier(ctx, r.Driver, dev)
 					if err != nil {
@@ -347,13 +347,13 @@ func (s *Snapshot) DeviceTaints(driver, pool, device string) []string {
 	if dev == nil {
 		return nil
 	}
-	return s.taints(driver, pool, dev)
+	return s.Taints(driver, pool, dev)
 }
 
-// taints are the taints with an effect that apply to the device, from the
-// slice or from a DeviceTaintRule (devices.State.Taints), as
+// Taints are the taints with an effect that apply to a published device,
+// from the slice or from a DeviceTaintRule (devices.State.Taints), as
 // key=value:effect.
-func (s *Snapshot) taints(driver, pool string, dev *resourceapi.Device) []string {
+func (s *Snapshot) Taints(driver, pool string, dev *resourceapi.Device) []string {
 	return taintStrings(s.state().Taints(devices.Device{Driver: driver, Pool: pool, Device: *dev}))
 }
 

@@ -225,13 +225,14 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 			if !shared && (!held || alt.adminAccess) {
 				noCounter = s.counterShortage(c, namespace)
 			}
+			blocking := s.blockingTaints(c, alt.tolerations)
 			switch {
 			case noRoom != "":
 				shares = append(shares, noRoom)
 			case held && !shared && !alt.adminAccess:
 				allocated = append(allocated, fmt.Sprintf("%s to %s", c, strings.TrimPrefix(holder, namespace+"/")))
-			case len(s.blockingTaints(c, alt.tolerations)) > 0:
-				taint = append(taint, fmt.Sprintf("%s (%s)", c, strings.Join(s.blockingTaints(c, alt.tolerations), ", ")))
+			case len(blocking) > 0:
+				taint = append(taint, fmt.Sprintf("%s (%s)", c, strings.Join(blocking, ", ")))
 			case noCounter != "":
 				counters = append(counters, noCounter)
 			default:
