@@ -3,7 +3,7 @@
 // embedded lab (in a temporary state directory, so a lab you are using is
 // left alone) and deletes it at the end; with --kubeconfig it runs against
 // that cluster, skipping the features that need the embedded lab's host
-// paths, when it is a dralab lab or DRALAB_TARGET names its context (else
+// paths, when it is a dralab lab or DRALAB_TARGET names its context and server (else
 // it refuses to start). `go test -short` runs no e2e feature.
 package e2e
 

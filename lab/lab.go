@@ -198,10 +198,12 @@ func (l *Lab) BackendReason() string {
 }
 
 // Up brings the lab up, or reuses it when it already runs with the same
-// configuration. A lab that fails to come up is deleted unless WithRetain.
+// configuration. A lab that fails to come up is deleted unless WithRetain,
+// or unless it was being resumed: the backend keeps a resumed lab's state
+// for another try.
 func (l *Lab) Up(ctx context.Context) (UpResult, error) {
 	res, err := l.backend.Up(ctx, l.cfg, l.progress)
-	if err != nil && !res.Reused && !l.retain && !errors.Is(err, ErrConfigMismatch) && !errors.Is(err, ErrPortInUse) && !errors.Is(err, ErrHostNotReady) && !errors.Is(err, ErrNoEngine) {
+	if err != nil && !res.Reused && !res.Resumed && !l.retain && !errors.Is(err, ErrConfigMismatch) && !errors.Is(err, ErrPortInUse) && !errors.Is(err, ErrHostNotReady) && !errors.Is(err, ErrNoEngine) {
 		bg := context.WithoutCancel(ctx)
 		// The error names logs in the state directory, which goes: keep
 		// them where the message says. A test that owns the lab collects

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -46,8 +47,9 @@ func TestRealNode(t *testing.T) {
 	decoyCgroup := decoyKubepods(t)
 	hostPathsBefore := existing(realnode.KubeletHostPaths)
 	chainsBefore := realnode.IptablesChains(ctx)
+	savedBefore := iptablesSaves(t)
 	l, restConfig, client := upLab(ctx, t, root, bin, exampleConfig(t, "real-node.yaml", "t-real"))
-	decoyChain := "filter/KUBE-DRALAB-DECOY"
+	decoyChain := "ipv4/filter/KUBE-DRALAB-DECOY"
 	if out, err := exec.Command("iptables", "-t", "filter", "-N", "KUBE-DRALAB-DECOY").CombinedOutput(); err != nil {
 		t.Fatalf("creating a decoy chain: %v: %s", err, out)
 	}
@@ -164,6 +166,15 @@ func TestRealNode(t *testing.T) {
 	}
 	if after, want := realnode.IptablesChains(ctx), append(slices.Clone(chainsBefore), decoyChain); !sameSet(after, want) {
 		t.Errorf("iptables chains after Down %v, want those before and the decoy: %v", after, want)
+	}
+	// Every table of both families as it was, but for the decoy.
+	if out, err := exec.Command("iptables", "-t", "filter", "-X", "KUBE-DRALAB-DECOY").CombinedOutput(); err != nil {
+		t.Errorf("removing the decoy chain: %v: %s", err, out)
+	}
+	for cmd, after := range iptablesSaves(t) {
+		if after != savedBefore[cmd] {
+			t.Errorf("%s after Down differs from before the lab:\nbefore:\n%s\nafter:\n%s", cmd, savedBefore[cmd], after)
+		}
 	}
 	if left, _ := filepath.Glob("/sys/fs/cgroup/*" + realnode.CgroupRoot("t-real")); len(left) > 0 {
 		t.Errorf("the lab's cgroups left after Down: %v", left)
@@ -289,4 +300,27 @@ func sameSet(a, b []string) bool {
 	slices.Sort(a)
 	slices.Sort(b)
 	return slices.Equal(a, b)
+}
+
+// iptablesSaves is what iptables-save and ip6tables-save print, every
+// table, without what changes by itself: the comment lines (a timestamp)
+// and the packet and byte counters.
+func iptablesSaves(t *testing.T) map[string]string {
+	t.Helper()
+	counters := regexp.MustCompile(`\[\d+:\d+\]`)
+	out := map[string]string{}
+	for _, cmd := range []string{"iptables-save", "ip6tables-save"} {
+		data, err := exec.Command(cmd).Output()
+		if err != nil {
+			t.Fatalf("%s: %v", cmd, err)
+		}
+		var lines []string
+		for _, line := range strings.Split(string(data), "\n") {
+			if !strings.HasPrefix(line, "#") {
+				lines = append(lines, counters.ReplaceAllString(line, "[-]"))
+			}
+		}
+		out[cmd] = strings.Join(lines, "\n")
+	}
+	return out
 }

@@ -31,8 +31,9 @@ import (
 // killer, a reboot) comes back with Up on its own state: the claim
 // allocated before is the same object, allocated to the same device, its
 // pod runs on, the driver has it prepared, and the API server serves where
-// it did to the clients it had. Up with another configuration replaces the stale state with a
-// fresh lab instead.
+// it did to the clients it had. A resume that fails keeps the state, and the
+// next Up resumes it. Up with another configuration replaces the stale
+// state with a fresh lab instead.
 func TestUpResumesKilledLab(t *testing.T) {
 	bin := binary(t)
 	ctx := context.Background()
@@ -61,9 +62,21 @@ func TestUpResumesKilledLab(t *testing.T) {
 		t.Errorf("status of a killed lab = %s: %s; want Failed, saying lab:up resumes it", stale.Phase, stale.Message)
 	}
 
-	res, err := l.Up(ctx)
+	// A resume that fails (here it runs out of time) keeps the state for
+	// another try, and says so.
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	res, err := l.Up(short)
+	cancel()
+	if err == nil || !res.Resumed || !strings.Contains(err.Error(), "state is kept") {
+		t.Fatalf("Up of a killed lab out of time = %+v, %v; want a failed resume that keeps the state", res, err)
+	}
+	if failed, err := l.Status(ctx); err != nil || failed.Phase != "Failed" || !strings.Contains(failed.Message, "resuming failed") || !strings.Contains(failed.Message, "resumes") {
+		t.Errorf("status after a failed resume = %+v, %v; want Failed, saying why and that lab:up resumes it", failed, err)
+	}
+
+	res, err = l.Up(ctx)
 	if err != nil || !res.Resumed || res.Reused {
-		t.Fatalf("Up of a killed lab = %+v, %v; want it resumed", res, err)
+		t.Fatalf("Up of a killed lab whose first resume failed = %+v, %v; want it resumed", res, err)
 	}
 	st2, err := l.Status(ctx)
 	if err != nil {

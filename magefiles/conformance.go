@@ -32,7 +32,7 @@ type Conformance mg.Namespace
 // lab of $DRALAB_CONFIG (or the conformance lab: the default lab plus a
 // MIG, a shared and a fabric-attached node) that it starts and deletes;
 // with $KUBECONFIG set, on that cluster when it is a dralab lab or
-// $DRALAB_TARGET names its context, else it refuses. A lab of this machine
+// $DRALAB_TARGET names its context and server, else it refuses. A lab of this machine
 // that lacks the GPUs the manifest's capabilities need (the default lab)
 // is passed over for the conformance lab, saying so. It prints the target
 // first, then a summary, and writes JUnit XML and an HTML report to

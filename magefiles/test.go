@@ -62,7 +62,7 @@ func (Test) Unit() error {
 
 // E2E runs the e2e suite (every scenario, the driver and lab features) on
 // an embedded lab it starts and deletes; with KUBECONFIG set, on that
-// cluster when it is a dralab lab or DRALAB_TARGET names its context, else
+// cluster when it is a dralab lab or DRALAB_TARGET names its context and server, else
 // it refuses. It prints the target first. With $ARTIFACTS set it writes
 // there junit-e2e.xml, e2e.html (a row per test, linking each scenario's
 // own report) and every scenario's HTML report. With DRALAB_SCENARIOS it

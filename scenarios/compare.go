@@ -20,6 +20,8 @@ type Inventory struct {
 	// Counted counts GPUs counted through the device-plugin API, by the
 	// tier of their node.
 	Counted map[string]int
+	// CountedNodes counts the nodes with free counted GPUs, by tier.
+	CountedNodes map[string]int
 	// Partitioned counts the free GPUs among Devices whose partitions
 	// consume their counters; Shared those several claims may share.
 	Partitioned map[string]int
@@ -54,6 +56,9 @@ func (inv Inventory) Resolve(c *Count) int {
 	}
 	for _, t := range c.CountedOf {
 		n += inv.Counted[t]
+	}
+	for _, t := range c.CountedNodesOf {
+		n += inv.CountedNodes[t]
 	}
 	for _, p := range c.PartitionsOf {
 		n += inv.Partitions[p]

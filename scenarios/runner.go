@@ -41,6 +41,10 @@ var ErrUnmet = errors.New("the cluster does not meet the scenario's requirements
 // fieldManager owns what the runner applies.
 const fieldManager = "dralab-scenario"
 
+// LabelManagedBy, set to "dralab-scenario", marks every object a scenario
+// run creates.
+const LabelManagedBy = "app.kubernetes.io/managed-by"
+
 // Runner applies scenarios to a cluster and checks their outcomes.
 type Runner struct {
 	Client  kubernetes.Interface
@@ -179,7 +183,7 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 	if err != nil {
 		return Inventory{}, err
 	}
-	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Plain: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]report.FreeShare{}, Groups: map[string]map[string]map[string]int{}, Published: map[string]map[string]int{}}
+	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, CountedNodes: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Plain: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]report.FreeShare{}, Groups: map[string]map[string]map[string]int{}, Published: map[string]map[string]int{}}
 	shares := map[string]report.FreeShare{}
 	for _, f := range snap.FreeShares(gpu.CapacityMemory) {
 		shares[f.Driver+"/"+f.Pool+"/"+f.Device] = f
@@ -249,7 +253,11 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 			continue
 		}
 		if tier := report.NodeTier(n); tier != "" {
-			inv.Counted[tier] += int(q.Value() - requested[n.Name])
+			free := int(q.Value() - requested[n.Name])
+			inv.Counted[tier] += free
+			if free > 0 {
+				inv.CountedNodes[tier]++
+			}
 		}
 	}
 	return inv, nil
@@ -490,7 +498,19 @@ func (r *run) applyFile(ctx context.Context, file string) error {
 // apply creates an object of the scenario; cluster-scoped ones are
 // remembered for cleanup.
 func (r *run) apply(ctx context.Context, obj *unstructured.Unstructured) error {
-	a := kubeapply.Applier{Dynamic: r.Dynamic, Mapper: r.Mapper, FieldManager: fieldManager}
+	// A cluster-scoped object is the cluster's, not the namespace's: the
+	// run labels what it creates, applies over only what carries its
+	// label (an interrupted run's), and deletes only that.
+	labels := obj.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[LabelManagedBy] = fieldManager
+	obj.SetLabels(labels)
+	a := kubeapply.Applier{Dynamic: r.Dynamic, Mapper: r.Mapper, FieldManager: fieldManager,
+		Owned: func(existing *unstructured.Unstructured) bool {
+			return existing.GetLabels()[LabelManagedBy] == fieldManager
+		}}
 	clusterScoped, err := a.Apply(ctx, obj, r.ns)
 	if clusterScoped && err == nil {
 		r.clusterObjects = append(r.clusterObjects, obj)

@@ -149,10 +149,13 @@ type FailGPU struct {
 //	replicas: {partitionsOf: [1g.10gb], plus: 1}
 //	replicas: {sharesOf: {tier: l4, memory: 7Gi}, plus: 1}
 type Count struct {
-	N            *int     `json:"-"`
-	DevicesOf    []string `json:"devicesOf,omitempty"`
-	CountedOf    []string `json:"countedOf,omitempty"`
-	PartitionsOf []string `json:"partitionsOf,omitempty"`
+	N         *int     `json:"-"`
+	DevicesOf []string `json:"devicesOf,omitempty"`
+	CountedOf []string `json:"countedOf,omitempty"`
+	// CountedNodesOf counts the nodes of some tiers with GPUs counted
+	// through the device-plugin API that are still free.
+	CountedNodesOf []string `json:"countedNodesOf,omitempty"`
+	PartitionsOf   []string `json:"partitionsOf,omitempty"`
 	// PartitionedOf counts the free whole GPUs of tiers that are published
 	// with MIG partitions (partitioning: mig).
 	PartitionedOf []string `json:"partitionedOf,omitempty"`
@@ -197,7 +200,7 @@ func (c *Count) UnmarshalJSON(data []byte) error {
 		err = errors.Join(strict...)
 	}
 	if err != nil {
-		return fmt.Errorf("a count is a number or {devicesOf, countedOf, partitionsOf, partitionedOf, sharesOf, groupsOf, plus}: %w", err)
+		return fmt.Errorf("a count is a number or {devicesOf, countedOf, countedNodesOf, partitionsOf, partitionedOf, sharesOf, groupsOf, plus}: %w", err)
 	}
 	*c = Count(p)
 	return nil
@@ -229,6 +232,12 @@ func (c *Count) String() string {
 			s += " + "
 		}
 		s += fmt.Sprintf("counted GPUs of %v", c.CountedOf)
+	}
+	if len(c.CountedNodesOf) > 0 {
+		if s != "" {
+			s += " + "
+		}
+		s += fmt.Sprintf("nodes with counted GPUs of %v", c.CountedNodesOf)
 	}
 	if len(c.PartitionsOf) > 0 {
 		if s != "" {
@@ -414,8 +423,8 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 		if c.N != nil && *c.N < 0 {
 			errs = append(errs, field.Invalid(p, *c.N, "must not be negative"))
 		}
-		if c.N == nil && len(c.DevicesOf) == 0 && len(c.CountedOf) == 0 && len(c.PartitionsOf) == 0 && len(c.PartitionedOf) == 0 && c.SharesOf == nil && c.GroupsOf == nil {
-			errs = append(errs, field.Required(p, "a number, or devicesOf/countedOf/partitionsOf/partitionedOf/sharesOf/groupsOf"))
+		if c.N == nil && len(c.DevicesOf) == 0 && len(c.CountedOf) == 0 && len(c.CountedNodesOf) == 0 && len(c.PartitionsOf) == 0 && len(c.PartitionedOf) == 0 && c.SharesOf == nil && c.GroupsOf == nil {
+			errs = append(errs, field.Required(p, "a number, or devicesOf/countedOf/countedNodesOf/partitionsOf/partitionedOf/sharesOf/groupsOf"))
 		}
 		checkTiers(p.Child("partitionedOf"), c.PartitionedOf)
 		if g := c.GroupsOf; g != nil {
@@ -447,6 +456,7 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 		}
 		checkTiers(p.Child("devicesOf"), c.DevicesOf)
 		checkTiers(p.Child("countedOf"), c.CountedOf)
+		checkTiers(p.Child("countedNodesOf"), c.CountedNodesOf)
 	}
 	checkFile := func(p *field.Path, f string) {
 		if !slices.Contains(files, f) {

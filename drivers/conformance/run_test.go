@@ -35,7 +35,7 @@ func TestRunRefusesAClusterWithoutConsent(t *testing.T) {
 			t.Errorf("the refusal %q does not say %s", err, want)
 		}
 	}
-	o.Target = "prod"
+	o.Target = "prod@https://10.0.0.1:6443"
 	where, err := conformance.Where(o)
 	if err != nil || !strings.Contains(where, `"prod" at https://10.0.0.1:6443`) {
 		t.Errorf("with consent, Where = %q, %v", where, err)
@@ -57,7 +57,7 @@ func TestRunRefusesAClusterWithoutConsent(t *testing.T) {
 func TestRunSanityLayerWithoutANode(t *testing.T) {
 	kubeconfig := writeKubeconfig(t, "ci")
 	junit := filepath.Join(t.TempDir(), "junit.xml")
-	o := conformance.Options{Manifest: "../fakegpu/driver.yaml", Kubeconfig: kubeconfig, Target: "ci", Layer: conformance.LayerSanity, JUnit: junit}
+	o := conformance.Options{Manifest: "../fakegpu/driver.yaml", Kubeconfig: kubeconfig, Target: "ci@https://10.0.0.1:6443", Layer: conformance.LayerSanity, JUnit: junit}
 	var seen []results.Case
 	o.OnCase = func(c results.Case) { seen = append(seen, c) }
 	report, err := conformance.Run(context.Background(), o)

@@ -39,6 +39,9 @@ const (
 	NodeProfileLabel = "gpu.dralab.dev/profile"
 	// NodeGPUsLabel is the node label with the node's number of fake GPUs.
 	NodeGPUsLabel = "gpu.dralab.dev/gpus"
+	// NodeModeLabel is the node label saying how the node's GPUs are
+	// served: "dra", or "device-plugin" for GPUs that are only counted.
+	NodeModeLabel = "gpu.dralab.dev/mode"
 )
 
 // Tier is a family of GPU models that a workload treats alike.

@@ -10,7 +10,7 @@
 // (default: the default lab with a MIG node, a shared node and a
 // fabric-attached node) in a temporary state directory and deletes it
 // afterwards. A --kubeconfig that is not a dralab lab's is used only when
-// DRALAB_TARGET names its context; else the suite refuses to start.
+// DRALAB_TARGET names its context and server; else the suite refuses to start.
 // `go run mage.go conformance:run` runs the same suite in-process, with a
 // summary, JUnit XML and an HTML report. `go test -short` runs none of it.
 package conformance
@@ -37,7 +37,7 @@ const defaultManifest = "../../drivers/fakegpu/driver.yaml"
 var (
 	manifestFile = flag.String("manifest", defaultManifest, "the driver's conformance manifest")
 	labConfig    = flag.String("lab-config", "", "lab configuration of the embedded lab the suite starts without --kubeconfig (default: the default lab with a MIG node, a shared node and a fabric-attached node)")
-	kubeconfig   = flag.String("kubeconfig", "", "the cluster to run on: a dralab lab's kubeconfig, or any whose context DRALAB_TARGET names")
+	kubeconfig   = flag.String("kubeconfig", "", "the cluster to run on: a dralab lab's kubeconfig, or any whose context and server DRALAB_TARGET names (context@server)")
 	image        = flag.String("image", "", "image of the proof containers (default: busybox:1.37; the embedded lab's own busybox there)")
 )
 

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
+	"github.com/dralab/dralab/drivers/conformance/target"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/lab/labtest"
 )
@@ -29,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
+	"github.com/dralab/dralab/drivers/conformance/target"
 	"github.com/dralab/dralab/drivers/conformance/sanity"
 )
 
@@ -134,6 +136,11 @@ func TestOutsideModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	current := kubeconfig.Contexts[kubeconfig.CurrentContext]
+	if current == nil || kubeconfig.Clusters[current.Cluster] == nil {
+		t.Fatalf("the lab's kubeconfig %s has no current context with a cluster", l.Kubeconfig())
+	}
+	consent := target.Consent(kubeconfig.CurrentContext, kubeconfig.Clusters[current.Cluster].Server)
 	commandEnv, err := labtest.CommandEnv(ctx, l)
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +158,7 @@ func TestOutsideModule(t *testing.T) {
 		t.Fatalf("the lab runs no driver on node %s", node.NodeName)
 	}
 	tool := exec.CommandContext(ctx, filepath.Join(gobin, "dralab-conformance"),
-		"--manifest", driverManifest, "--kubeconfig", l.Kubeconfig(), "--target", kubeconfig.CurrentContext,
+		"--manifest", driverManifest, "--kubeconfig", l.Kubeconfig(), "--target", consent,
 		"--node", node.NodeName, "--registrar-dir", node.RegistrarDir, "--cdi-dir", node.CDIDir,
 		"--restart-command", fmt.Sprintf("kill -9 %d", driver.PID), "--junit", junit, "--html", html)
 	// The manifest's health commands act on the lab through dralab.

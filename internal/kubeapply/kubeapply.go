@@ -43,10 +43,21 @@ type Applier struct {
 	Dynamic      dynamic.Interface
 	Mapper       meta.RESTMapper
 	FieldManager string
+	// Owned, when set, says whether a cluster-scoped object that already
+	// exists is the applier's own (left by an interrupted run): only then
+	// is it applied over; any other is left as it is, and Apply fails
+	// with ErrNotOwned.
+	Owned func(existing *unstructured.Unstructured) bool
 }
 
+// ErrNotOwned means a cluster-scoped object of the same name already
+// exists and is not the applier's.
+var ErrNotOwned = errors.New("already exists and was not created by dralab: it is left as it is")
+
 // Apply creates obj, in namespace if it is namespaced, and reports whether
-// it is cluster-scoped.
+// it is cluster-scoped. An object that already exists is applied over
+// (forced), unless it is cluster-scoped and Owned says it is not the
+// applier's.
 func (a *Applier) Apply(ctx context.Context, obj *unstructured.Unstructured, namespace string) (clusterScoped bool, err error) {
 	gvk := obj.GroupVersionKind()
 	mapping, err := a.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
@@ -61,6 +72,15 @@ func (a *Applier) Apply(ctx context.Context, obj *unstructured.Unstructured, nam
 		clusterScoped = true
 	}
 	_, err = res.Create(ctx, obj, metav1.CreateOptions{FieldManager: a.FieldManager, FieldValidation: "Strict"})
+	if apierrors.IsAlreadyExists(err) && clusterScoped && a.Owned != nil {
+		existing, gerr := res.Get(ctx, obj.GetName(), metav1.GetOptions{})
+		if gerr != nil {
+			return clusterScoped, gerr
+		}
+		if !a.Owned(existing) {
+			return clusterScoped, fmt.Errorf("%s %s %w", obj.GetKind(), obj.GetName(), ErrNotOwned)
+		}
+	}
 	if apierrors.IsAlreadyExists(err) {
 		_, err = res.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: a.FieldManager, Force: true})
 	}

@@ -118,7 +118,8 @@ func outsideDriver(dir labstate.Dir, d *config.Driver, n config.Node) (*process,
 }
 
 // nodeLabels are the labels a node registers with: its configured labels
-// and, for a GPU node, its GPU profile.
+// and, for a GPU node, its GPU profile and how its GPUs are served (as a
+// kind node of the lab is labelled).
 func nodeLabels(n config.Node) map[string]string {
 	labels := map[string]string{}
 	for k, v := range n.Labels {
@@ -126,6 +127,9 @@ func nodeLabels(n config.Node) map[string]string {
 	}
 	if n.GPUs != nil && n.GPUs.Profile != "" {
 		labels[gpu.NodeProfileLabel] = n.GPUs.Profile
+	}
+	if n.GPUs != nil && n.GPUs.Mode != "" {
+		labels[gpu.NodeModeLabel] = n.GPUs.Mode
 	}
 	return labels
 }

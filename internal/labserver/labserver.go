@@ -7,6 +7,7 @@ package labserver
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -45,10 +46,11 @@ type Options struct {
 func Run(ctx context.Context, o Options) error {
 	logger := klog.FromContext(ctx)
 	dir := o.Dir
-	self, err := dir.ClaimPID()
+	self, release, err := dir.ClaimPID()
 	if err != nil {
 		return err
 	}
+	defer release()
 	owner, owned, err := dir.ReadOwner()
 	if err != nil {
 		os.Remove(dir.PIDFile())
@@ -106,11 +108,14 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 	}
 	// A lab resumed on its state serves where it did before, when it
 	// can: its users' kubeconfigs keep working.
-	port := cfg.APIServerPort
-	if prev, err := dir.ReadStatus(); err == nil && port == 0 {
-		port = previousPort(prev.APIServer)
+	port, cameUp := cfg.APIServerPort, false
+	if prev, err := dir.ReadStatus(); err == nil {
+		cameUp = prev.CameUp || prev.Phase == labstate.PhaseRunning
+		if port == 0 {
+			port = previousPort(prev.APIServer)
+		}
 	}
-	status := &labstate.Status{Phase: labstate.PhaseStarting, ID: self, ConfigHash: cfg.Hash(), StartedAt: time.Now()}
+	status := &labstate.Status{Phase: labstate.PhaseStarting, ID: self, ConfigHash: cfg.Hash(), StartedAt: time.Now(), CameUp: cameUp}
 	report := func() {
 		if err := dir.WriteStatus(status); err != nil {
 			logger.Error(err, "Writing status")
@@ -136,10 +141,10 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		}
 	}()
 
-	listener, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	listener, err := listenAPIServer(port)
 	if err != nil && port != cfg.APIServerPort {
 		logger.Info("The lab's previous API server port is taken: serving on another", "port", port, "err", err)
-		listener, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", "0"))
+		listener, err = listenAPIServer(0)
 	}
 	if err != nil {
 		return fmt.Errorf("API server port %d on 127.0.0.1: %w", cfg.APIServerPort, err)
@@ -151,7 +156,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 	for _, n := range cfg.Nodes {
 		nodeNames = append(nodeNames, n.Name)
 	}
-	pkiFiles, err := writePKI(dir, server, nodeNames)
+	pkiFiles, err := writePKI(dir, server, cfg.Name, nodeNames)
 	if err != nil {
 		listener.Close()
 		return fmt.Errorf("issuing certificates: %w", err)
@@ -261,7 +266,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		return fmt.Errorf("starting the dashboard: %w", err)
 	}
 
-	status.Phase = labstate.PhaseRunning
+	status.Phase, status.CameUp = labstate.PhaseRunning, true
 	status.Processes = procs.statuses()
 	report()
 	logger.Info("Lab running", "apiServer", server)
@@ -329,6 +334,55 @@ func previousPort(server string) int {
 	}
 	port, _ := strconv.Atoi(u.Port())
 	return port
+}
+
+// listenAPIServer listens on a loopback port for the API server: port, or
+// for 0 a free one outside the kernel's range of local ports for outgoing
+// connections. A port from that range can be taken, once the lab's process
+// has ended, by any program's outgoing connection, and a resumed lab would
+// then serve elsewhere than its users' kubeconfigs say.
+func listenAPIServer(port int) (net.Listener, error) {
+	if port != 0 {
+		return net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	}
+	lo, hi := servePortRange(readLocalPortRange())
+	for range 64 {
+		p := lo + rand.IntN(hi-lo+1)
+		if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p))); err == nil {
+			return l, nil
+		}
+	}
+	return net.Listen("tcp", "127.0.0.1:0")
+}
+
+// readLocalPortRange reads the kernel's range of local ports for outgoing
+// connections, or Linux's default where it cannot.
+func readLocalPortRange() (lo, hi int) {
+	lo, hi = 32768, 60999
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return lo, hi
+	}
+	var l, h int
+	if _, err := fmt.Sscan(string(b), &l, &h); err == nil && l > 0 && h >= l {
+		return l, h
+	}
+	return lo, hi
+}
+
+// servePortRange is where a lab's API server picks its port: the
+// unprivileged ports below the range of local ports for outgoing
+// connections, or above it when too few are below.
+func servePortRange(ephemeralLo, ephemeralHi int) (lo, hi int) {
+	const minimum, span = 10000, 1000
+	switch {
+	case ephemeralLo-minimum >= span:
+		return minimum, ephemeralLo - 1
+	case 65535-ephemeralHi >= span:
+		return ephemeralHi + 1, 65535
+	default:
+		return minimum, 65535
+	}
 }
 
 func freePort() (int, error) {

@@ -28,7 +28,7 @@ type identity struct {
 // the administrator, each control-plane component and each node. Every
 // identity gets its own certificate so that the API server's audit and the
 // Node authorizer see who is who.
-func writePKI(dir labstate.Dir, server string, nodes []string) (controlplane.PKIFiles, error) {
+func writePKI(dir labstate.Dir, server, lab string, nodes []string) (controlplane.PKIFiles, error) {
 	pkiDir := dir.PKI()
 	files := controlplane.PKIFiles{
 		CACert:            filepath.Join(pkiDir, "ca.crt"),
@@ -97,7 +97,7 @@ func writePKI(dir labstate.Dir, server string, nodes []string) (controlplane.PKI
 		if err != nil {
 			return files, err
 		}
-		if err := writeKubeconfig(id.kubeconfig, server, ca.CertPEM(), pair); err != nil {
+		if err := writeKubeconfig(id.kubeconfig, labstate.ContextName(lab), server, ca.CertPEM(), pair); err != nil {
 			return files, err
 		}
 	}
@@ -105,9 +105,8 @@ func writePKI(dir labstate.Dir, server string, nodes []string) (controlplane.PKI
 }
 
 // writeKubeconfig writes a kubeconfig with embedded credentials, readable by
-// its owner only.
-func writeKubeconfig(path, server string, caPEM []byte, pair *pki.Pair) error {
-	const name = "dralab"
+// its owner only. Its context, cluster and user are all called name.
+func writeKubeconfig(path, name, server string, caPEM []byte, pair *pki.Pair) error {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
 	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: pair.CertPEM, ClientKeyData: pair.KeyPEM}

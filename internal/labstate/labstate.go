@@ -84,6 +84,14 @@ func (d Dir) Log(component string) string { return d.path("logs", component+".lo
 // PIDFile holds the lab process's PID.
 func (d Dir) PIDFile() string { return d.path("lab.pid") }
 
+// ContextName is the kubeconfig context (and cluster, and user) of lab
+// name's kubeconfigs, "dralab-<name>" as kind's are "kind-<name>": two labs'
+// kubeconfigs merge without collision.
+func ContextName(lab string) string { return "dralab-" + lab }
+
+// LockFile is locked by the lab process for as long as it runs.
+func (d Dir) LockFile() string { return d.path("lab.lock") }
+
 // LabOf tells whether a kubeconfig file pointing at server is an embedded
 // lab's own: the administrator kubeconfig in a lab's state directory, whose
 // status names the same API server. It returns the directory. The suites
@@ -261,10 +269,13 @@ type Status struct {
 	Message string `json:"message,omitempty"`
 	// ID is the lab process.
 	procid.ID
-	ConfigHash string          `json:"configHash"`
-	APIServer  string          `json:"apiServer,omitempty"`
-	StartedAt  time.Time       `json:"startedAt"`
-	Processes  []ProcessStatus `json:"processes,omitempty"`
+	ConfigHash string    `json:"configHash"`
+	APIServer  string    `json:"apiServer,omitempty"`
+	StartedAt  time.Time `json:"startedAt"`
+	// CameUp says that a lab on this state was Running once: its etcd
+	// data holds a lab worth resuming, even after a resume that failed.
+	CameUp    bool            `json:"cameUp,omitempty"`
+	Processes []ProcessStatus `json:"processes,omitempty"`
 }
 
 // Process roles.
@@ -375,18 +386,32 @@ func (d Dir) ReadOwner() (procid.ID, bool, error) {
 var ErrLocked = errors.New("state directory is in use by another lab process")
 
 // ClaimPID records the current process in the PID file, failing with
-// ErrLocked when a live lab process already holds it.
-func (d Dir) ClaimPID() (procid.ID, error) {
-	self, err := procid.Self()
+// ErrLocked when a live lab process already holds it. The claim is a lock
+// held until release (or the process's end): two lab processes started at
+// once on one state directory cannot both claim it.
+func (d Dir) ClaimPID() (self procid.ID, release func(), err error) {
+	self, err = procid.Self()
 	if err != nil {
-		return procid.ID{}, err
+		return procid.ID{}, nil, err
+	}
+	release, err = TryLock(d.LockFile())
+	if err != nil {
+		if id, rerr := d.ReadProcess(); rerr == nil && id.Alive() {
+			err = fmt.Errorf("%w (%s)", err, id)
+		}
+		return procid.ID{}, nil, err
 	}
 	if id, err := d.ReadProcess(); err == nil && id.PID != self.PID && id.Alive() {
-		return procid.ID{}, fmt.Errorf("%w (%s)", ErrLocked, id)
+		release()
+		return procid.ID{}, nil, fmt.Errorf("%w (%s)", ErrLocked, id)
 	}
 	data, err := json.Marshal(self)
-	if err != nil {
-		return procid.ID{}, err
+	if err == nil {
+		err = atomicfile.Write(d.PIDFile(), append(data, '\n'), 0o644)
 	}
-	return self, atomicfile.Write(d.PIDFile(), append(data, '\n'), 0o644)
+	if err != nil {
+		release()
+		return procid.ID{}, nil, err
+	}
+	return self, release, nil
 }

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/dralab/dralab/internal/procid"
@@ -14,10 +15,11 @@ import (
 
 func TestClaimPID(t *testing.T) {
 	d := Dir(t.TempDir())
-	self, err := d.ClaimPID()
+	self, release, err := d.ClaimPID()
 	if err != nil {
 		t.Fatal(err)
 	}
+	release()
 	if id, err := d.ReadProcess(); err != nil || id != self || id.PID != os.Getpid() || id.StartTime == 0 {
 		t.Fatalf("ReadProcess = %+v, %v; want this process %+v", id, err, self)
 	}
@@ -32,7 +34,7 @@ func TestClaimPID(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeID(t, d.PIDFile(), holder)
-	if _, err := d.ClaimPID(); !errors.Is(err, ErrLocked) {
+	if _, _, err := d.ClaimPID(); !errors.Is(err, ErrLocked) {
 		t.Fatalf("ClaimPID with a live holder = %v, want ErrLocked", err)
 	}
 	// The same PID with another start time is another process: the lab
@@ -40,16 +42,60 @@ func TestClaimPID(t *testing.T) {
 	stale := holder
 	stale.StartTime++
 	writeID(t, d.PIDFile(), stale)
-	if _, err := d.ClaimPID(); err != nil {
+	if _, release, err := d.ClaimPID(); err != nil {
 		t.Fatalf("ClaimPID over a holder whose PID was reused: %v", err)
+	} else {
+		release()
 	}
 	// A dead holder is stale: the claim succeeds.
 	writeID(t, d.PIDFile(), holder)
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
-	if _, err := d.ClaimPID(); err != nil {
+	if _, release, err := d.ClaimPID(); err != nil {
 		t.Fatalf("ClaimPID over a dead holder: %v", err)
+	} else {
+		release()
 	}
+}
+
+// TestClaimPIDAtOnce: of lab processes that claim one state directory at
+// the same moment (two lab:up in two terminals), exactly one gets it, and
+// the directory is free again once it ends.
+func TestClaimPIDAtOnce(t *testing.T) {
+	d := Dir(t.TempDir())
+	const n = 8
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var won []func()
+	lost := 0
+	start := make(chan struct{})
+	for range n {
+		wg.Go(func() {
+			<-start
+			_, release, err := d.ClaimPID()
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				won = append(won, release)
+			case errors.Is(err, ErrLocked):
+				lost++
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if len(won) != 1 || lost != n-1 {
+		t.Fatalf("%d claims at once: %d got the state directory, %d were refused; want 1 and %d", n, len(won), lost, n-1)
+	}
+	won[0]()
+	_, release, err := d.ClaimPID()
+	if err != nil {
+		t.Fatalf("ClaimPID after the holder released it: %v", err)
+	}
+	release()
 }
 
 func writeID(t *testing.T, file string, id procid.ID) {

@@ -41,8 +41,8 @@ func TestSelf(t *testing.T) {
 	}
 }
 
-// TestReusedPIDIsNeverSignalled: an ID whose start time, boot or executable
-// differ from the process now holding its PID is that of a process that is
+// TestReusedPIDIsNeverSignalled: an ID whose start time or boot differ
+// from the process now holding its PID is that of a process that is
 // gone; signalling it reaches nobody.
 func TestReusedPIDIsNeverSignalled(t *testing.T) {
 	cmd := sleeper(t)
@@ -53,7 +53,6 @@ func TestReusedPIDIsNeverSignalled(t *testing.T) {
 	for name, stale := range map[string]ID{
 		"start time": {PID: id.PID, StartTime: id.StartTime + 1, BootID: id.BootID, Executable: id.Executable},
 		"boot":       {PID: id.PID, StartTime: id.StartTime, BootID: "another-boot", Executable: id.Executable},
-		"executable": {PID: id.PID, StartTime: id.StartTime, BootID: id.BootID, Executable: "/usr/bin/dralab"},
 		"no record":  {PID: id.PID},
 	} {
 		if stale.Alive() {
@@ -71,6 +70,41 @@ func TestReusedPIDIsNeverSignalled(t *testing.T) {
 	}
 	if _, err := Of(id.PID); err != nil {
 		t.Fatalf("the process with the reused PID ended: %v", err)
+	}
+}
+
+// TestIdentitySurvivesExec: a process recorded before it execs another
+// program (a wrapper such as `sh -c 'exec plugin'` or `env K=V plugin`) is
+// the same process after: alive, and signalled.
+func TestIdentitySurvivesExec(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "sleep 0.2; exec sleep 30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	before, err := OfChild(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var after ID
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		after, err = Of(cmd.Process.Pid)
+		return err == nil && after.Executable != before.Executable, nil
+	}); err != nil {
+		t.Fatalf("the wrapper (%s) did not exec: %v", before.Executable, err)
+	}
+	if !before.Alive() {
+		t.Fatalf("recorded as %+v, the process that execed %s counts as gone", before, after.Executable)
+	}
+	if err := before.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("signalling the process after its exec: %v", err)
+	}
+	_ = cmd.Wait()
+	if before.Alive() {
+		t.Error("the process still counts as alive after SIGKILL")
 	}
 }
 

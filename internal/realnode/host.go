@@ -36,7 +36,7 @@ type HostRecord struct {
 	CgroupDirs []string `json:"cgroupDirs,omitempty"`
 	// Bridge is the CNI bridge, when the node's pods created it.
 	Bridge string `json:"bridge,omitempty"`
-	// ChainsBefore are the host's iptables chains ("table/chain") before
+	// ChainsBefore are the host's iptables chains ("family/table/chain") before
 	// the kubelet started; ChainsCreated those it created, recorded once
 	// the node was up; ChainsRecorded says that recording happened.
 	ChainsBefore   []string `json:"chainsBefore,omitempty"`

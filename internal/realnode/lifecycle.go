@@ -149,9 +149,11 @@ func Cleanup(ctx context.Context, p Paths) error {
 			}
 		}
 	}
-	// Shims: their command line names the node's containerd socket.
-	for _, pid := range ProcessesWith(p.ContainerdSocket()) {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+	// Shims: containerd's runc shims whose -address is the node's own
+	// containerd socket, each signalled through its identity (a pidfd
+	// opened before the check), never by a bare PID.
+	for _, id := range Shims(p.ContainerdSocket()) {
+		_ = id.Signal(syscall.SIGKILL)
 	}
 	// Mounts: innermost first.
 	for _, m := range MountsUnder(string(p.Node)) {
@@ -198,6 +200,36 @@ func removeKubeletPaths(rec *HostRecord) []error {
 	return errs
 }
 
+// Shims lists the live containerd shims that serve the containerd at
+// socket: an executable named containerd-shim*, with the argument
+// "-address" followed by exactly that socket.
+func Shims(socket string) []procid.ID {
+	var out []procid.ID
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		id, err := procid.Of(pid)
+		if err != nil || !strings.HasPrefix(filepath.Base(id.Executable), "containerd-shim") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
+		for i := range len(args) - 1 {
+			if args[i] == "-address" && args[i+1] == socket {
+				out = append(out, id)
+				break
+			}
+		}
+	}
+	return out
+}
+
 // ProcessesWith lists live (non-zombie) processes whose command line
 // contains s.
 func ProcessesWith(s string) []int {
@@ -242,79 +274,3 @@ func MountsUnder(dir string) []string {
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 
-// IptablesChains lists the host's iptables chains as "table/chain", so
-// that Cleanup removes only those the node added.
-func IptablesChains(ctx context.Context) []string {
-	var out []string
-	for _, table := range []string{"filter", "nat", "mangle"} {
-		data, err := exec.CommandContext(ctx, "iptables", "-t", table, "-S").Output()
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(data), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "-N" {
-				out = append(out, table+"/"+f[1])
-			}
-		}
-	}
-	return out
-}
-
-// removeChains deletes the iptables chains the node recorded creating:
-// flush each, delete the rules that jump to it, then delete it. A node
-// whose chains were never recorded (its lab died first) removes none: the
-// error names the KUBE-* chains that appeared since it started, and how to
-// remove them, for the user to judge.
-func removeChains(ctx context.Context, rec *HostRecord) []error {
-	if !rec.ChainsRecorded {
-		had := map[string]bool{}
-		for _, c := range rec.ChainsBefore {
-			had[c] = true
-		}
-		var unknown, how []string
-		for _, c := range IptablesChains(ctx) {
-			if !had[c] && strings.Contains(c, "/KUBE-") {
-				table, chain, _ := strings.Cut(c, "/")
-				unknown = append(unknown, c)
-				how = append(how, fmt.Sprintf("iptables -t %s -F %s && iptables -t %s -X %s", table, chain, table, chain))
-			}
-		}
-		if len(unknown) > 0 {
-			return []error{fmt.Errorf("the real node's lab ended before recording its iptables chains; these appeared since it started and were left: %s (if they are the lab's, remove them with: %s)",
-				strings.Join(unknown, ", "), strings.Join(how, "; "))}
-		}
-		return nil
-	}
-	present := map[string]bool{}
-	for _, c := range IptablesChains(ctx) {
-		present[c] = true
-	}
-	var created []string
-	for _, c := range rec.ChainsCreated {
-		if present[c] {
-			created = append(created, c)
-		}
-	}
-	var errs []error
-	for _, c := range created {
-		table, chain, _ := strings.Cut(c, "/")
-		_ = exec.CommandContext(ctx, "iptables", "-t", table, "-F", chain).Run()
-	}
-	for _, c := range created {
-		table, chain, _ := strings.Cut(c, "/")
-		rules, _ := exec.CommandContext(ctx, "iptables", "-t", table, "-S").Output()
-		for _, line := range strings.Split(string(rules), "\n") {
-			if strings.HasPrefix(line, "-A ") && strings.HasSuffix(line, " -j "+chain) {
-				args := append([]string{"-t", table, "-D"}, strings.Fields(line)[1:]...)
-				_ = exec.CommandContext(ctx, "iptables", args...).Run()
-			}
-		}
-	}
-	for _, c := range created {
-		table, chain, _ := strings.Cut(c, "/")
-		if out, err := exec.CommandContext(ctx, "iptables", "-t", table, "-X", chain).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("deleting iptables chain %s (delete it with: iptables -t %s -X %s): %w: %s", c, table, chain, err, out))
-		}
-	}
-	return errs
-}

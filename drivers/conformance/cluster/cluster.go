@@ -9,9 +9,11 @@
 //
 // Everything the features create (namespaces, claims, pods,
 // DeviceTaintRules) carries LabelManagedBy and LabelRun and is removed when
-// its feature ends, however it ends; the first feature of a run first
-// removes what an interrupted run left, found by LabelManagedBy, and
-// nothing else. The only device a feature taints is one it was allocated.
+// its feature ends, however it ends. Runs on one cluster take turns, one
+// feature at a time, through a Lease (LockNamespace/LockName) that the run
+// holding it renews; a feature first removes what an interrupted run left,
+// found by LabelManagedBy, and nothing else. The only device a feature
+// taints is one it was allocated.
 //
 // Run runs them and returns their results (dralab-conformance does); a
 // driver author's own e2e-framework suite can run them as features:
@@ -24,7 +26,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -177,9 +178,6 @@ func (s *suite) features() []feature {
 type suite struct {
 	m *manifest.Manifest
 	o Options
-	// leftovers removes, once per run, what an earlier run left.
-	leftovers    sync.Once
-	leftoversErr error
 }
 
 // labels mark what the run creates.
@@ -214,16 +212,24 @@ func (s *suite) run(ctx context.Context, cfg *rest.Config, f feature, logf logFu
 	if err != nil {
 		return fail("%v", err)
 	}
+	// Runs on one cluster take turns, a feature at a time; the lock is
+	// released once the feature has cleaned up.
+	outer := ctx
+	ctx, release, err := s.lock(outer, client, logf)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer release()
 	// Claims an interrupted run left hold devices; its rules taint them.
-	s.leftovers.Do(func() {
-		var removed []string
-		removed, s.leftoversErr = removeLeftovers(ctx, client, s.o.RunID, s.m.Timeouts.PodRunning)
-		if len(removed) > 0 {
-			logf("removed what an earlier run left: %s", strings.Join(removed, ", "))
-		}
-	})
-	if s.leftoversErr != nil {
-		return fail("removing what an earlier run left: %v", s.leftoversErr)
+	// Under the lock, every other run is between features, with nothing
+	// left in the cluster: what carries another run's label is an
+	// interrupted run's.
+	removed, err := removeLeftovers(ctx, client, s.o.RunID, s.m.Timeouts.PodRunning)
+	if len(removed) > 0 {
+		logf("removed what an interrupted run left: %s", strings.Join(removed, ", "))
+	}
+	if err != nil {
+		return fail("removing what an interrupted run left: %v", err)
 	}
 	k := &kit{suite: s, client: client, ns: "conformance-" + rand.String(5)}
 	if err := k.createNamespace(ctx, f.capability == manifest.DRAAdminAccess); err != nil {
@@ -233,7 +239,10 @@ func (s *suite) run(ctx context.Context, cfg *rest.Config, f feature, logf logFu
 		if p := recover(); p != nil {
 			r.Status, r.Message = results.Failed, fmt.Sprintf("%s: internal: the check panicked: %v", f.name, p)
 		}
-		if err := k.cleanup(ctx); err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, errLockLost) {
+			r.Status, r.Message = results.Failed, fmt.Sprintf("%s: %v", f.name, cause)
+		}
+		if err := k.cleanup(outer); err != nil {
 			if r.Status == results.Failed {
 				r.Message += "; cleaning up also failed: " + err.Error()
 			} else {

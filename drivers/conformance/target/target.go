@@ -1,7 +1,7 @@
 // Package target decides which cluster the test suites that create and
 // delete objects (the conformance suite, e2e) may run on. A lab's own
 // kubeconfig (as Request.Lab tells) is fair game; any other cluster only
-// when the user names its context in DRALAB_TARGET. A KUBECONFIG that is
+// when the user names its context and server in DRALAB_TARGET. A KUBECONFIG that is
 // merely set in a shell is not consent: it is usually the cluster someone
 // works on.
 package target
@@ -17,8 +17,9 @@ import (
 	"k8s.io/client-go/util/homedir"
 )
 
-// EnvConsent names the kubeconfig context a user allows the suites to run
-// on although it is not a dralab lab.
+// EnvConsent names the kubeconfig context, and the server it points at
+// (context@server, see Consent), that a user allows the suites to run on
+// although it is not a dralab lab.
 const EnvConsent = "DRALAB_TARGET"
 
 // ErrNoConsent means a kubeconfig points at a cluster that is not a dralab
@@ -119,15 +120,37 @@ func Resolve(r Request) (*Target, error) {
 			}
 		}
 	}
-	switch r.Consent {
-	case t.Context:
+	consent := Consent(t.Context, t.Server)
+	ctxName, server, bound := splitConsent(r.Consent)
+	switch {
+	case r.Consent == consent:
 		return t, nil
-	case "":
+	case r.Consent == "":
 		return nil, fmt.Errorf("kubeconfig %s points at context %q (server %s), which is %w: the suite creates and deletes namespaces, claims and DeviceTaintRules there. "+
-			"To run on it, set %s=%s; to run on a fresh embedded lab, unset KUBECONFIG", file, t.Context, t.Server, ErrNoConsent, EnvConsent, t.Context)
+			"To run on it, set %s=%s; to run on a fresh embedded lab, unset KUBECONFIG", file, t.Context, t.Server, ErrNoConsent, EnvConsent, consent)
+	case !bound && ctxName == t.Context:
+		return nil, fmt.Errorf("%s=%s names the context %q but not its server: consent names both, so that it cannot carry over to another cluster whose context has that name: %w. "+
+			"To run on this one, set %s=%s", EnvConsent, r.Consent, t.Context, ErrNoConsent, EnvConsent, consent)
+	case ctxName == t.Context:
+		return nil, fmt.Errorf("kubeconfig %s: context %q points at server %s, but %s=%s consents to %s: %w", file, t.Context, t.Server, EnvConsent, r.Consent, server, ErrNoConsent)
 	default:
 		return nil, fmt.Errorf("kubeconfig %s points at context %q (server %s), but %s=%s names another: %w", file, t.Context, t.Server, EnvConsent, r.Consent, ErrNoConsent)
 	}
+}
+
+// Consent is the value of EnvConsent that allows the suites to run on a
+// cluster: its context and its server, "kind-kind@https://127.0.0.1:39871".
+func Consent(context, server string) string { return context + "@" + server }
+
+// splitConsent splits a consent into its context and server; bound is
+// false for a bare context.
+func splitConsent(consent string) (context, server string, bound bool) {
+	for _, scheme := range []string{"@https://", "@http://"} {
+		if i := strings.LastIndex(consent, scheme); i >= 0 {
+			return consent[:i], consent[i+1:], true
+		}
+	}
+	return consent, "", false
 }
 
 // LoadingRules load the Target's kubeconfig as kubectl does: one file must

@@ -46,7 +46,7 @@ func TestResolve(t *testing.T) {
 	foreign := filepath.Join(t.TempDir(), "config")
 	writeKubeconfig(t, foreign, "prod", "https://10.0.0.1:6443")
 	labKubeconfig := filepath.Join(t.TempDir(), "mylab", "kubeconfig")
-	writeKubeconfig(t, labKubeconfig, "dralab", labServer)
+	writeKubeconfig(t, labKubeconfig, "dralab-mylab", labServer)
 
 	t.Run("no kubeconfig: a fresh lab", func(t *testing.T) {
 		got, err := Resolve(Request{})
@@ -74,8 +74,9 @@ func TestResolve(t *testing.T) {
 			}
 		}
 	})
-	t.Run("consent names the context", func(t *testing.T) {
-		got, err := Resolve(Request{Kubeconfig: foreign, Consent: "prod"})
+	const prod = "prod@https://10.0.0.1:6443"
+	t.Run("consent names the context and its server", func(t *testing.T) {
+		got, err := Resolve(Request{Kubeconfig: foreign, Consent: prod})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,16 +90,30 @@ func TestResolve(t *testing.T) {
 		}
 	})
 	t.Run("consent to another context", func(t *testing.T) {
-		_, err := Resolve(Request{Kubeconfig: foreign, Consent: "staging"})
+		_, err := Resolve(Request{Kubeconfig: foreign, Consent: "staging@https://10.0.0.1:6443"})
 		if !errors.Is(err, ErrNoConsent) || !strings.Contains(err.Error(), "staging") || !strings.Contains(err.Error(), `"prod"`) {
 			t.Fatalf("got %v, want ErrNoConsent naming both contexts", err)
 		}
 	})
+	t.Run("a bare context is not consent", func(t *testing.T) {
+		// DRALAB_TARGET=prod in a shell profile would consent to any
+		// cluster whose context is called prod.
+		_, err := Resolve(Request{Kubeconfig: foreign, Consent: "prod"})
+		if !errors.Is(err, ErrNoConsent) || !strings.Contains(err.Error(), "DRALAB_TARGET="+prod) {
+			t.Fatalf("got %v, want ErrNoConsent giving the consent with the server", err)
+		}
+	})
+	t.Run("consent to the context at another server", func(t *testing.T) {
+		_, err := Resolve(Request{Kubeconfig: foreign, Consent: "prod@https://10.9.9.9:6443"})
+		if !errors.Is(err, ErrNoConsent) || !strings.Contains(err.Error(), "https://10.9.9.9:6443") || !strings.Contains(err.Error(), "https://10.0.0.1:6443") {
+			t.Fatalf("got %v, want ErrNoConsent naming both servers", err)
+		}
+	})
 	t.Run("--context is the context consented to", func(t *testing.T) {
-		if _, err := Resolve(Request{Kubeconfig: foreign, Context: "other", Consent: "prod"}); !errors.Is(err, ErrNoConsent) {
+		if _, err := Resolve(Request{Kubeconfig: foreign, Context: "other", Consent: prod}); !errors.Is(err, ErrNoConsent) {
 			t.Fatalf("consent to prod, run on other: got %v, want ErrNoConsent", err)
 		}
-		got, err := Resolve(Request{Kubeconfig: foreign, Context: "other", Consent: "other"})
+		got, err := Resolve(Request{Kubeconfig: foreign, Context: "other", Consent: "other@https://10.0.0.1:6443"})
 		if err != nil || got.Context != "other" {
 			t.Fatalf("got %v, %v", got, err)
 		}
@@ -127,7 +142,7 @@ func TestResolve(t *testing.T) {
 	})
 	t.Run("a list of kubeconfigs is merged as kubectl merges it", func(t *testing.T) {
 		list := foreign + string(filepath.ListSeparator) + labKubeconfig
-		got, err := Resolve(Request{Kubeconfig: list, Consent: "prod"})
+		got, err := Resolve(Request{Kubeconfig: list, Consent: prod})
 		if err != nil {
 			t.Fatal(err)
 		}

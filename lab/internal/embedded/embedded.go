@@ -149,15 +149,19 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 	started := time.Now()
 	err = b.start(ctx, dir, cfg, bin)
 	done(err)
-	if err != nil {
-		return status.UpResult{Resumed: resume}, err
+	if err == nil {
+		done = progress(fmt.Sprintf("Waiting for %d node(s) to be Ready with their GPUs published", len(cfg.Nodes)))
+		// A resumed lab's etcd has its nodes Ready from before: only what
+		// their kubelets report from now on counts.
+		err = backend.WaitReadySince(ctx, dir.Kubeconfig(), cfg, started, backend.SameName, b.nodeLogHint(dir))
+		done(err)
 	}
-
-	done = progress(fmt.Sprintf("Waiting for %d node(s) to be Ready with their GPUs published", len(cfg.Nodes)))
-	// A resumed lab's etcd has its nodes Ready from before: only what
-	// their kubelets report from now on counts.
-	err = backend.WaitReadySince(ctx, dir.Kubeconfig(), cfg, started, backend.SameName, b.nodeLogHint(dir))
-	done(err)
+	if err != nil && resume {
+		if kerr := b.keepForResume(ctx, dir, err); kerr != nil {
+			return status.UpResult{Resumed: true}, errors.Join(err, kerr)
+		}
+		return status.UpResult{Resumed: true}, fmt.Errorf("%w\n(resuming lab %q failed; its state is kept in %s: `go run mage.go lab:up` tries again, `go run mage.go lab:down` deletes it)", err, cfg.Name, dir)
+	}
 	return status.UpResult{Resumed: resume}, err
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/procid"
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/status"
@@ -40,7 +41,8 @@ func (b *Backend) undoRealNodes(ctx context.Context, dir labstate.Dir) error {
 
 // resumable says why the state of a lab whose process no longer runs
 // cannot be resumed, or "" when it can: the lab had come up (its last
-// status is Running) with the configuration asked for now, its etcd data
+// status is Running, or Failed after it was Running once: a resume that
+// failed) with the configuration asked for now, its etcd data
 // is there, and the test that owned it, if any, still runs. A lab that
 // failed to start, was being stopped, or belonged to an ended test is
 // deleted instead.
@@ -49,6 +51,8 @@ func (b *Backend) resumable(dir labstate.Dir, cfg *config.Config) string {
 	switch {
 	case err != nil:
 		return fmt.Sprintf("no readable status (%v)", err)
+	case st.Phase == labstate.PhaseFailed && st.CameUp:
+		// A resume that failed kept the state for another try.
 	case st.Phase != labstate.PhaseRunning:
 		return "its last status is " + st.Phase
 	case st.ConfigHash != cfg.Hash():
@@ -67,6 +71,37 @@ func (b *Backend) resumable(dir labstate.Dir, cfg *config.Config) string {
 		return "it belongs to " + owner.String()
 	}
 	return ""
+}
+
+// keepForResume stops what a resume that failed started and keeps the
+// lab's state, marked Failed after having come up, so that the next Up
+// resumes it again: its etcd data, CA and allocations are what resuming
+// is for.
+func (b *Backend) keepForResume(ctx context.Context, dir labstate.Dir, cause error) error {
+	ctx = context.WithoutCancel(ctx)
+	var procs []procid.ID
+	if id, err := dir.ReadProcess(); err == nil {
+		procs = append(procs, id)
+	}
+	st, err := dir.ReadStatus()
+	if err == nil {
+		for _, p := range st.Processes {
+			procs = append(procs, p.ID)
+		}
+	} else {
+		st = &labstate.Status{}
+	}
+	if err := procid.Stop(ctx, procs, stopTimeout); err != nil {
+		return fmt.Errorf("stopping the resumed lab of %s: %w", dir, err)
+	}
+	if err := b.undoRealNodes(ctx, dir); err != nil {
+		return err
+	}
+	st.Phase, st.CameUp, st.Message = labstate.PhaseFailed, true, "resuming failed: "+cause.Error()
+	for i := range st.Processes {
+		st.Processes[i].Running = false
+	}
+	return dir.WriteStatus(st)
 }
 
 func hasRealNode(cfg *config.Config) bool {

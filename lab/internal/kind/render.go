@@ -26,7 +26,7 @@ const (
 	LabelLabNode = "dralab.dev/lab-node"
 	// LabelGPUs and LabelGPUMode are read by the driver's chart.
 	LabelGPUs    = gpu.NodeGPUsLabel
-	LabelGPUMode = "gpu.dralab.dev/mode"
+	LabelGPUMode = gpu.NodeModeLabel
 )
 
 // FeatureGates are the DRA features the scenarios rely on. Every one is on

@@ -2,12 +2,13 @@
 // the driver a manifest describes, from a driver's own CI:
 //
 //	go install github.com/dralab/dralab/drivers/conformance/cmd/dralab-conformance@latest
-//	DRALAB_TARGET=kind-kind dralab-conformance --manifest driver.yaml --cluster-only --junit junit.xml
+//	DRALAB_TARGET="kind-kind@$(kubectl config view --minify --context kind-kind -o jsonpath='{.clusters[0].cluster.server}')" \
+//	  dralab-conformance --manifest driver.yaml --cluster-only --junit junit.xml
 //
 // The cluster layer runs on the cluster of the kubeconfig kubectl would use
 // (--kubeconfig, else $KUBECONFIG, else ~/.kube/config; --context picks
 // another context), and only when --target (default $DRALAB_TARGET) names
-// its context: the suite creates and deletes namespaces, claims, pods and
+// its context and server (context@server): the suite creates and deletes namespaces, claims, pods and
 // DeviceTaintRules there. The sanity layer talks to one node's kubelet
 // plugin sockets: it runs when --node names the node and this process can
 // reach its --registrar-dir and --cdi-dir (run it on the node); its restart

@@ -49,14 +49,14 @@ func TestRun(t *testing.T) {
 		{"no cluster", []string{"--manifest", m}, 2, nil, []string{"no --kubeconfig, no KUBECONFIG and no ~/.kube/config"}},
 		{"a cluster without consent", []string{"--manifest", m, "--kubeconfig", kc}, 2, nil, []string{`"ci"`, "DRALAB_TARGET=ci"}},
 		// A sanity layer that cannot run is not a pass.
-		{"the sanity layer without a node", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci", "--layer", "sanity"}, 1,
+		{"the sanity layer without a node", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci@https://127.0.0.1:1", "--layer", "sanity"}, 1,
 			[]string{"sanity", "FAIL", "not verified: the sanity layer did not run", "--cluster-only", "1 checks: 0 passed, 1 failed, 0 skipped"}, []string{"Target: context \"ci\"", "FAIL sanity"}},
-		{"the sanity layer without a node, allowed", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci", "--layer", "sanity", "--allow-unverified", "--junit", junit, "--html", html}, 0,
+		{"the sanity layer without a node, allowed", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci@https://127.0.0.1:1", "--layer", "sanity", "--allow-unverified", "--junit", junit, "--html", html}, 0,
 			[]string{"SKIP", "WARNING: 1 checks of what the manifest enables were not verified", "1 checks: 0 passed, 0 failed, 1 skipped", "JUnit: " + junit, "Report: " + html}, []string{"SKIP sanity"}},
-		{"a node this process cannot reach", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci", "--layer", "sanity", "--node", "n1", "--registrar-dir", filepath.Join(t.TempDir(), "none")}, 1,
+		{"a node this process cannot reach", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci@https://127.0.0.1:1", "--layer", "sanity", "--node", "n1", "--registrar-dir", filepath.Join(t.TempDir(), "none")}, 1,
 			[]string{"--registrar-dir", "1 failed"}, nil},
-		{"--cluster-only with --layer sanity", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci", "--layer", "sanity", "--cluster-only"}, 2, nil, []string{"ask for different layers"}},
-		{"an unknown layer", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci", "--layer", "both"}, 2, nil, []string{`layer "both"`}},
+		{"--cluster-only with --layer sanity", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci@https://127.0.0.1:1", "--layer", "sanity", "--cluster-only"}, 2, nil, []string{"ask for different layers"}},
+		{"an unknown layer", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci@https://127.0.0.1:1", "--layer", "both"}, 2, nil, []string{`layer "both"`}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -101,7 +101,7 @@ func TestKubeconfigLikeKubectl(t *testing.T) {
 	const m = "../../../fakegpu/driver.yaml"
 	args := []string{"--manifest", m, "--layer", "sanity", "--allow-unverified"}
 
-	t.Setenv("DRALAB_TARGET", "ci")
+	t.Setenv("DRALAB_TARGET", "ci@https://127.0.0.1:1")
 	var stdout, stderr bytes.Buffer
 	if code := run(context.Background(), args, &stdout, &stderr); code != 0 || !strings.Contains(stderr.String(), `Target: context "ci"`) ||
 		!strings.Contains(stderr.String(), filepath.Join(home, ".kube", "config")) {
