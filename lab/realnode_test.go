@@ -7,8 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/mounts"
 	"github.com/dralab/dralab/internal/procid"
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab"
@@ -158,8 +159,8 @@ func TestRealNode(t *testing.T) {
 	if shims := realnode.ProcessesWith(filepath.Join(st.StateDir, "nodes")); len(shims) > 0 {
 		t.Errorf("processes of the lab still run after Down: %v", shims)
 	}
-	if m := realnode.MountsUnder(st.StateDir); len(m) > 0 {
-		t.Errorf("mounts left after Down: %v", m)
+	if m, err := mounts.Under(st.StateDir); err != nil || len(m) > 0 {
+		t.Errorf("mounts left after Down: %v (%v)", m, err)
 	}
 	if _, err := net.InterfaceByName(realnode.BridgeName); err == nil {
 		t.Errorf("bridge %s left after Down", realnode.BridgeName)

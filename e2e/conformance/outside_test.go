@@ -30,7 +30,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
-	"github.com/dralab/dralab/drivers/conformance/target"
 	"github.com/dralab/dralab/drivers/conformance/sanity"
 )
 

@@ -6,6 +6,7 @@ package labserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -21,6 +22,7 @@ import (
 	"github.com/dralab/dralab/internal/atomicfile"
 	"github.com/dralab/dralab/internal/controlplane"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/mounts"
 	"github.com/dralab/dralab/internal/procid"
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab/config"
@@ -72,8 +74,13 @@ func Run(ctx context.Context, o Options) error {
 	}
 	select {
 	case <-ownerGone:
+		// Its state records what the host still holds when the cleanup
+		// failed, and nothing mounted under it is deleted.
+		if left := (*HostLeftError)(nil); errors.As(err, &left) {
+			return fmt.Errorf("the lab's owner %s ended, but %w; the state is kept at %s for lab:down to try again", owner, left, dir)
+		}
 		logger.Info("The lab's owner ended: deleting the lab", "owner", owner, "stateDir", dir)
-		if rerr := os.RemoveAll(string(dir)); rerr != nil {
+		if rerr := mounts.RemoveAll(string(dir)); rerr != nil {
 			return fmt.Errorf("deleting the lab of %s: %w", owner, rerr)
 		}
 		// A test's state root holds only its lab.
@@ -108,14 +115,16 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 	}
 	// A lab resumed on its state serves where it did before, when it
 	// can: its users' kubeconfigs keep working.
-	port, cameUp := cfg.APIServerPort, false
+	// Until it listens, its status keeps the address it served at: a
+	// resume that fails before then leaves the next one that address.
+	port, cameUp, server := cfg.APIServerPort, false, ""
 	if prev, err := dir.ReadStatus(); err == nil {
 		cameUp = prev.CameUp || prev.Phase == labstate.PhaseRunning
 		if port == 0 {
-			port = previousPort(prev.APIServer)
+			port, server = previousPort(prev.APIServer), prev.APIServer
 		}
 	}
-	status := &labstate.Status{Phase: labstate.PhaseStarting, ID: self, ConfigHash: cfg.Hash(), StartedAt: time.Now(), CameUp: cameUp}
+	status := &labstate.Status{Phase: labstate.PhaseStarting, ID: self, ConfigHash: cfg.Hash(), StartedAt: time.Now(), CameUp: cameUp, APIServer: server}
 	report := func() {
 		if err := dir.WriteStatus(status); err != nil {
 			logger.Error(err, "Writing status")
@@ -149,7 +158,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 	if err != nil {
 		return fmt.Errorf("API server port %d on 127.0.0.1: %w", cfg.APIServerPort, err)
 	}
-	server := "https://" + listener.Addr().String()
+	server = "https://" + listener.Addr().String()
 	status.APIServer = server
 
 	var nodeNames []string
@@ -182,7 +191,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 	// they unprepare and deregister against it; the control plane last.
 	defer func() {
 		logFailure(err)
-		shutdown(ctx, procs, dir, cfg, cp)
+		err = errors.Join(err, shutdown(ctx, procs, dir, cfg, cp))
 	}()
 	for _, n := range cfg.Nodes {
 		if err := dir.Node(n.Name).Link(); err != nil {
@@ -292,7 +301,8 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 // server); then, on
 // a real node, the pods through the CRI while containerd still runs (which
 // tears down their networks), containerd, and what is left on the host.
-func shutdown(ctx context.Context, procs *supervisor, dir labstate.Dir, cfg *config.Config, cp *controlplane.ControlPlane) {
+// What it could not undo on the host is returned as a *HostLeftError.
+func shutdown(ctx context.Context, procs *supervisor, dir labstate.Dir, cfg *config.Config, cp *controlplane.ControlPlane) error {
 	logger := klog.FromContext(ctx)
 	const grace = 10 * time.Second
 	bg := context.WithoutCancel(ctx)
@@ -315,15 +325,26 @@ func shutdown(ctx context.Context, procs *supervisor, dir labstate.Dir, cfg *con
 		cancel()
 	}
 	procs.stop(bg, grace, labstate.RoleContainerd)
+	var left error
 	if err := CleanupHost(bg, dir); err != nil {
 		logger.Error(err, "Cleaning up the host")
+		left = &HostLeftError{Err: err}
 	}
 	for _, nd := range dir.Nodes() {
 		if err := nd.Unlink(); err != nil {
 			logger.Error(err, "Removing a node's short path", "node", nd)
 		}
 	}
+	return left
 }
+
+// HostLeftError says that the lab stopped but left something on the host
+// that its cleanup could not undo: its state, which records what that is,
+// is kept for lab:down to try again.
+type HostLeftError struct{ Err error }
+
+func (e *HostLeftError) Error() string { return "cleaning up the host: " + e.Err.Error() }
+func (e *HostLeftError) Unwrap() error { return e.Err }
 
 // previousPort is the port of a previous run's API server address
 // (https://127.0.0.1:port), or 0.

@@ -1,7 +1,6 @@
 package realnode
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 	remote "k8s.io/cri-client/pkg"
 	"k8s.io/klog/v2"
 
+	"github.com/dralab/dralab/internal/mounts"
 	"github.com/dralab/dralab/internal/procid"
 )
 
@@ -156,7 +156,11 @@ func Cleanup(ctx context.Context, p Paths) error {
 		_ = id.Signal(syscall.SIGKILL)
 	}
 	// Mounts: innermost first.
-	for _, m := range MountsUnder(string(p.Node)) {
+	ms, err := mounts.Under(string(p.Node))
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, m := range ms {
 		if err := unmountDetached(m); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
 			errs = append(errs, fmt.Errorf("unmounting %s (unmount it with: umount -l %s): %w", m, m, err))
 		}
@@ -253,24 +257,4 @@ func alive(pid int) bool {
 	return err == nil
 }
 
-// MountsUnder lists mount points under dir, deepest first.
-func MountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
-			out = append(out, fields[4])
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
-	return out
-}
-
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
-

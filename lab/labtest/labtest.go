@@ -7,12 +7,14 @@ package labtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/mounts"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
 )
@@ -50,7 +52,7 @@ func Stop(ctx context.Context, l *lab.Lab) error {
 	}
 	err := l.Down(ctx)
 	if st != nil {
-		_ = os.RemoveAll(filepath.Dir(st.StateDir))
+		err = errors.Join(err, mounts.RemoveAll(filepath.Dir(st.StateDir)))
 	}
 	return err
 }

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/mounts"
 	"github.com/dralab/dralab/internal/procid"
-	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab"
 )
 
@@ -59,7 +59,11 @@ func (r labResources) left() []finding {
 			out = append(out, newFinding(InvLeftovers, "a port of the lab still accepts connections", l.String()))
 		}
 	}
-	for _, m := range realnode.MountsUnder(r.stateDir) {
+	ms, err := mounts.Under(r.stateDir)
+	if err != nil {
+		out = append(out, newFinding(InvLeftovers, "the mount table could not be read", err.Error()))
+	}
+	for _, m := range ms {
 		out = append(out, newFinding(InvLeftovers, "a mount of the lab remains", m))
 	}
 	for _, p := range append([]string{r.stateDir}, r.links...) {

@@ -33,6 +33,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/kit"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/mounts"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
 )
@@ -132,6 +133,9 @@ type Report struct {
 	Checks     map[string]int `json:"checks"`
 	Rounds     int            `json:"rounds"`
 	Violations []Violation    `json:"violations"`
+	// Failure says why the soak failed (violations, or a lab that did
+	// not come up, resume or go down); empty when it passed.
+	Failure string `json:"failure,omitempty"`
 }
 
 // Latency summarises durations in seconds.
@@ -187,17 +191,23 @@ var ErrViolations = errors.New("invariants violated")
 const labName = "soak"
 
 // Run soaks a fresh embedded lab of o.Config and deletes it. The report
-// is returned even with an error; ErrViolations when invariants failed.
-func Run(ctx context.Context, o Options) (*Report, error) {
+// is returned even with an error, which its Failure repeats; ErrViolations
+// when invariants failed.
+func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	o.complete()
-	rep := &Report{Lab: labName, Seed: o.Seed, Faults: map[string]int{}, Groups: map[string]int{}}
+	rep = &Report{Lab: labName, Seed: o.Seed, Faults: map[string]int{}, Groups: map[string]int{}}
+	defer func() {
+		if err != nil {
+			rep.Failure = err.Error()
+		}
+	}()
 	cfg := *o.Config
 	cfg.Name = labName
 	root, err := os.MkdirTemp("", "dl-soak-")
 	if err != nil {
 		return rep, err
 	}
-	defer os.RemoveAll(root)
+	defer func() { err = errors.Join(err, mounts.RemoveAll(root)) }()
 	l, err := lab.New(lab.WithConfig(&cfg), lab.WithStateRoot(root), lab.WithBinary(o.Binary), lab.WithRetain(true), lab.WithOwner(os.Getpid()))
 	if err != nil {
 		return rep, err

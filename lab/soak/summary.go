@@ -13,7 +13,8 @@ import (
 
 // WriteSummary writes what the soak did and found: faults injected by
 // kind, what was churned, the invariant checks made and every violation
-// with the objects involved.
+// with the objects involved; it ends with the verdict and, for a failed
+// soak, why.
 func WriteSummary(w io.Writer, r *Report) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Soak of lab %s: %s of churn and faults, settled in %.1f s (seed %d)\n", r.Lab, r.Duration.Round(time.Second), r.SettleSeconds, r.Seed)
@@ -45,6 +46,12 @@ func WriteSummary(w io.Writer, r *Report) error {
 	fmt.Fprintf(&b, "Violations:        %d\n", len(r.Violations))
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "  %s\n", v)
+	}
+	// The last line is the verdict, and why when it failed.
+	if r.Failure != "" {
+		fmt.Fprintf(&b, "Result:            FAILED (seed %d; SOAK_SEED=%d repeats its choices): %s\n", r.Seed, r.Seed, strings.ReplaceAll(r.Failure, "\n", "; "))
+	} else {
+		fmt.Fprintf(&b, "Result:            passed\n")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -22,6 +22,7 @@ import (
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/mounts"
 	"github.com/dralab/dralab/internal/procid"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab/config"
@@ -356,13 +357,16 @@ func (b *Backend) removeState(ctx context.Context, dir labstate.Dir) error {
 	if err := b.undoRealNodes(ctx, dir); err != nil {
 		return err
 	}
-	for _, nd := range dir.Nodes() {
+	// Nothing is deleted while something is still mounted under the
+	// state: os.RemoveAll would descend into it.
+	nodes := dir.Nodes()
+	if err := mounts.RemoveAll(string(dir)); err != nil {
+		return fmt.Errorf("removing lab state %s: %w", dir, err)
+	}
+	for _, nd := range nodes {
 		if err := nd.Unlink(); err != nil {
 			return fmt.Errorf("node %s of %s: %w", nd, dir, err)
 		}
-	}
-	if err := os.RemoveAll(string(dir)); err != nil {
-		return fmt.Errorf("removing lab state %s: %w", dir, err)
 	}
 	return nil
 }
