@@ -102,9 +102,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if *node != "" {
 		o.Sanity = func(_ context.Context, _ *target.Target, client kubernetes.Interface, m *manifest.Manifest) (sanity.Config, error) {
-			for flag, dir := range map[string]string{"--registrar-dir": *registrarDir, "--cdi-dir": *cdiDir} {
-				if _, err := os.Stat(dir); err != nil {
-					return sanity.Config{}, fmt.Errorf("%w of node %s: %s %v", conformance.ErrNoNode, *node, flag, err)
+			// In the order of the flags' help, so one run always names the same one first.
+			for _, d := range []struct{ flag, dir string }{{"--registrar-dir", *registrarDir}, {"--cdi-dir", *cdiDir}} {
+				if _, err := os.Stat(d.dir); err != nil {
+					return sanity.Config{}, fmt.Errorf("%w of node %s: %s %v", conformance.ErrNoNode, *node, d.flag, err)
 				}
 			}
 			cfg := sanity.Config{Manifest: m, Client: client, NodeName: *node, RegistrarDir: *registrarDir, CDIDir: *cdiDir}

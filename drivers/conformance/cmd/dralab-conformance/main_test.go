@@ -55,6 +55,8 @@ func TestRun(t *testing.T) {
 			[]string{"SKIP", "WARNING: 1 checks of what the manifest enables were not verified", "1 checks: 0 passed, 0 failed, 1 skipped", "JUnit: " + junit, "Report: " + html}, []string{"SKIP sanity"}},
 		{"a node this process cannot reach", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci@https://127.0.0.1:1", "--layer", "sanity", "--node", "n1", "--registrar-dir", filepath.Join(t.TempDir(), "none")}, 1,
 			[]string{"--registrar-dir", "1 failed"}, nil},
+		{"a node whose CDI directory this process cannot see", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci@https://127.0.0.1:1", "--layer", "sanity", "--node", "n1", "--registrar-dir", t.TempDir(), "--cdi-dir", filepath.Join(t.TempDir(), "none")}, 1,
+			[]string{"--cdi-dir", "1 failed"}, nil},
 		{"--cluster-only with --layer sanity", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci@https://127.0.0.1:1", "--layer", "sanity", "--cluster-only"}, 2, nil, []string{"ask for different layers"}},
 		{"an unknown layer", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci@https://127.0.0.1:1", "--layer", "both"}, 2, nil, []string{`layer "both"`}},
 	}
