@@ -7,16 +7,19 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/internal/driverauth"
 )
 
 func render(t *testing.T, values map[string]any) map[string]string {
@@ -148,6 +151,47 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 	}
 	if got := rules(countingValues(nil)); !slices.Equal(got, []string{"nodes:get"}) {
 		t.Errorf("device-plugin mode rules = %v, want only nodes:get", got)
+	}
+}
+
+// The embedded lab grants its drivers internal/driverauth's rules and
+// policy: they must be the chart's, so that a driver that works in the lab
+// works in a cluster with its chart, and needs no more there.
+func TestLabDriversHaveTheChartsPermissions(t *testing.T) {
+	role := func(values map[string]any) []rbacv1.PolicyRule {
+		var role rbacv1.ClusterRole
+		if err := yaml.UnmarshalStrict([]byte(docs(render(t, values)["dralab-driver/templates/rbac.yaml"])[0]), &role); err != nil {
+			t.Fatal(err)
+		}
+		return role.Rules
+	}
+	for mode, values := range map[string]map[string]any{driverauth.ModeDRA: nil, driverauth.ModeDevicePlugin: countingValues(nil)} {
+		if got, want := role(values), driverauth.Rules(gpu.DriverName, mode); !equality.Semantic.DeepEqual(got, want) {
+			t.Errorf("%s mode: the chart grants\n%+v\nthe lab grants\n%+v", mode, got, want)
+		}
+	}
+	if got, want := role(map[string]any{"driverName": "gpu.example.com"}), driverauth.Rules("gpu.example.com", driverauth.ModeDRA); !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("a fork's driver name: the chart grants\n%+v\nthe lab grants\n%+v", got, want)
+	}
+
+	d := docs(render(t, nil)["dralab-driver/templates/validatingadmissionpolicy.yaml"])
+	if len(d) != 2 {
+		t.Fatalf("the policy template renders %d documents, want a policy and its binding", len(d))
+	}
+	var policy admissionregistrationv1.ValidatingAdmissionPolicy
+	var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	if err := yaml.UnmarshalStrict([]byte(d[0]), &policy); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict([]byte(d[1]), &binding); err != nil {
+		t.Fatal(err)
+	}
+	wantPolicy, wantBinding := driverauth.OwnNodeSlices(policy.Name, "dralab-system", "dralab-dralab-driver", gpu.DriverName)
+	if !equality.Semantic.DeepEqual(policy.Spec, wantPolicy.Spec) {
+		t.Errorf("the chart's policy\n%+v\nthe lab's\n%+v", policy.Spec, wantPolicy.Spec)
+	}
+	if !equality.Semantic.DeepEqual(binding.Spec, wantBinding.Spec) || binding.Name != wantBinding.Name {
+		t.Errorf("the chart's binding %s %+v, the lab's %s %+v", binding.Name, binding.Spec, wantBinding.Name, wantBinding.Spec)
 	}
 }
 

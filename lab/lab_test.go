@@ -20,8 +20,10 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -286,9 +288,10 @@ func assertNoDataWithoutCertificate(t *testing.T, ports []int) {
 	}
 }
 
-// assertDriversMayWriteClaimStatus asks the API server, as a node's
-// driver, whether it may read claims and write their device status, as a
-// driver's ServiceAccount may with its chart.
+// assertDriversMayWriteClaimStatus asks the API server, as node n1's
+// driver, what it may do: exactly what the driver's chart grants in a
+// cluster (internal/driverauth) — claims read, their device status patched
+// on its own node only, its own node's slices written — and no more.
 func assertDriversMayWriteClaimStatus(ctx context.Context, t *testing.T, node labstate.NodeDir) {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", node.DriverKubeconfig())
@@ -296,18 +299,54 @@ func assertDriversMayWriteClaimStatus(ctx context.Context, t *testing.T, node la
 		t.Fatal(err)
 	}
 	client := kubernetes.NewForConfigOrDie(cfg)
-	for _, a := range []authorizationv1.ResourceAttributes{
-		{Group: "resource.k8s.io", Resource: "resourceclaims", Verb: "get", Namespace: "any"},
-		{Group: "resource.k8s.io", Resource: "resourceclaims", Subresource: "status", Verb: "update", Namespace: "any"},
-		{Group: "resource.k8s.io", Resource: "resourceclaims", Subresource: "status", Verb: "patch", Namespace: "any"},
+	// The token is the driver's ServiceAccount's, bound to node n1.
+	review, err := client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := review.Status.UserInfo; u.Username != "system:serviceaccount:"+labstate.DriversNamespace+":gpu-dralab-dev" ||
+		!slices.Equal(u.Extra["authentication.kubernetes.io/node-name"], []string{"n1"}) {
+		t.Errorf("the driver of n1 is %s with extra %v, want the ServiceAccount gpu-dralab-dev bound to n1", u.Username, u.Extra)
+	}
+	for _, c := range []struct {
+		attrs authorizationv1.ResourceAttributes
+		allow bool
+	}{
+		{authorizationv1.ResourceAttributes{Group: "resource.k8s.io", Resource: "resourceclaims", Verb: "get", Namespace: "any"}, true},
+		{authorizationv1.ResourceAttributes{Group: "resource.k8s.io", Resource: "resourceclaims", Subresource: "status", Verb: "patch", Namespace: "any"}, true},
+		{authorizationv1.ResourceAttributes{Group: "resource.k8s.io", Resource: "resourceclaims", Subresource: "driver", Name: "gpu.dralab.dev", Verb: "associated-node:patch", Namespace: "any"}, true},
+		{authorizationv1.ResourceAttributes{Group: "resource.k8s.io", Resource: "resourceslices", Verb: "create"}, true},
+		{authorizationv1.ResourceAttributes{Resource: "nodes", Verb: "get", Name: "n1"}, true},
+		// What the lab granted before and a cluster does not.
+		{authorizationv1.ResourceAttributes{Group: "resource.k8s.io", Resource: "resourceclaims", Subresource: "driver", Name: "gpu.dralab.dev", Verb: "arbitrary-node:patch", Namespace: "any"}, false},
+		{authorizationv1.ResourceAttributes{Group: "resource.k8s.io", Resource: "resourceclaims", Subresource: "driver", Name: "gpu.example.com", Verb: "associated-node:patch", Namespace: "any"}, false},
+		{authorizationv1.ResourceAttributes{Group: "resource.k8s.io", Resource: "resourceclaims", Subresource: "status", Verb: "update", Namespace: "any"}, false},
+		{authorizationv1.ResourceAttributes{Group: "resource.k8s.io", Resource: "resourceclaims", Verb: "list", Namespace: "any"}, false},
+		{authorizationv1.ResourceAttributes{Resource: "pods", Verb: "list", Namespace: "any"}, false},
 	} {
 		review, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
-			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &a}}, metav1.CreateOptions{})
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &c.attrs}}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !review.Status.Allowed {
-			t.Errorf("a lab driver may not %s %s/%s: %s", a.Verb, a.Resource, a.Subresource, review.Status.Reason)
+		if review.Status.Allowed != c.allow {
+			t.Errorf("a lab driver may %s %s/%s %s: %v, want %v (%s)", c.attrs.Verb, c.attrs.Resource, c.attrs.Subresource, c.attrs.Name, review.Status.Allowed, c.allow, review.Status.Reason)
+		}
+	}
+	// RBAC lets it create slices; the own-node policy only of its own node
+	// and driver.
+	for _, s := range []struct{ node, driver, want string }{
+		{"n2", "gpu.dralab.dev", "may only write that node's ResourceSlices"},
+		{"n1", "gpu.example.com", "only write its own driver's ResourceSlices"},
+	} {
+		slice := &resourceapi.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "foreign-"},
+			Spec: resourceapi.ResourceSliceSpec{Driver: s.driver, NodeName: ptr.To(s.node),
+				Pool: resourceapi.ResourcePool{Name: s.node, ResourceSliceCount: 1}, Devices: []resourceapi.Device{{Name: "gpu-9"}}},
+		}
+		_, err := client.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), s.want) {
+			t.Errorf("n1's driver creating a %s slice of node %s: %v, want denied: %s", s.driver, s.node, err, s.want)
 		}
 	}
 }

@@ -33,10 +33,8 @@ func nodeArgs(dir labstate.Dir, n config.Node, caCert string, verbosity int) ([]
 	return args, nil
 }
 
-// driverArgs runs the GPU driver of a node, with the node's identity: the
-// Node authorizer lets it write its own ResourceSlices; the driver group
-// lets it read claims, as a DaemonSet's ServiceAccount would, which the
-// conformance suite's sanity checks need (they prepare claims no pod uses).
+// driverArgs runs the GPU driver of a node, with its ServiceAccount token
+// bound to the node (driveraccess.go): what its chart grants a DaemonSet.
 func driverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
 	nd := dir.Node(n.Name)
 	inventory := []string{"--inventory=fake", "--profile=" + n.GPUs.Profile, "--gpus=" + strconv.Itoa(n.GPUs.Count)}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
@@ -78,45 +77,6 @@ func applyManifests(ctx context.Context, dir labstate.Dir, files []string) error
 				return fmt.Errorf("driver manifest %s: %s %s: %w", f, obj.GetKind(), obj.GetName(), err)
 			}
 		}
-	}
-	return nil
-}
-
-// grantDrivers lets the lab's DRA drivers (labstate.DriverGroup) read
-// ResourceClaims (what the kubelet plugin helper reads before preparing)
-// and write their device status.
-func grantDrivers(ctx context.Context, dir labstate.Dir) error {
-	client, err := kubeclient.New(dir.Kubeconfig())
-	if err != nil {
-		return err
-	}
-	const name = "dralab:driver"
-	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get"}},
-			// Claim device status (conditions, data, network data): what a
-			// driver's chart grants its ServiceAccount. RBAC cannot narrow
-			// it further (claims are named by users, in any namespace).
-			{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/status"}, Verbs: []string{"update", "patch"}},
-			// And, with DRAResourceClaimGranularStatusAuthorization (beta,
-			// on in 1.37), per driver: the API server checks the synthetic
-			// resourceclaims/driver subresource. Lab drivers authenticate
-			// with node certificates, not node-bound ServiceAccount tokens,
-			// so only the arbitrary-node verbs apply.
-			{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/driver"}, Verbs: []string{"arbitrary-node:update", "arbitrary-node:patch"}},
-		},
-	}
-	if _, err := client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating ClusterRole %s: %w", name, err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: labstate.DriverGroup}},
-	}
-	if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating ClusterRoleBinding %s: %w", name, err)
 	}
 	return nil
 }

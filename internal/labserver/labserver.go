@@ -21,6 +21,7 @@ import (
 
 	"github.com/dralab/dralab/internal/atomicfile"
 	"github.com/dralab/dralab/internal/controlplane"
+	"github.com/dralab/dralab/internal/kubeclient"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/mounts"
 	"github.com/dralab/dralab/internal/procid"
@@ -241,7 +242,11 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		return fmt.Errorf("starting the control plane: %w", err)
 	}
 
-	if err := grantDrivers(ctx, dir); err != nil {
+	admin, err := kubeclient.New(dir.Kubeconfig())
+	if err != nil {
+		return err
+	}
+	if err := grantDrivers(ctx, admin, cfg); err != nil {
 		return err
 	}
 	if err := applyDeviceClasses(ctx, dir, cfg); err != nil {
@@ -253,6 +258,11 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		}
 	}
 	for _, n := range cfg.Nodes {
+		if a, ok := accessOf(cfg, n); ok {
+			if err := issueDriverToken(ctx, admin, dir, a, n.Name); err != nil {
+				return err
+			}
+		}
 		var err error
 		switch {
 		case cfg.Driver != nil:
@@ -268,6 +278,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		}
 	}
 
+	go renewDriverTokens(ctx, admin, dir, cfg)
 	if err := startAttachController(ctx, dir, cfg); err != nil {
 		return fmt.Errorf("starting the attach controller: %w", err)
 	}
@@ -439,8 +450,9 @@ profiles:
         weight: %d
 `
 
-// auditPolicy records what drivers do: the requests of the lab's drivers
-// and of workload service accounts (a driver installed with its chart), at
+// auditPolicy records what drivers do: the requests of service accounts
+// (the lab's drivers, in labstate.DriversNamespace, and a driver installed
+// with its chart), at
 // Metadata level, so that a driver's RBAC can be compared with the verbs it
 // really uses. The controllers' own service accounts (kube-system) and
 // everyone else are not recorded: the log stays small on busy labs.
@@ -451,7 +463,7 @@ rules:
 - level: None
   userGroups: ["system:serviceaccounts:kube-system"]
 - level: Metadata
-  userGroups: ["system:serviceaccounts", "` + labstate.DriverGroup + `"]
+  userGroups: ["system:serviceaccounts"]
 - level: None
 `
 

@@ -89,27 +89,32 @@ func writePKI(dir labstate.Dir, server, lab string, nodes []string) (controlplan
 	}
 	for _, n := range nodes {
 		ids = append(ids,
-			identity{dir.Node(n).Kubeconfig(), "system:node:" + n, []string{"system:nodes"}},
-			identity{dir.Node(n).DriverKubeconfig(), "system:node:" + n, []string{"system:nodes", labstate.DriverGroup}})
+			identity{dir.Node(n).Kubeconfig(), "system:node:" + n, []string{"system:nodes"}})
+		// A driver's token is issued once its node has registered.
+		driver := &clientcmdapi.AuthInfo{TokenFile: dir.Node(n).DriverToken()}
+		if err := writeKubeconfig(dir.Node(n).DriverKubeconfig(), labstate.ContextName(lab), server, ca.CertPEM(), driver); err != nil {
+			return files, err
+		}
 	}
 	for _, id := range ids {
 		pair, err := ca.Issue(pki.Request{CommonName: id.commonName, Organization: id.organization, Client: true})
 		if err != nil {
 			return files, err
 		}
-		if err := writeKubeconfig(id.kubeconfig, labstate.ContextName(lab), server, ca.CertPEM(), pair); err != nil {
+		user := &clientcmdapi.AuthInfo{ClientCertificateData: pair.CertPEM, ClientKeyData: pair.KeyPEM}
+		if err := writeKubeconfig(id.kubeconfig, labstate.ContextName(lab), server, ca.CertPEM(), user); err != nil {
 			return files, err
 		}
 	}
 	return files, nil
 }
 
-// writeKubeconfig writes a kubeconfig with embedded credentials, readable by
-// its owner only. Its context, cluster and user are all called name.
-func writeKubeconfig(path, name, server string, caPEM []byte, pair *pki.Pair) error {
+// writeKubeconfig writes a kubeconfig for user, readable by its owner only.
+// Its context, cluster and user are all called name.
+func writeKubeconfig(path, name, server string, caPEM []byte, user *clientcmdapi.AuthInfo) error {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
-	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: pair.CertPEM, ClientKeyData: pair.KeyPEM}
+	cfg.AuthInfos[name] = user
 	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
 	cfg.CurrentContext = name
 	data, err := clientcmd.Write(*cfg)

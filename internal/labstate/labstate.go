@@ -230,14 +230,18 @@ func (n NodeDir) CDI() string { return n.path("cdi") }
 // Kubeconfig is the node's kubelet kubeconfig.
 func (n NodeDir) Kubeconfig() string { return n.path("kubelet.kubeconfig") }
 
-// DriverKubeconfig is the kubeconfig of the node's DRA driver: the node's
-// identity (the Node authorizer lets it write the node's ResourceSlices)
-// in the group DriverGroup too, to which the lab grants reading any claim,
-// as a driver DaemonSet's ServiceAccount has.
+// DriverKubeconfig is the kubeconfig of the node's DRA driver: the token
+// in DriverToken, of the driver's ServiceAccount in DriversNamespace, bound
+// to the node's Node object; the lab grants it what the driver's chart
+// grants in a cluster.
 func (n NodeDir) DriverKubeconfig() string { return n.path("driver.kubeconfig") }
 
-// DriverGroup is the group of the lab's DRA drivers.
-const DriverGroup = "dralab:drivers"
+// DriverToken is the file with the node's driver's token, which the lab
+// renews while it runs.
+func (n NodeDir) DriverToken() string { return n.path("driver.token") }
+
+// DriversNamespace is the namespace of the lab drivers' ServiceAccounts.
+const DriversNamespace = "dralab-drivers"
 
 // CertDir is the kubelet's --cert-dir.
 func (n NodeDir) CertDir() string { return n.path("pki") }

@@ -1,0 +1,205 @@
+package labserver
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/atomicfile"
+	"github.com/dralab/dralab/internal/driverauth"
+	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/lab/config"
+)
+
+// A lab's drivers run as processes, not pods, but with what a driver's
+// DaemonSet has in a cluster: a ServiceAccount per driver and mode with the
+// chart's rules (internal/driverauth), a token bound to the node it serves
+// (which the own-node-slices policy and the API server's associated-node
+// check read) and nothing else. A driver that works in the lab therefore
+// works with its chart, and one that needs more fails here first.
+
+// Token lifetimes: the API server's shortest allowed is 10 min. A token is
+// renewed well before it expires; client-go rereads a kubeconfig's token
+// file every minute.
+const (
+	driverTokenLifetime = time.Hour
+	driverTokenRenewal  = 20 * time.Minute
+)
+
+// driverAccess is the ServiceAccount of one driver in one mode.
+type driverAccess struct {
+	driver, mode string
+}
+
+// serviceAccount names it after the driver, as a DNS label.
+func (a driverAccess) serviceAccount() string {
+	name := strings.ReplaceAll(a.driver, ".", "-")
+	if a.mode != driverauth.ModeDRA {
+		name += "-" + a.mode
+	}
+	return name
+}
+
+// accessOf is the access of node n's driver, if it runs one.
+func accessOf(cfg *config.Config, n config.Node) (driverAccess, bool) {
+	switch {
+	case cfg.Driver != nil:
+		return driverAccess{cfg.Driver.Name, driverauth.ModeDRA}, true
+	case n.GPUs != nil:
+		return driverAccess{gpu.DriverName, n.GPUs.Mode}, true
+	}
+	return driverAccess{}, false
+}
+
+// grantDrivers creates the ServiceAccounts of the lab's drivers, their
+// roles and, for drivers that publish slices, the policy that pins their
+// writes to their own node.
+func grantDrivers(ctx context.Context, client kubernetes.Interface, cfg *config.Config) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: labstate.DriversNamespace}}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", ns.Name, err)
+	}
+	seen := map[driverAccess]bool{}
+	for _, n := range cfg.Nodes {
+		a, ok := accessOf(cfg, n)
+		if !ok || seen[a] {
+			continue
+		}
+		seen[a] = true
+		if err := grant(ctx, client, a); err != nil {
+			return fmt.Errorf("granting driver %s (%s mode): %w", a.driver, a.mode, err)
+		}
+	}
+	return nil
+}
+
+func grant(ctx context.Context, client kubernetes.Interface, a driverAccess) error {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: a.serviceAccount(), Namespace: labstate.DriversNamespace}}
+	if _, err := client.CoreV1().ServiceAccounts(sa.Namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
+	}
+	name := "dralab:driver:" + a.serviceAccount()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: driverauth.Rules(a.driver, a.mode)}
+	if err := createOrUpdate(ctx, role, client.RbacV1().ClusterRoles().Create, client.RbacV1().ClusterRoles().Get, client.RbacV1().ClusterRoles().Update,
+		func(cur, want *rbacv1.ClusterRole) { cur.Rules = want.Rules }); err != nil {
+		return err
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}},
+	}
+	if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating ClusterRoleBinding %s: %w", name, err)
+	}
+	if a.mode != driverauth.ModeDRA {
+		return nil
+	}
+	policy, policyBinding := driverauth.OwnNodeSlices("dralab-"+a.serviceAccount()+"-own-node-slices", sa.Namespace, sa.Name, a.driver)
+	vaps := client.AdmissionregistrationV1().ValidatingAdmissionPolicies()
+	if err := createOrUpdate(ctx, policy, vaps.Create, vaps.Get, vaps.Update,
+		func(cur, want *admissionregistrationv1.ValidatingAdmissionPolicy) { cur.Spec = want.Spec }); err != nil {
+		return err
+	}
+	if _, err := client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, policyBinding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating ValidatingAdmissionPolicyBinding %s: %w", policyBinding.Name, err)
+	}
+	return nil
+}
+
+// createOrUpdate creates obj or, on a resumed lab made by an older dralab,
+// brings the existing object's content (set) up to date.
+func createOrUpdate[T interface {
+	*E
+	metav1.Object
+}, E any](ctx context.Context, obj T,
+	create func(context.Context, T, metav1.CreateOptions) (T, error),
+	get func(context.Context, string, metav1.GetOptions) (T, error),
+	update func(context.Context, T, metav1.UpdateOptions) (T, error),
+	set func(cur, want T)) error {
+	_, err := create(ctx, obj, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		if err != nil {
+			return fmt.Errorf("creating %s: %w", obj.GetName(), err)
+		}
+		return nil
+	}
+	cur, err := get(ctx, obj.GetName(), metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", obj.GetName(), err)
+	}
+	set(cur, obj)
+	if _, err := update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("updating %s: %w", obj.GetName(), err)
+	}
+	return nil
+}
+
+// issueDriverToken writes node's driver a token of its ServiceAccount,
+// bound to the node's Node object, once the node has registered it.
+func issueDriverToken(ctx context.Context, client kubernetes.Interface, dir labstate.Dir, a driverAccess, node string) error {
+	var n *corev1.Node
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		var err error
+		n, err = client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		return fmt.Errorf("node %s: waiting for its Node, to which its driver's token is bound: %w", node, err)
+	}
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		ExpirationSeconds: ptr.To(int64(driverTokenLifetime / time.Second)),
+		BoundObjectRef:    &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID},
+	}}
+	tr, err := client.CoreV1().ServiceAccounts(labstate.DriversNamespace).CreateToken(ctx, a.serviceAccount(), req, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("node %s: a token for its driver's ServiceAccount %s/%s: %w", node, labstate.DriversNamespace, a.serviceAccount(), err)
+	}
+	if err := atomicfile.Write(dir.Node(node).DriverToken(), []byte(tr.Status.Token), 0o600); err != nil {
+		return fmt.Errorf("node %s: writing its driver's token: %w", node, err)
+	}
+	return nil
+}
+
+// renewDriverTokens issues every driver a fresh token, periodically, until
+// ctx ends. A failed renewal is logged and retried at the next period: the
+// token it would have replaced is valid for a while yet.
+func renewDriverTokens(ctx context.Context, client kubernetes.Interface, dir labstate.Dir, cfg *config.Config) {
+	logger := klog.FromContext(ctx)
+	ticker := time.NewTicker(driverTokenRenewal)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		for _, n := range cfg.Nodes {
+			if a, ok := accessOf(cfg, n); ok {
+				// A node deleted meanwhile is not waited for.
+				renewCtx, cancel := context.WithTimeout(ctx, time.Minute)
+				err := issueDriverToken(renewCtx, client, dir, a, n.Name)
+				cancel()
+				if err != nil && ctx.Err() == nil {
+					logger.Error(err, "Renewing a driver's token", "node", n.Name)
+				}
+			}
+		}
+	}
+}
