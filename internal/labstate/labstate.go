@@ -389,6 +389,37 @@ func (d Dir) ReadOwner() (procid.ID, bool, error) {
 // ErrLocked means another lab process owns the state directory.
 var ErrLocked = errors.New("state directory is in use by another lab process")
 
+// lockGrace is how long a lab process waits for the lock of a lab process
+// that has ended: the kernel releases a killed process's lock only once
+// its last thread has exited, which, for a lab process of hundreds of
+// threads, can be after /proc already shows it a zombie, and after
+// procid.WaitGone, which a resume after a kill waits for.
+const lockGrace = 10 * time.Second
+
+// lock takes the state directory's lock. While the lab process recorded
+// in the PID file is ending (gone, or a zombie), its lock may outlive it
+// for a moment: lock waits for it, up to lockGrace. A live holder, or one
+// that recorded nothing, fails it at once.
+func (d Dir) lock() (func(), error) {
+	deadline := time.Now().Add(lockGrace)
+	for {
+		release, err := TryLock(d.LockFile())
+		if err == nil || !errors.Is(err, ErrLocked) {
+			return release, err
+		}
+		id, rerr := d.ReadProcess()
+		switch {
+		case rerr != nil:
+			return nil, err
+		case id.Alive():
+			return nil, fmt.Errorf("%w (%s)", err, id)
+		case time.Now().After(deadline):
+			return nil, fmt.Errorf("%w: its last lab process, pid %d, has ended, but the lock was still held %s later", err, id.PID, lockGrace)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // ClaimPID records the current process in the PID file, failing with
 // ErrLocked when a live lab process already holds it. The claim is a lock
 // held until release (or the process's end): two lab processes started at
@@ -398,11 +429,8 @@ func (d Dir) ClaimPID() (self procid.ID, release func(), err error) {
 	if err != nil {
 		return procid.ID{}, nil, err
 	}
-	release, err = TryLock(d.LockFile())
+	release, err = d.lock()
 	if err != nil {
-		if id, rerr := d.ReadProcess(); rerr == nil && id.Alive() {
-			err = fmt.Errorf("%w (%s)", err, id)
-		}
 		return procid.ID{}, nil, err
 	}
 	if id, err := d.ReadProcess(); err == nil && id.PID != self.PID && id.Alive() {

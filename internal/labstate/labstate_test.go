@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dralab/dralab/internal/procid"
 )
@@ -96,6 +97,50 @@ func TestClaimPIDAtOnce(t *testing.T) {
 		t.Fatalf("ClaimPID after the holder released it: %v", err)
 	}
 	release()
+}
+
+// A killed lab process's lock can outlive what /proc shows of it: the
+// kernel drops it when the last of its threads has exited. A resume that
+// finds the lock held while the recorded lab process has ended waits for
+// it; one whose recorded process still runs is refused at once.
+func TestClaimPIDWaitsForAnEndedHoldersLock(t *testing.T) {
+	d := Dir(t.TempDir())
+	ended := exec.Command("true")
+	if err := ended.Start(); err != nil {
+		t.Fatal(err)
+	}
+	id, err := procid.OfChild(ended.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ended.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	writeID(t, d.PIDFile(), id)
+	// The ended process's lock, still held for a moment.
+	held, err := TryLock(d.LockFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(300*time.Millisecond, held)
+	_, release, err := d.ClaimPID()
+	if err != nil {
+		t.Fatalf("ClaimPID while an ended lab process's lock was released: %v", err)
+	}
+	release()
+
+	// A live holder: refused without waiting.
+	self, _ := procid.Self()
+	held, err = TryLock(d.LockFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held()
+	writeID(t, d.PIDFile(), self)
+	start := time.Now()
+	if _, _, err := d.ClaimPID(); !errors.Is(err, ErrLocked) || time.Since(start) > lockGrace/2 {
+		t.Fatalf("ClaimPID while a live lab process holds the lock = %v after %s, want ErrLocked at once", err, time.Since(start))
+	}
 }
 
 func writeID(t *testing.T, file string, id procid.ID) {
