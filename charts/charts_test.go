@@ -3,6 +3,8 @@ package charts
 import (
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -452,4 +454,26 @@ func ptrString[T any](p *T) string {
 		return "unset"
 	}
 	return fmt.Sprint(*p)
+}
+
+// Lint is `helm lint --strict` through the SDK: the chart passes with its
+// defaults, and a template that cannot render fails it, naming the file.
+func TestLint(t *testing.T) {
+	if msgs, err := Lint(DriverChart, nil); err != nil {
+		t.Fatalf("lint of %s: %v\n%s", DriverChart, err, strings.Join(msgs, "\n"))
+	}
+	broken := filepath.Join(t.TempDir(), DriverChart)
+	if err := os.CopyFS(broken, os.DirFS(DriverChart)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(broken, "templates", "broken.yaml"), []byte("kind: ConfigMap\nname: {{ .Values.nothing.here }}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := Lint(broken, nil)
+	if err == nil || !strings.Contains(strings.Join(msgs, "\n"), "broken.yaml") {
+		t.Errorf("lint of a chart with a template that cannot render = %v\n%s", err, strings.Join(msgs, "\n"))
+	}
+	if _, err := Lint(filepath.Join(t.TempDir(), "none"), nil); err == nil || !strings.Contains(err.Error(), "Chart.yaml") {
+		t.Errorf("lint of a directory without a chart = %v, want an error naming Chart.yaml", err)
+	}
 }

@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/charts"
+	"github.com/dralab/dralab/charts/release"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/labstate"
@@ -108,7 +109,7 @@ func TestChartOnRealNode(t *testing.T) {
 		"deviceClasses": map[string]any{"create": false},
 	}
 	start := time.Now()
-	if err := charts.Install(ctx, l.Kubeconfig(), charts.DriverChart, "dralab-driver", "dralab-system", values); err != nil {
+	if err := release.Install(ctx, l.Kubeconfig(), charts.DriverChart, "dralab-driver", "dralab-system", values); err != nil {
 		t.Fatal(err)
 	}
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -138,7 +139,7 @@ func TestChartOnRealNode(t *testing.T) {
 			want  string
 		}{
 			{map[string][]string{"authentication.kubernetes.io/node-name": {"real-h100"}}, "a plugin on node real-h100 may only write that node's ResourceSlices"},
-			{nil, "the driver's token is not bound to a pod on a node"},
+			{nil, "the driver's token is not bound to a node"},
 		} {
 			impersonated := rest.CopyConfig(restConfig)
 			impersonated.Impersonate = rest.ImpersonationConfig{UserName: sa, Extra: tc.extra}
@@ -196,7 +197,7 @@ func TestChartOnRealNode(t *testing.T) {
 	t.Run("counting mode under the same restrictions", func(t *testing.T) {
 		values["mode"] = "device-plugin"
 		values["validatingAdmissionPolicy"] = map[string]any{"enabled": false}
-		if err := charts.Install(ctx, l.Kubeconfig(), charts.DriverChart, "dralab-driver", "dralab-system", values); err != nil {
+		if err := release.Install(ctx, l.Kubeconfig(), charts.DriverChart, "dralab-driver", "dralab-system", values); err != nil {
 			t.Fatal(err)
 		}
 		logs := runCountedGPUPod(ctx, t, client, "real-h100")

@@ -34,7 +34,7 @@ func (Lab) Up(ctx context.Context) error {
 	}
 	cfg := l.Config()
 	u.Println(fmt.Sprintf("Creating lab %q (%d nodes) on the %s backend (%s), from %s", cfg.Name, len(cfg.Nodes), l.Backend(), l.BackendReason(), l.ConfigSource()))
-	res, err := l.Up(ctx)
+	res, err := l.Up(ui.WithLive(ctx, u.Live))
 	if err != nil {
 		return err
 	}

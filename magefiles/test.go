@@ -208,8 +208,8 @@ func (Test) All(ctx context.Context) error {
 
 // buildDralab builds the dralab and driver binaries, showing the step.
 func buildDralab(ctx context.Context) (string, error) {
-	done := ui.Stderr().Step("Building dralab (the first build compiles Kubernetes: about 12 min on 2 cores)")
-	bin, err := build.Dralab(ctx)
+	update, done := ui.Stderr().Live("Building dralab")
+	bin, err := build.Dralab(build.WithReporter(ctx, func(p build.Progress) { update(p.String()) }))
 	done(err)
 	return bin, err
 }

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,17 +62,35 @@ func Dralab(ctx context.Context) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	err = Go(ctx, dir+string(filepath.Separator), "github.com/dralab/dralab/cmd/dralab", "github.com/dralab/dralab/cmd/"+DriverBinary)
+	err = GoReporting(ctx, ReporterFrom(ctx), dir+string(filepath.Separator), "github.com/dralab/dralab/cmd/dralab", "github.com/dralab/dralab/cmd/"+DriverBinary)
 	return filepath.Join(dir, "dralab"), err
 }
 
 // Go builds main packages of this module into out, a file for one package
 // or a directory (ending in a separator) for several.
 func Go(ctx context.Context, out string, pkgs ...string) error {
-	cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-ldflags", LDFlags(), "-o", out}, pkgs...)...)
+	return GoReporting(ctx, nil, out, pkgs...)
+}
+
+// GoReporting is Go, telling report how far the build has come while it
+// compiles (go build -v names each package it compiles); a build that
+// finds everything in the Go build cache reports nothing.
+func GoReporting(ctx context.Context, report func(Progress), out string, pkgs ...string) error {
+	args := []string{"build", "-ldflags", LDFlags(), "-o", out}
+	if report != nil {
+		args = append(args, "-v")
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo(runtime.GOOS))
 	var output bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &output, &output
+	cmd.Stdout = &output
+	cmd.Stderr = &output
+	var c *counter
+	if report != nil {
+		c = newCounter(ctx, report, cmd.Env, pkgs)
+		defer c.stop()
+		cmd.Stderr = io.MultiWriter(&output, c)
+	}
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, output.String())
 	}

@@ -5,6 +5,7 @@
 package ui
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -27,6 +28,8 @@ type UI struct {
 	fancy   bool // spinner and colour
 	mu      sync.Mutex
 	stopped chan struct{}
+	// plainEvery overrides plainEvery (tests).
+	plainEvery time.Duration
 }
 
 // New returns a UI on out. Spinner and colour are used only when out is a
@@ -42,11 +45,47 @@ func New(out io.Writer) *UI {
 // Stderr is the UI most commands use.
 func Stderr() *UI { return New(os.Stderr) }
 
+// Live starts a step whose line moves: update replaces what the line
+// says after the step's name (packages compiled, time left); done ends
+// it as Progress's does.
+type Live func(step string) (update func(detail string), done func(err error))
+
+type liveKey struct{}
+
+// WithLive returns a context that carries live, for libraries whose long
+// steps can say how far they have come (a build): a command that shows a
+// moving line sets it.
+func WithLive(ctx context.Context, live Live) context.Context {
+	return context.WithValue(ctx, liveKey{}, live)
+}
+
+// LiveOr is the Live that ctx carries, or else progress's steps, whose
+// updates show nothing.
+func LiveOr(ctx context.Context, progress Progress) Live {
+	if live, ok := ctx.Value(liveKey{}).(Live); ok && live != nil {
+		return live
+	}
+	return func(step string) (func(string), func(error)) { return func(string) {}, progress(step) }
+}
+
+// plainEvery is how often a plain (CI) line repeats a live step's detail.
+const plainEvery = 30 * time.Second
+
 // Step implements Progress.
 func (u *UI) Step(step string) func(error) {
+	_, done := u.Live(step)
+	return done
+}
+
+// Live implements Live. On a terminal the step's single line shows the
+// spinner and the latest detail; in plain output a detail is printed as
+// its own line at most every 30 s, so that a log shows the step is alive.
+func (u *UI) Live(step string) (func(string), func(error)) {
 	start := time.Now()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var detail string // guarded by u.mu
+	var printed time.Time
 	if u.fancy {
 		wg.Add(1)
 		go func() {
@@ -56,7 +95,11 @@ func (u *UI) Step(step string) func(error) {
 			defer t.Stop()
 			for i := 0; ; i++ {
 				u.mu.Lock()
-				fmt.Fprintf(u.out, "\r %s %s ", frames[i%len(frames)], step)
+				line := step
+				if detail != "" {
+					line += ": " + detail
+				}
+				fmt.Fprintf(u.out, "\r %s %s \033[K", frames[i%len(frames)], line)
 				u.mu.Unlock()
 				select {
 				case <-stop:
@@ -70,8 +113,17 @@ func (u *UI) Step(step string) func(error) {
 		fmt.Fprintf(u.out, " • %s ...\n", step)
 		u.mu.Unlock()
 	}
+	update := func(d string) {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		detail = d
+		if !u.fancy && time.Since(printed) >= u.every() {
+			printed = time.Now()
+			fmt.Fprintf(u.out, "   %s: %s\n", step, d)
+		}
+	}
 	var once sync.Once
-	return func(err error) {
+	done := func(err error) {
 		once.Do(func() {
 			close(stop)
 			wg.Wait()
@@ -89,6 +141,14 @@ func (u *UI) Step(step string) func(error) {
 			fmt.Fprintf(u.out, "%s %s %s (%s)\n", prefix, u.color("✓", 32), step, took)
 		})
 	}
+	return update, done
+}
+
+func (u *UI) every() time.Duration {
+	if u.plainEvery != 0 {
+		return u.plainEvery
+	}
+	return plainEvery
 }
 
 // Progress returns the UI's Step as a Progress.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestPlainStepsInCI(t *testing.T) {
@@ -30,5 +31,35 @@ func TestDoneTwiceWritesOnce(t *testing.T) {
 	done(errors.New("late"))
 	if n := strings.Count(out.String(), "x ("); n != 1 {
 		t.Errorf("step ended %d times:\n%s", n, out.String())
+	}
+}
+
+// A live step in CI: its detail is printed at once, then at most every
+// interval, so a long build shows it is alive without flooding the log.
+func TestLiveStepInCI(t *testing.T) {
+	var out bytes.Buffer
+	u := New(&out)
+	u.plainEvery = time.Hour
+	update, done := u.Live("Building dralab")
+	update("10 of at most 100 packages compiled")
+	update("20 of at most 100 packages compiled") // within the interval: not printed
+	done(nil)
+	got := out.String()
+	if !strings.Contains(got, "   Building dralab: 10 of at most 100 packages compiled\n") || strings.Contains(got, "20 of") {
+		t.Errorf("live step in CI:\n%s", got)
+	}
+	if !strings.Contains(got, " ✓ Building dralab (") || strings.Contains(got, "\r") {
+		t.Errorf("live step's end in CI:\n%s", got)
+	}
+
+	out.Reset()
+	u.plainEvery = time.Nanosecond
+	update, done = u.Live("x")
+	update("one")
+	time.Sleep(time.Millisecond)
+	update("two")
+	done(nil)
+	if got := out.String(); !strings.Contains(got, "x: one\n") || !strings.Contains(got, "x: two\n") {
+		t.Errorf("updates an interval apart are each printed:\n%s", got)
 	}
 }

@@ -124,8 +124,10 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 		return status.UpResult{}, err
 	}
 
-	done := progress("Preparing the dralab binary")
-	bin, err := b.binary(ctx)
+	// The first build compiles Kubernetes: its line says how far it has
+	// come, where the caller shows a moving line.
+	update, done := ui.LiveOr(ctx, progress)("Preparing the dralab binary")
+	bin, err := b.binary(build.WithReporter(ctx, func(p build.Progress) { update(p.String()) }))
 	done(err)
 	if err != nil {
 		return status.UpResult{}, err

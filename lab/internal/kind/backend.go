@@ -17,6 +17,7 @@ import (
 	kindlog "sigs.k8s.io/kind/pkg/log"
 
 	"github.com/dralab/dralab/charts"
+	"github.com/dralab/dralab/charts/release"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/ui"
@@ -103,7 +104,7 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 	}
 	for _, mode := range Modes(cfg) {
 		done := progress(fmt.Sprintf("Installing the driver chart (%s mode) with the Helm SDK", mode))
-		err := charts.Install(ctx, kubeconfig, charts.DriverChart, ReleaseName(mode), DriverNamespace,
+		err := release.Install(ctx, kubeconfig, charts.DriverChart, ReleaseName(mode), DriverNamespace,
 			ChartValues(mode, build.DriverImageRepository, build.DriverImageTag))
 		done(err)
 		if err != nil {
