@@ -23,7 +23,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/kit"
-	"github.com/dralab/dralab/lab/labtest"
+	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/scenarios/report"
 )
 
@@ -131,7 +131,7 @@ func TestGPUDriver(t *testing.T) {
 		Setup(gpuSetup).
 		Assess("an H100 claim lands on an H100 and its container sees it", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			g := ctx.Value(gpuTestKey{}).(*gpuTest)
-			mustCreate(ctx, t, g.client, labtest.ClaimTemplate(g.namespace, "h100", tierClass, "", ""), labtest.ClaimPod(g.namespace, "trainer", "h100"))
+			mustCreate(ctx, t, g.client, scratchlab.ClaimTemplate(g.namespace, "h100", tierClass, "", ""), scratchlab.ClaimPod(g.namespace, "trainer", "h100"))
 			if err := settle(ctx, g.client, g.namespace, time.Minute); err != nil {
 				t.Fatal(err)
 			}
@@ -170,9 +170,9 @@ func TestGPUDriver(t *testing.T) {
 				t.Fatalf("the cluster needs large GPUs and L4s for this test; it has %v", tiers)
 			}
 			sel := fmt.Sprintf(`device.capacity[%q].memory.compareTo(quantity("40Gi")) >= 0`, gpu.DriverName)
-			mustCreate(ctx, t, g.client, labtest.ClaimTemplate(g.namespace, "big", gpu.ClassAny, sel, ""))
+			mustCreate(ctx, t, g.client, scratchlab.ClaimTemplate(g.namespace, "big", gpu.ClassAny, sel, ""))
 			for i := range big + 1 {
-				mustCreate(ctx, t, g.client, labtest.ClaimPod(g.namespace, fmt.Sprintf("big-%d", i), "big"))
+				mustCreate(ctx, t, g.client, scratchlab.ClaimPod(g.namespace, fmt.Sprintf("big-%d", i), "big"))
 			}
 			if err := settle(ctx, g.client, g.namespace, time.Minute); err != nil {
 				t.Fatal(err)
@@ -220,7 +220,7 @@ func TestDriverRestart(t *testing.T) {
 		Assess("the claim survives the restart and is unprepared after it", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			g := ctx.Value(gpuTestKey{}).(*gpuTest)
 			tier := gpu.Tiers[0]
-			mustCreate(ctx, t, g.client, labtest.ClaimTemplate(g.namespace, "one", tier.ClassName(), "", ""), labtest.ClaimPod(g.namespace, "first", "one"))
+			mustCreate(ctx, t, g.client, scratchlab.ClaimTemplate(g.namespace, "one", tier.ClassName(), "", ""), scratchlab.ClaimPod(g.namespace, "first", "one"))
 			if err := settle(ctx, g.client, g.namespace, time.Minute); err != nil {
 				t.Fatal(err)
 			}
@@ -241,7 +241,7 @@ func TestDriverRestart(t *testing.T) {
 				}
 			}
 			// Killed; the lab restarts it.
-			if err := labtest.RestartDriver(ctx, st.StateDir, first.Node); err != nil {
+			if err := scratchlab.RestartDriver(ctx, st.StateDir, first.Node); err != nil {
 				t.Fatalf("the driver was not restarted: %v", err)
 			}
 			// The prepared claim's spec, and the driver-wide device's while

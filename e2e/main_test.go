@@ -17,10 +17,10 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 
 	"github.com/dralab/dralab/drivers/conformance/target"
+	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
-	"github.com/dralab/dralab/lab/labtest"
 )
 
 var (
@@ -56,7 +56,7 @@ func TestMain(m *testing.M) {
 }
 
 func startEmbeddedLab(ctx context.Context, cfg *envconf.Config) (context.Context, error) {
-	l, err := labtest.Start(ctx, config.Default(), "dralab-e2e")
+	l, err := scratchlab.Start(ctx, config.Default(), "dralab-e2e")
 	theLab = l
 	if err != nil {
 		return ctx, err
@@ -66,7 +66,7 @@ func startEmbeddedLab(ctx context.Context, cfg *envconf.Config) (context.Context
 }
 
 func stopEmbeddedLab(ctx context.Context, _ *envconf.Config) (context.Context, error) {
-	return ctx, labtest.Stop(ctx, theLab)
+	return ctx, scratchlab.Stop(ctx, theLab)
 }
 
 // requireCluster skips a test only when the suite runs no e2e at all (-short).

@@ -13,10 +13,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/examples"
-	"github.com/dralab/dralab/lab/labtest"
 	"github.com/dralab/dralab/scenarios"
 	"github.com/dralab/dralab/scenarios/report"
 )
@@ -77,9 +77,9 @@ func startExampleLab(t *testing.T, file, labName string) (*lab.Lab, *rest.Config
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := labtest.Start(context.Background(), cfg, labName)
+	l, err := scratchlab.Start(context.Background(), cfg, labName)
 	t.Cleanup(func() {
-		if err := labtest.Stop(context.Background(), l); err != nil {
+		if err := scratchlab.Stop(context.Background(), l); err != nil {
 			t.Errorf("deleting lab %s: %v", labName, err)
 		}
 	})

@@ -16,9 +16,9 @@ import (
 
 	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/internal/labserver"
 	"github.com/dralab/dralab/lab"
-	"github.com/dralab/dralab/lab/labtest"
 )
 
 // fabricDelay is the attach delay of TestFabricAttach: long enough to see
@@ -40,14 +40,14 @@ func TestFabricAttach(t *testing.T) {
 	cfg.Nodes[0].GPUs.AttachDelay = fabricDelay.String()
 	l, _, client := upLab(ctx, t, stateRoot(t), binary(t), cfg)
 	ns := createNamespace(ctx, t, client, "attach")
-	if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, labtest.ClaimTemplate(ns, "h100", gpu.Tiers[0].ClassName(), "", ""), metav1.CreateOptions{}); err != nil {
+	if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, scratchlab.ClaimTemplate(ns, "h100", gpu.Tiers[0].ClassName(), "", ""), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
 	t.Run("attached", func(t *testing.T) {
 		h := watchClaims(ctx, t, client, ns, "attached")
 		start := time.Now()
-		pod := createPod(ctx, t, client, labtest.ClaimPod(ns, "attached", "h100"))
+		pod := createPod(ctx, t, client, scratchlab.ClaimPod(ns, "attached", "h100"))
 		claim, r := h.allocated(ctx, t, "")
 		allocatedAt := time.Since(start)
 		if p := getPod(ctx, t, client, ns, pod.Name); p.Spec.NodeName != "" {
@@ -82,7 +82,7 @@ func TestFabricAttach(t *testing.T) {
 	t.Run("failed", func(t *testing.T) {
 		h := watchClaims(ctx, t, client, ns, "rescheduled")
 		start := time.Now()
-		pod := createPod(ctx, t, client, labtest.ClaimPod(ns, "rescheduled", "h100"))
+		pod := createPod(ctx, t, client, scratchlab.ClaimPod(ns, "rescheduled", "h100"))
 		claim, first := h.allocated(ctx, t, "")
 		ref := lab.GPURef{Node: first.Pool, Device: first.Device}
 		if _, err := l.FailGPU(ctx, ref, gpu.DefaultXID); err != nil {

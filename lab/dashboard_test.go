@@ -23,8 +23,8 @@ import (
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/dashboard/browsertest"
+	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/internal/labstate"
-	"github.com/dralab/dralab/lab/labtest"
 	"github.com/dralab/dralab/scenarios/report"
 )
 
@@ -48,10 +48,10 @@ func TestDashboardOnLab(t *testing.T) {
 	}
 
 	const ns = "default"
-	if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, labtest.ClaimTemplate(ns, "h100", gpu.Tiers[0].ClassName(), "", ""), metav1.CreateOptions{}); err != nil {
+	if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, scratchlab.ClaimTemplate(ns, "h100", gpu.Tiers[0].ClassName(), "", ""), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.CoreV1().Pods(ns).Create(ctx, labtest.ClaimPod(ns, "dashboard-probe", "h100"), metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, scratchlab.ClaimPod(ns, "dashboard-probe", "h100"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
@@ -224,7 +224,7 @@ func podWave(ctx context.Context, b *testing.B, client kubernetes.Interface, pid
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	tmpl := labtest.ClaimTemplate(ns, "fallback", "", "", "")
+	tmpl := scratchlab.ClaimTemplate(ns, "fallback", "", "", "")
 	req := &tmpl.Spec.Spec.Devices.Requests[0]
 	req.Exactly = nil
 	for _, t := range gpu.Tiers {
@@ -234,7 +234,7 @@ func podWave(ctx context.Context, b *testing.B, client kubernetes.Interface, pid
 		b.Fatal(err)
 	}
 	for i := range n {
-		if _, err := client.CoreV1().Pods(ns).Create(ctx, labtest.ClaimPod(ns, fmt.Sprintf("pod-%d", i), "fallback"), metav1.CreateOptions{}); err != nil {
+		if _, err := client.CoreV1().Pods(ns).Create(ctx, scratchlab.ClaimPod(ns, fmt.Sprintf("pod-%d", i), "fallback"), metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -17,8 +17,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/lab"
-	"github.com/dralab/dralab/lab/labtest"
 )
 
 // failureTimes are the moments of a GPU failure's path, from gpu:fail.
@@ -89,10 +89,10 @@ func failOnce(ctx context.Context, tb testing.TB, l *lab.Lab, client kubernetes.
 			return err != nil, nil
 		})
 	}()
-	if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, labtest.ClaimTemplate(ns, "h100", gpu.Tiers[0].ClassName(), "", ""), metav1.CreateOptions{}); err != nil {
+	if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, scratchlab.ClaimTemplate(ns, "h100", gpu.Tiers[0].ClassName(), "", ""), metav1.CreateOptions{}); err != nil {
 		tb.Fatal(err)
 	}
-	pod := labtest.ClaimPod(ns, "", "h100")
+	pod := scratchlab.ClaimPod(ns, "", "h100")
 	// A training job's grace period, to write a checkpoint: the kubelet
 	// reports the GPU's health while the evicted pod terminates.
 	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](5)

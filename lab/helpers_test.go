@@ -14,11 +14,11 @@ import (
 	"github.com/dralab/dralab/drivers/conformance/cluster"
 	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/drivers/conformance/sanity"
+	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/examples"
-	"github.com/dralab/dralab/lab/labtest"
 )
 
 // exampleConfig is an example configuration under a test's lab name.
@@ -64,14 +64,14 @@ func runConformance(ctx context.Context, t *testing.T, l *lab.Lab, client kubern
 		t.Fatal(err)
 	}
 	t.Run("conformance sanity", func(t *testing.T) {
-		sc, err := labtest.SanityConfig(ctx, st.StateDir, client, m)
+		sc, err := scratchlab.SanityConfig(ctx, st.StateDir, client, m)
 		if err != nil {
 			t.Fatal(err)
 		}
 		sanity.Test(t, sc)
 	})
 	t.Run("conformance cluster", func(t *testing.T) {
-		cmdEnv, err := labtest.CommandEnv(ctx, l)
+		cmdEnv, err := scratchlab.CommandEnv(ctx, l)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,7 +24,7 @@ import (
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/internal/backend"
 	"github.com/dralab/dralab/lab/internal/embedded"
-	"github.com/dralab/dralab/lab/internal/kind"
+	"github.com/dralab/dralab/lab/internal/kindcmd"
 	"github.com/dralab/dralab/lab/status"
 )
 
@@ -147,7 +147,7 @@ func New(opts ...Option) (*Lab, error) {
 	case config.BackendEmbedded:
 		l.backend = embedded.New(root, binary).OwnedBy(o.owner)
 	case config.BackendKind:
-		l.backend = kind.New(root)
+		l.backend = kindcmd.New(root, build.Kind)
 	default:
 		return nil, fmt.Errorf("%w: backend %q (from %s)", ErrUnsupported, l.cfg.Backend, l.source)
 	}

@@ -24,8 +24,8 @@ import (
 	"github.com/dralab/dralab/drivers/conformance/results"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/lab/config"
-	"github.com/dralab/dralab/lab/labtest"
 )
 
 // TestOutsideDriverLab is a driver author's CI without Docker: a lab
@@ -174,7 +174,7 @@ func TestOutsideDriverAsDeployed(t *testing.T) {
 	}
 
 	start = time.Now()
-	report, err := labtest.Conformance(ctx, conformance.Options{Manifest: manifestFile, Kubeconfig: l.Kubeconfig()}, nil)
+	report, err := scratchlab.Conformance(ctx, conformance.Options{Manifest: manifestFile, Kubeconfig: l.Kubeconfig()}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

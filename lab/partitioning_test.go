@@ -18,8 +18,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/lab/config"
-	"github.com/dralab/dralab/lab/labtest"
 )
 
 // Nodes of the partitioning lab: one H100 cut into MIG devices, one L4
@@ -303,8 +303,8 @@ func testMIG(ctx context.Context, t *testing.T, client kubernetes.Interface) {
 	ns := createNamespace(ctx, t, client, "mig")
 	sel := fmt.Sprintf(`has(device.attributes[%q].profile) && device.attributes[%q].profile == %q`, gpu.DriverName, gpu.DriverName, profile)
 	for _, tmpl := range []*resourceapi.ResourceClaimTemplate{
-		labtest.ClaimTemplate(ns, "small", gpu.ClassMIG, sel, ""),
-		labtest.ClaimTemplate(ns, "whole", "h100."+gpu.DriverName, "", ""),
+		scratchlab.ClaimTemplate(ns, "small", gpu.ClassMIG, sel, ""),
+		scratchlab.ClaimTemplate(ns, "whole", "h100."+gpu.DriverName, "", ""),
 	} {
 		if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -316,7 +316,7 @@ func testMIG(ctx context.Context, t *testing.T, client kubernetes.Interface) {
 	for i := range want {
 		name := fmt.Sprintf("small-%d", i)
 		names = append(names, name)
-		got, pod := runPod(ctx, t, client, labtest.ClaimPod(ns, name, "small"))
+		got, pod := runPod(ctx, t, client, scratchlab.ClaimPod(ns, name, "small"))
 		if got != outcomeRunning {
 			t.Fatalf("pod %s of %d: %s, want %s", name, want, got, outcomeRunning)
 		}
@@ -347,7 +347,7 @@ func testMIG(ctx context.Context, t *testing.T, client kubernetes.Interface) {
 		}
 	}
 
-	got, pod := runPod(ctx, t, client, labtest.ClaimPod(ns, "small-extra", "small"))
+	got, pod := runPod(ctx, t, client, scratchlab.ClaimPod(ns, "small-extra", "small"))
 	if got != outcomeUnschedulable {
 		t.Fatalf("pod %d of %s: %s, want %s", want+1, profile, got, outcomeUnschedulable)
 	}
@@ -355,7 +355,7 @@ func testMIG(ctx context.Context, t *testing.T, client kubernetes.Interface) {
 	// Out of the way: once slices are free, the whole GPU must win them.
 	deletePods(ctx, t, client, ns, "small-extra")
 
-	got, pod = runPod(ctx, t, client, labtest.ClaimPod(ns, "whole", "whole"))
+	got, pod = runPod(ctx, t, client, scratchlab.ClaimPod(ns, "whole", "whole"))
 	if got != outcomeUnschedulable {
 		t.Fatalf("a whole-GPU pod beside %d MIG devices: %s, want %s", want, got, outcomeUnschedulable)
 	}
@@ -413,13 +413,13 @@ func testSharing(ctx context.Context, t *testing.T, client kubernetes.Interface)
 		t.Fatalf("%d shares of %s fit an L4 24GB, want 3", want, memory)
 	}
 	ns := createNamespace(ctx, t, client, "sharing")
-	if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, labtest.ClaimTemplate(ns, "share", "l4."+gpu.DriverName, "", memory), metav1.CreateOptions{}); err != nil {
+	if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, scratchlab.ClaimTemplate(ns, "share", "l4."+gpu.DriverName, "", memory), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	shareIDs := map[string]string{}
 	for i := range want {
 		name := fmt.Sprintf("share-%d", i)
-		got, pod := runPod(ctx, t, client, labtest.ClaimPod(ns, name, "share"))
+		got, pod := runPod(ctx, t, client, scratchlab.ClaimPod(ns, name, "share"))
 		if got != outcomeRunning {
 			t.Fatalf("pod %s of %d: %s, want %s", name, want, got, outcomeRunning)
 		}
@@ -440,7 +440,7 @@ func testSharing(ctx context.Context, t *testing.T, client kubernetes.Interface)
 			}
 		}
 	}
-	got, pod := runPod(ctx, t, client, labtest.ClaimPod(ns, "share-extra", "share"))
+	got, pod := runPod(ctx, t, client, scratchlab.ClaimPod(ns, "share-extra", "share"))
 	if got != outcomeUnschedulable {
 		t.Fatalf("pod %d asking %s of the L4: %s, want %s", want+1, memory, got, outcomeUnschedulable)
 	}
@@ -467,8 +467,8 @@ func BenchmarkSchedulingMIG(b *testing.B) {
 	ns := createNamespace(ctx, b, client, "bench")
 	sel := fmt.Sprintf(`has(device.attributes[%q].profile) && device.attributes[%q].profile == "1g.10gb"`, gpu.DriverName, gpu.DriverName)
 	templates := map[string]*resourceapi.ResourceClaimTemplate{
-		"mig":   labtest.ClaimTemplate(ns, "mig", gpu.ClassMIG, sel, ""),
-		"whole": labtest.ClaimTemplate(ns, "whole", "h100."+gpu.DriverName, "", ""),
+		"mig":   scratchlab.ClaimTemplate(ns, "mig", gpu.ClassMIG, sel, ""),
+		"whole": scratchlab.ClaimTemplate(ns, "whole", "h100."+gpu.DriverName, "", ""),
 	}
 	for _, kind := range []string{"mig", "whole"} {
 		b.Run(kind, func(b *testing.B) {
@@ -516,7 +516,7 @@ func scheduleEach(ctx context.Context, b *testing.B, client kubernetes.Interface
 	var sum time.Duration
 	timeout := time.After(2 * time.Minute)
 	for _, n := range names {
-		pod := labtest.ClaimPod(ns, n, "")
+		pod := scratchlab.ClaimPod(ns, n, "")
 		pod.Spec.ResourceClaims[0] = v1.PodResourceClaim{Name: "gpu", ResourceClaimName: ptr.To(n)}
 		start := time.Now()
 		if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {

@@ -21,10 +21,10 @@ import (
 
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/kit"
+	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/procid"
 	"github.com/dralab/dralab/lab"
-	"github.com/dralab/dralab/lab/labtest"
 )
 
 // TestUpResumesKilledLab: a lab whose process was killed (a crash, the OOM
@@ -41,10 +41,10 @@ func TestUpResumesKilledLab(t *testing.T) {
 	l, _, client := upLab(ctx, t, root, bin, smallConfig("t-resume", "n1"))
 
 	const ns = "default"
-	if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, labtest.ClaimTemplate(ns, "gpu", gpu.ClassAny, "", ""), metav1.CreateOptions{}); err != nil {
+	if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, scratchlab.ClaimTemplate(ns, "gpu", gpu.ClassAny, "", ""), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.CoreV1().Pods(ns).Create(ctx, labtest.ClaimPod(ns, "worker", "gpu"), metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, scratchlab.ClaimPod(ns, "worker", "gpu"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	before := runningClaim(ctx, t, client, ns, "worker")

@@ -18,10 +18,10 @@ import (
 	"github.com/dralab/dralab/drivers/conformance/results"
 	"github.com/dralab/dralab/drivers/conformance/target"
 	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab/config"
-	"github.com/dralab/dralab/lab/labtest"
 )
 
 // Conformance runs the DRA driver conformance suite for a driver manifest.
@@ -75,7 +75,7 @@ func runConformance(ctx context.Context, manifestFile, layer string) error {
 			if err != nil {
 				return err
 			}
-			if lacks := labtest.Lacks(cfg, m); len(lacks) > 0 {
+			if lacks := scratchlab.Lacks(cfg, m); len(lacks) > 0 {
 				u.Println(fmt.Sprintf("The lab in %s lacks %s: running on the conformance lab instead, started and deleted for this run (unset KUBECONFIG to ask for it)", t.LabDir, strings.Join(lacks, ", ")))
 				o.Kubeconfig, where, instead = "", (*target.Target)(nil).String(), true
 			}
@@ -111,7 +111,7 @@ func runConformance(ctx context.Context, manifestFile, layer string) error {
 		u.Println(fmt.Sprintf("  %s %s (%s)", c.Status, c.Name, c.Elapsed.Round(100*time.Millisecond)))
 	}
 	done := u.Step("Running the conformance suite of " + manifestFile)
-	report, err := labtest.Conformance(ctx, o, labCfg)
+	report, err := scratchlab.Conformance(ctx, o, labCfg)
 	if err == nil && report.Failed() {
 		err = fmt.Errorf("the driver fails conformance checks")
 	}

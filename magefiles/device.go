@@ -8,7 +8,7 @@ import (
 
 	"github.com/magefile/mage/mg"
 
-	"github.com/dralab/dralab/lab/devicecheck"
+	"github.com/dralab/dralab/internal/harness/devicecheck"
 )
 
 // Device checks real hardware.

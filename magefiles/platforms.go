@@ -19,12 +19,12 @@ import (
 
 // commands are every command of the repository, by module.
 var commands = map[string][]string{
-	".":                   {"./cmd/dralab", "./cmd/" + build.DriverBinary},
+	".":                   {"./cmd/dralab", "./cmd/" + build.DriverBinary, "./" + strings.TrimPrefix(build.KindPackage, "github.com/dralab/dralab/")},
 	"drivers/conformance": {"./cmd/dralab-conformance"},
 }
 
 // Platforms cross-compiles every command (dralab, dralab-driver,
-// dralab-conformance) for linux/arm64 (with cgo, through Debian's
+// dralab-kind, dralab-conformance) for linux/arm64 (with cgo, through Debian's
 // aarch64 C compiler: deps:cross) and darwin/arm64, and checks each
 // binary's header names its platform. It runs nothing it builds.
 func (Test) Platforms(ctx context.Context) error {

@@ -11,11 +11,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dralab/dralab/internal/harness/soak"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/examples"
-	"github.com/dralab/dralab/lab/soak"
 )
 
 // defaultSoak is how long soak churns unless SOAK says otherwise; CI's

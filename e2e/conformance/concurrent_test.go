@@ -15,7 +15,7 @@ import (
 	conformance "github.com/dralab/dralab/drivers/conformance"
 	"github.com/dralab/dralab/drivers/conformance/cluster"
 	"github.com/dralab/dralab/drivers/conformance/results"
-	"github.com/dralab/dralab/lab/labtest"
+	"github.com/dralab/dralab/internal/harness/scratchlab"
 )
 
 // TestConcurrentRuns: two runs of the cluster layer started at once on one
@@ -27,13 +27,13 @@ func TestConcurrentRuns(t *testing.T) {
 		t.Skip("starts an embedded lab: run without -short")
 	}
 	ctx := context.Background()
-	cfg, err := labtest.ConformanceConfig()
+	cfg, err := scratchlab.ConformanceConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := labtest.Start(ctx, cfg, "t-concurrent")
+	l, err := scratchlab.Start(ctx, cfg, "t-concurrent")
 	t.Cleanup(func() {
-		if err := labtest.Stop(context.Background(), l); err != nil {
+		if err := scratchlab.Stop(context.Background(), l); err != nil {
 			t.Error(err)
 		}
 	})
@@ -47,7 +47,7 @@ func TestConcurrentRuns(t *testing.T) {
 		wg.Go(func() {
 			o := conformance.Options{Manifest: defaultManifest, Kubeconfig: l.Kubeconfig(), Layer: conformance.LayerCluster}
 			o.Cluster.RunID = fmt.Sprintf("concurrent-%d", i)
-			reports[i], errs[i] = labtest.Conformance(ctx, o, nil)
+			reports[i], errs[i] = scratchlab.Conformance(ctx, o, nil)
 		})
 	}
 	wg.Wait()

@@ -20,8 +20,8 @@ import (
 
 	"github.com/dralab/dralab/drivers/conformance/cluster"
 	"github.com/dralab/dralab/drivers/conformance/manifest"
+	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/lab"
-	"github.com/dralab/dralab/lab/labtest"
 )
 
 // TestFeaturesOnLab runs every feature for the fake GPU driver on an
@@ -88,7 +88,7 @@ func TestFeaturesOnLab(t *testing.T) {
 
 	created := watchCreated(ctx, t, client)
 	testenv := env.NewWithConfig(envconf.New().WithKubeconfigFile(l.Kubeconfig()))
-	cmdEnv, err := labtest.CommandEnv(ctx, l)
+	cmdEnv, err := scratchlab.CommandEnv(ctx, l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,18 +231,18 @@ func watchCreated(ctx context.Context, t *testing.T, client kubernetes.Interface
 	}
 }
 
-// startLab starts the conformance lab (labtest.ConformanceConfig) under
+// startLab starts the conformance lab (scratchlab.ConformanceConfig) under
 // name for a test, deleted when the test ends, and returns it with its
 // client configuration.
 func startLab(t *testing.T, name string) (*lab.Lab, *rest.Config) {
 	t.Helper()
-	cfg, err := labtest.ConformanceConfig()
+	cfg, err := scratchlab.ConformanceConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := labtest.Start(context.Background(), cfg, name)
+	l, err := scratchlab.Start(context.Background(), cfg, name)
 	t.Cleanup(func() {
-		if err := labtest.Stop(context.Background(), l); err != nil {
+		if err := scratchlab.Stop(context.Background(), l); err != nil {
 			t.Error(err)
 		}
 	})

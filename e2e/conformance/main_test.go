@@ -27,8 +27,8 @@ import (
 	"github.com/dralab/dralab/drivers/conformance/results"
 	"github.com/dralab/dralab/drivers/conformance/sanity"
 	"github.com/dralab/dralab/drivers/conformance/target"
+	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/lab/config"
-	"github.com/dralab/dralab/lab/labtest"
 )
 
 // defaultManifest is the fake driver's: every capability enabled.
@@ -59,7 +59,7 @@ func TestConformance(t *testing.T) {
 	}
 	o := conformance.Options{Manifest: *manifestFile, Kubeconfig: *kubeconfig, Target: os.Getenv(target.EnvConsent)}
 	o.Cluster.Image = *image
-	report, err := labtest.Conformance(context.Background(), o, labCfg)
+	report, err := scratchlab.Conformance(context.Background(), o, labCfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,8 @@ import (
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/drivers/conformance/target"
+	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/internal/labstate"
-	"github.com/dralab/dralab/lab/labtest"
 )
 
 // scratchTest is a driver author's test, in a module of their own: it
@@ -83,7 +83,7 @@ func TestOutsideModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node, err := labtest.SanityConfig(ctx, st.StateDir, kubernetes.NewForConfigOrDie(restConfig), m)
+	node, err := scratchlab.SanityConfig(ctx, st.StateDir, kubernetes.NewForConfigOrDie(restConfig), m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestOutsideModule(t *testing.T) {
 		t.Fatalf("the lab's kubeconfig %s has no current context with a cluster", l.Kubeconfig())
 	}
 	consent := target.Consent(kubeconfig.CurrentContext, kubeconfig.Clusters[current.Cluster].Server)
-	commandEnv, err := labtest.CommandEnv(ctx, l)
+	commandEnv, err := scratchlab.CommandEnv(ctx, l)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,16 +54,38 @@ func Dralab(ctx context.Context) (string, error) {
 		}
 		return filepath.Abs(p)
 	}
+	dir, err := binDir()
+	if err != nil {
+		return "", err
+	}
+	err = GoReporting(ctx, ReporterFrom(ctx), dir+string(filepath.Separator), "github.com/dralab/dralab/cmd/dralab", "github.com/dralab/dralab/cmd/"+DriverBinary)
+	return filepath.Join(dir, "dralab"), err
+}
+
+// KindPackage is the kind backend's program (lab/internal/kindcmd): only
+// kind labs need it, and only it links kind and Helm's install action.
+const KindPackage = "github.com/dralab/dralab/lab/internal/kind/dralab-kind"
+
+// Kind returns the path of an up-to-date dralab-kind, built into the
+// user's cache directory beside the dralab binary.
+func Kind(ctx context.Context) (string, error) {
+	dir, err := binDir()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "dralab-kind")
+	return out, GoReporting(ctx, ReporterFrom(ctx), out, KindPackage)
+}
+
+// binDir is where the lab's programs are built: the user's cache
+// directory.
+func binDir() (string, error) {
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		return "", err
 	}
 	dir := filepath.Join(cache, "dralab", "bin")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	err = GoReporting(ctx, ReporterFrom(ctx), dir+string(filepath.Separator), "github.com/dralab/dralab/cmd/dralab", "github.com/dralab/dralab/cmd/"+DriverBinary)
-	return filepath.Join(dir, "dralab"), err
+	return dir, os.MkdirAll(dir, 0o755)
 }
 
 // Go builds main packages of this module into out, a file for one package

@@ -23,6 +23,7 @@ import (
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/internal/backend"
+	"github.com/dralab/dralab/lab/internal/kindcmd"
 	"github.com/dralab/dralab/lab/status"
 )
 
@@ -34,8 +35,6 @@ type Backend struct {
 	root string
 }
 
-var _ backend.Backend = &Backend{}
-
 // New returns the backend; kubeconfigs live in root/<name>.
 func New(root string) *Backend { return &Backend{root: root} }
 
@@ -44,11 +43,11 @@ func (b *Backend) Name() string { return config.BackendKind }
 
 // Capabilities implements backend.Backend.
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{RealNodes: true, NeedsDocker: true}
+	return kindcmd.Capabilities
 }
 
 // Kubeconfig implements backend.Backend.
-func (b *Backend) Kubeconfig(name string) string { return filepath.Join(b.root, name, "kubeconfig") }
+func (b *Backend) Kubeconfig(name string) string { return kindcmd.Kubeconfig(b.root, name) }
 
 // provider returns kind's provider once the container engine answers: a
 // docker client without a running engine is no engine.

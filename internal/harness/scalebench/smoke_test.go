@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/dralab/dralab/internal/build"
-	"github.com/dralab/dralab/lab/scalebench"
+	"github.com/dralab/dralab/internal/harness/scalebench"
 )
 
 // TestSmoke runs every case in every state on 10 virtual nodes, and the

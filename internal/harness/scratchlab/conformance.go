@@ -1,4 +1,4 @@
-package labtest
+package scratchlab
 
 import (
 	"context"

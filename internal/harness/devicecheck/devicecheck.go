@@ -30,10 +30,10 @@ import (
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/nvml"
 	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/internal/kubeclient"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/lab/config"
-	"github.com/dralab/dralab/lab/labtest"
 )
 
 // Options of a device check.
@@ -79,8 +79,8 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	start := time.Now()
-	l, err := labtest.Start(ctx, cfg, "dralab-device-check")
-	defer func() { _ = labtest.Stop(context.WithoutCancel(ctx), l) }()
+	l, err := scratchlab.Start(ctx, cfg, "dralab-device-check")
+	defer func() { _ = scratchlab.Stop(context.WithoutCancel(ctx), l) }()
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/dralab/dralab/internal/dashboard/browsertest"
-	"github.com/dralab/dralab/lab/scalebench"
+	"github.com/dralab/dralab/internal/harness/scalebench"
 )
 
 // TestPlotInABrowser opens the plot in Chromium and reads what it draws:

@@ -1,4 +1,4 @@
-package labtest
+package scratchlab
 
 import (
 	"strings"
@@ -11,7 +11,7 @@ import (
 // README's default lab lacks the GPUs three of the fake driver's
 // capabilities need, each named; the conformance lab has them all.
 func TestLacks(t *testing.T) {
-	m, err := manifest.Load("../../drivers/fakegpu/driver.yaml")
+	m, err := manifest.Load("../../../drivers/fakegpu/driver.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,9 @@
-// Package labtest starts and deletes the embedded labs that test suites
+// Package scratchlab starts and deletes the embedded labs that test suites
 // (e2e, conformance) run against: in a temporary state directory, so that a
 // lab a person is using is left alone, with a short path, so that the
 // nodes' plugin sockets stay under the 108-byte limit of a unix socket
 // path.
-package labtest
+package scratchlab
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package labtest
+package scratchlab
 
 import (
 	v1 "k8s.io/api/core/v1"

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/dralab/dralab/drivers/conformance/strictyaml"
+	"github.com/dralab/dralab/internal/harness/scalebench"
+	"github.com/dralab/dralab/internal/ui"
+	"github.com/dralab/dralab/lab/config"
+)
+
+// benchScale is bench:scale (magefiles/bench.go says what it measures).
+func benchScale(ctx context.Context) error {
+	o := scalebench.Options{Nodes: scalebench.DefaultNodes}
+	if v := os.Getenv("DRALAB_BENCH_NODES"); v != "" {
+		nodes, err := scalebench.ParseNodes(v)
+		if err != nil {
+			return err
+		}
+		o.Nodes = nodes
+	}
+	if v := os.Getenv("DRALAB_BENCH_CASES"); v != "" {
+		o.Cases = strings.Split(v, ",")
+	}
+	if v := os.Getenv("DRALAB_BENCH_STATES"); v != "" {
+		o.States = strings.Split(v, ",")
+	}
+	if v := os.Getenv("DRALAB_BENCH_CONTROL_PLANE"); v != "" {
+		o.ControlPlane = &config.ControlPlane{}
+		if err := strictyaml.Decode([]byte(v), o.ControlPlane); err != nil {
+			return fmt.Errorf("DRALAB_BENCH_CONTROL_PLANE: %w", err)
+		}
+	}
+	dir := os.Getenv("ARTIFACTS")
+	if dir == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return err
+		}
+		dir = filepath.Join(cache, "dralab", "bench")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	bin, err := buildDralab(ctx)
+	if err != nil {
+		return err
+	}
+	o.Binary = bin
+	u := ui.Stderr()
+	o.Progress = func(run string) func(error) { return u.Step("Measuring " + run) }
+	results, err := scalebench.Run(ctx, o)
+	if err != nil {
+		return err
+	}
+	var comparisons []scalebench.Comparison
+	if os.Getenv("DRALAB_BENCH_UPSTREAM") == "1" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return err
+		}
+		more, cmp, err := scalebench.CompareUpstream(ctx, o, scalebench.UpstreamOptions{ModuleDir: wd, Output: os.Stderr, LogDir: filepath.Join(dir, "scheduler_perf")}, scalebench.UpstreamWorkloads)
+		results = append(results, more...)
+		if err != nil {
+			return err
+		}
+		comparisons = cmp
+	}
+	if err := scalebench.WriteTable(os.Stdout, results, comparisons); err != nil {
+		return err
+	}
+	jsonFile, svgFile := filepath.Join(dir, "bench-scale.json"), filepath.Join(dir, "bench-scale.svg")
+	if err := scalebench.WriteJSON(jsonFile, results); err != nil {
+		return err
+	}
+	if err := scalebench.WritePlot(svgFile, results); err != nil {
+		return err
+	}
+	u.Println("Results: " + jsonFile + ", " + svgFile)
+	return nil
+}
