@@ -16,8 +16,12 @@ import (
 
 // BenchmarkUp measures the default lab from Up to every node Ready, with
 // the dralab binary already built (a warm build), and reports the lab's
-// memory: the lab process (control plane) and each node process, as RSS
-// once every node is Ready.
+// memory once every node is Ready, per role (the lab process with the
+// control plane, a node, a GPU driver) and in total, two ways: PSS, each
+// process's share of the pages it maps, so that the binary's pages, which
+// every node (or driver) maps from the same file, count once in the total
+// (what the lab takes from the machine), and RSS, which counts them in
+// every process (what ps and top show).
 //
 //	go test ./lab -run '^$' -bench Up -benchtime 3x
 func BenchmarkUp(b *testing.B) {
@@ -34,7 +38,7 @@ func BenchmarkUp(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var cpRSS, nodeRSS, driverRSS float64
+	var sum struct{ cp, node, driver, total memory }
 	b.ResetTimer()
 	for range b.N {
 		if _, err := l.Up(ctx); err != nil {
@@ -49,7 +53,9 @@ func BenchmarkUp(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		cpRSS += rssMiB(b, s.PID)
+		cp := memoryOf(b, s.PID)
+		sum.cp.add(cp, 1)
+		sum.total.add(cp, 1)
 		nodes, drivers := 0.0, 0.0
 		for _, p := range s.Processes {
 			if p.Role == labstate.RoleNode {
@@ -59,10 +65,12 @@ func BenchmarkUp(b *testing.B) {
 			}
 		}
 		for _, p := range s.Processes {
+			m := memoryOf(b, p.PID)
+			sum.total.add(m, 1)
 			if p.Role == labstate.RoleNode {
-				nodeRSS += rssMiB(b, p.PID) / nodes
+				sum.node.add(m, 1/nodes)
 			} else {
-				driverRSS += rssMiB(b, p.PID) / drivers
+				sum.driver.add(m, 1/drivers)
 			}
 		}
 		if err := l.Down(ctx); err != nil {
@@ -72,28 +80,47 @@ func BenchmarkUp(b *testing.B) {
 	}
 	b.StopTimer()
 	n := float64(b.N)
-	b.ReportMetric(cpRSS/n, "MiB-rss-controlplane")
-	b.ReportMetric(nodeRSS/n, "MiB-rss-per-node")
-	b.ReportMetric(driverRSS/n, "MiB-rss-per-driver")
-	b.ReportMetric((cpRSS+(nodeRSS+driverRSS)*float64(len(cfg.Nodes)))/n, "MiB-rss-total")
+	for _, m := range []struct {
+		name string
+		m    memory
+	}{{"controlplane", sum.cp}, {"per-node", sum.node}, {"per-driver", sum.driver}, {"total", sum.total}} {
+		b.ReportMetric(m.m.pss/n, "MiB-pss-"+m.name)
+		b.ReportMetric(m.m.rss/n, "MiB-rss-"+m.name)
+	}
 }
 
-func rssMiB(tb testing.TB, pid int) float64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+// memory is a process's PSS and RSS, in MiB.
+type memory struct{ pss, rss float64 }
+
+func (m *memory) add(o memory, weight float64) {
+	m.pss += o.pss * weight
+	m.rss += o.rss * weight
+}
+
+// memoryOf reads a process's memory from /proc/PID/smaps_rollup.
+func memoryOf(tb testing.TB, pid int) memory {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer f.Close()
+	var m memory
+	found := 0
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
-			if err != nil {
-				tb.Fatal(err)
+		for field, to := range map[string]*float64{"Rss:": &m.rss, "Pss:": &m.pss} {
+			if rest, ok := strings.CutPrefix(sc.Text(), field); ok {
+				kb, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
+				if err != nil {
+					tb.Fatalf("/proc/%d/smaps_rollup: %q: %v", pid, sc.Text(), err)
+				}
+				*to = float64(kb) / 1024
+				found++
 			}
-			return float64(kb) / 1024
 		}
 	}
-	tb.Fatalf("no VmRSS for pid %d", pid)
-	return 0
+	if found != 2 {
+		tb.Fatalf("/proc/%d/smaps_rollup has no Rss and Pss", pid)
+	}
+	return m
 }

@@ -209,7 +209,7 @@ func podWave(ctx context.Context, b *testing.B, client kubernetes.Interface, pid
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			if r := rssMiB(b, pid); r > top {
+			if r := memoryOf(b, pid).rss; r > top {
 				top = r
 			}
 			select {

@@ -29,13 +29,16 @@ type Progress struct {
 // linking (about a minute for the dralab binary) or in one large package.
 const idleAfter = 15 * time.Second
 
-// String says it in one line: "first run only: compiling, 812 of at most
-// 2431 packages, 4m10s so far, at most about 8 min left".
+// String says it in one line: "compiling (the first time, and after a
+// change), 812 of at most 2431 packages, 4m10s so far, at most about 8 min
+// left".
 func (p Progress) String() string {
 	var b strings.Builder
-	b.WriteString("first run only: compiling, ")
+	b.WriteString("compiling (the first time, and after a change), ")
 	if p.Total > 0 {
 		fmt.Fprintf(&b, "%d of at most %d packages", p.Compiled, p.Total)
+	} else if p.Compiled == 1 {
+		b.WriteString("1 package")
 	} else {
 		fmt.Fprintf(&b, "%d packages", p.Compiled)
 	}

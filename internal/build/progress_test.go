@@ -50,7 +50,8 @@ func TestProgressSays(t *testing.T) {
 		want []string
 		not  []string
 	}{
-		{Progress{Compiled: 7, Elapsed: 3 * time.Second}, []string{"first run only", "7 packages", "3s so far"}, []string{"left"}},
+		{Progress{Compiled: 7, Elapsed: 3 * time.Second}, []string{"the first time, and after a change", "7 packages", "3s so far"}, []string{"left"}},
+		{Progress{Compiled: 1, Elapsed: time.Second}, []string{", 1 package, 1s so far"}, []string{"packages"}},
 		{Progress{Compiled: 500, Total: 2000, Elapsed: 5 * time.Minute}, []string{"500 of at most 2000 packages", "5m0s so far", "at most about 15 min left"}, nil},
 		{Progress{Compiled: 2000, Total: 2000, Elapsed: 5 * time.Minute}, []string{"2000 of at most 2000"}, []string{"left"}},
 		{Progress{Compiled: 1444, Total: 3111, Elapsed: 6 * time.Minute, Idle: 30 * time.Second}, []string{"1444 of at most 3111", "now linking"}, []string{"left"}},
