@@ -58,7 +58,7 @@ func Dralab(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	err = GoReporting(ctx, ReporterFrom(ctx), dir+string(filepath.Separator), "github.com/dralab/dralab/cmd/dralab", "github.com/dralab/dralab/cmd/"+DriverBinary)
+	err = goReporting(ctx, reporterFrom(ctx), dir+string(filepath.Separator), "github.com/dralab/dralab/cmd/dralab", "github.com/dralab/dralab/cmd/"+DriverBinary)
 	return filepath.Join(dir, "dralab"), err
 }
 
@@ -74,7 +74,7 @@ func Kind(ctx context.Context) (string, error) {
 		return "", err
 	}
 	out := filepath.Join(dir, "dralab-kind")
-	return out, GoReporting(ctx, ReporterFrom(ctx), out, KindPackage)
+	return out, goReporting(ctx, reporterFrom(ctx), out, KindPackage)
 }
 
 // binDir is where the lab's programs are built: the user's cache
@@ -91,13 +91,13 @@ func binDir() (string, error) {
 // Go builds main packages of this module into out, a file for one package
 // or a directory (ending in a separator) for several.
 func Go(ctx context.Context, out string, pkgs ...string) error {
-	return GoReporting(ctx, nil, out, pkgs...)
+	return goReporting(ctx, nil, out, pkgs...)
 }
 
-// GoReporting is Go, telling report how far the build has come while it
+// goReporting is Go, telling report how far the build has come while it
 // compiles (go build -v names each package it compiles); a build that
 // finds everything in the Go build cache reports nothing.
-func GoReporting(ctx context.Context, report func(Progress), out string, pkgs ...string) error {
+func goReporting(ctx context.Context, report func(Progress), out string, pkgs ...string) error {
 	args := []string{"build", "-ldflags", LDFlags(), "-o", out}
 	if report != nil {
 		args = append(args, "-v")

@@ -46,7 +46,7 @@ func (p Progress) String() string {
 	if p.Idle >= idleAfter {
 		// No estimate from a pace that has stopped.
 		b.WriteString("; now linking, or compiling a large package")
-	} else if left, ok := p.Left(); ok {
+	} else if left, ok := p.left(); ok {
 		if m := int(left.Round(time.Minute) / time.Minute); m > 0 {
 			fmt.Fprintf(&b, ", at most about %d min left", m)
 		} else {
@@ -56,10 +56,10 @@ func (p Progress) String() string {
 	return b.String()
 }
 
-// Left estimates the time left from the pace so far, once the pace means
+// left estimates the time left from the pace so far, once the pace means
 // something (50 packages): an upper bound, like Total. Linking the binary
 // comes after the last package and is not in it.
-func (p Progress) Left() (time.Duration, bool) {
+func (p Progress) left() (time.Duration, bool) {
 	if p.Total == 0 || p.Compiled < 50 || p.Compiled >= p.Total {
 		return 0, false
 	}
@@ -74,8 +74,8 @@ func WithReporter(ctx context.Context, report func(Progress)) context.Context {
 	return context.WithValue(ctx, reporterKey{}, report)
 }
 
-// ReporterFrom is the reporter ctx carries, or nil.
-func ReporterFrom(ctx context.Context) func(Progress) {
+// reporterFrom is the reporter ctx carries, or nil.
+func reporterFrom(ctx context.Context) func(Progress) {
 	r, _ := ctx.Value(reporterKey{}).(func(Progress))
 	return r
 }
