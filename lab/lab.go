@@ -274,7 +274,13 @@ func (l *Lab) ServeDashboard(ctx context.Context) (string, error) {
 }
 
 // Status reports the lab's state.
-func (l *Lab) Status(ctx context.Context) (*Status, error) { return l.backend.Status(ctx, l.cfg.Name) }
+func (l *Lab) Status(ctx context.Context) (*Status, error) {
+	st, err := l.backend.Status(ctx, l.cfg.Name)
+	if st != nil {
+		st.FeatureGates, st.RuntimeConfig = l.cfg.FeatureGatesFlag(), l.cfg.RuntimeConfigFlag()
+	}
+	return st, err
+}
 
 // Kubeconfig is the path of the lab's administrator kubeconfig.
 func (l *Lab) Kubeconfig() string { return l.backend.Kubeconfig(l.cfg.Name) }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	cliflag "k8s.io/component-base/cli/flag"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -41,6 +42,7 @@ func newNodeCommand() *cobra.Command {
 	f.StringArrayVar(&labels, "label", nil, "a node label, key=value (repeatable)")
 	f.Float32Var(&o.QPS, "kube-api-qps", 50, "QPS of the kubelet's API client")
 	f.IntVar(&o.Burst, "kube-api-burst", 100, "burst of the kubelet's API client")
+	f.Var(cliflag.NewMapStringBool(&o.FeatureGates), "feature-gates", "feature gates, A=true,B=false, as the control plane has them")
 	for _, name := range []string{"state-dir", "name", "port", "ca-cert"} {
 		_ = cmd.MarkFlagRequired(name)
 	}

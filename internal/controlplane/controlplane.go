@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -65,6 +66,9 @@ type Options struct {
 	AdminKubeconfig string
 	// FeatureGates is passed as --feature-gates, e.g. "A=true,B=false".
 	FeatureGates string
+	// RuntimeConfig is added to the API server's --runtime-config, after
+	// ServedResourceVersions (so that it may switch those off too).
+	RuntimeConfig string
 	// AuditPolicy and AuditLog, when set, make the API server write an
 	// audit log (JSON lines) of the requests the policy selects.
 	AuditPolicy string
@@ -227,7 +231,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, opts Options, etcdUR
 		"--allow-privileged=true",
 		// Every resource.k8s.io version a 1.37 API server can still serve,
 		// so that manifests written for 1.32–1.36 apply unchanged.
-		"--runtime-config=" + ServedResourceVersions,
+		"--runtime-config=" + strings.Trim(ServedResourceVersions+","+opts.RuntimeConfig, ","),
 		"--profiling=false",
 		// Stop in seconds instead of waiting for in-flight requests up to a minute.
 		"--shutdown-send-retry-after=true",

@@ -12,6 +12,10 @@ package hollownode
 import (
 	"context"
 	"fmt"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/component-base/configz"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	kubeletscheme "k8s.io/kubernetes/pkg/kubelet/apis/config/scheme"
 	"maps"
 	"os"
 	"time"
@@ -47,12 +51,19 @@ type Options struct {
 	// QPS and Burst of the kubelet's API client.
 	QPS   float32
 	Burst int
+	// FeatureGates are the lab's, as the control plane has them.
+	FeatureGates map[string]bool
 }
 
 // Run runs the node until ctx ends or the kubelet fails.
 func Run(ctx context.Context, o Options) error {
 	logger := klog.FromContext(ctx).WithValues("node", o.Name)
 	ctx = klog.NewContext(ctx, logger)
+	// The kubelet reads the process's gates, which its command would set
+	// from its configuration; RunKubelet does not.
+	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(o.FeatureGates); err != nil {
+		return fmt.Errorf("node %s feature gates: %w", o.Name, err)
+	}
 	for _, d := range []string{o.Dir.KubeletRoot(), o.Dir.PluginsRegistry(), o.Dir.Plugins(), o.Dir.CDI(), o.Dir.CertDir()} {
 		if err := os.MkdirAll(d, 0o750); err != nil {
 			return err
@@ -136,6 +147,9 @@ func Run(ctx context.Context, o Options) error {
 	hk.KubeletDeps.Auth = auth
 	runCAReload(ctx.Done())
 
+	if err := serveConfigz(config); err != nil {
+		return err
+	}
 	logger.Info("Starting hollow kubelet", "port", o.Port, "root", flags.RootDirectory)
 	// RunKubelet starts the kubelet's loops and returns.
 	if err := kubeletapp.RunKubelet(ctx, &options.KubeletServer{KubeletFlags: *flags, KubeletConfiguration: *config}, hk.KubeletDeps); err != nil {
@@ -167,6 +181,7 @@ func kubeletConfig(o Options) (*options.KubeletFlags, *kubeletconfig.KubeletConf
 	endpoint := "unix://" + o.Dir.CRISocket()
 	c.ContainerRuntimeEndpoint = endpoint
 	c.ImageServiceEndpoint = endpoint
+	c.FeatureGates = maps.Clone(o.FeatureGates)
 	c.StaticPodURL = ""
 	c.StaticPodPath = ""
 	c.EnableServer = true
@@ -217,4 +232,25 @@ func kubeletConfig(o Options) (*options.KubeletFlags, *kubeletconfig.KubeletConf
 	c.PodLogsDir = o.Dir.KubeletRoot() + "/pod-logs"
 	c.FailCgroupV1 = false
 	return f, c, nil
+}
+
+// serveConfigz publishes the kubelet's configuration at /configz, as the
+// kubelet command does and RunKubelet does not: `kubectl get --raw
+// /api/v1/nodes/NODE/proxy/configz` shows it (its feature gates
+// included), as on any node.
+func serveConfigz(c *kubeletconfig.KubeletConfiguration) error {
+	cz, err := configz.New("kubeletconfig")
+	if err != nil {
+		return fmt.Errorf("kubelet configz: %w", err)
+	}
+	scheme, _, err := kubeletscheme.NewSchemeAndCodecs()
+	if err != nil {
+		return err
+	}
+	var versioned kubeletconfigv1beta1.KubeletConfiguration
+	if err := scheme.Convert(c, &versioned, nil); err != nil {
+		return fmt.Errorf("kubelet configz: %w", err)
+	}
+	versioned.APIVersion, versioned.Kind = kubeletconfigv1beta1.SchemeGroupVersion.String(), "KubeletConfiguration"
+	return cz.Set(&versioned)
 }

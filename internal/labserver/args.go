@@ -15,7 +15,7 @@ import (
 )
 
 // nodeArgs runs a hollow node.
-func nodeArgs(dir labstate.Dir, n config.Node, caCert string, verbosity int) ([]string, error) {
+func nodeArgs(dir labstate.Dir, n config.Node, caCert, gates string, verbosity int) ([]string, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -26,6 +26,9 @@ func nodeArgs(dir labstate.Dir, n config.Node, caCert string, verbosity int) ([]
 		"--port=" + strconv.Itoa(port),
 		"--ca-cert=" + caCert,
 		"--v=" + strconv.Itoa(verbosity),
+	}
+	if gates != "" {
+		args = append(args, "--feature-gates="+gates)
 	}
 	for k, v := range nodeLabels(n) {
 		args = append(args, "--label="+k+"="+v)

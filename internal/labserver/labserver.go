@@ -202,14 +202,14 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 	}
 	for _, n := range cfg.Nodes {
 		if n.Kind == config.NodeReal {
-			if err := startRealNode(ctx, procs, o, n, pkiFiles.CACert); err != nil {
+			if err := startRealNode(ctx, procs, o, n, pkiFiles.CACert, cfg.FeatureGatesFlag()); err != nil {
 				listener.Close()
 				return fmt.Errorf("real node %s: %w", n.Name, err)
 			}
 			continue
 		}
 		rebind := func() ([]string, []string, error) {
-			args, err := nodeArgs(dir, n, pkiFiles.CACert, o.Verbosity)
+			args, err := nodeArgs(dir, n, pkiFiles.CACert, cfg.FeatureGatesFlag(), o.Verbosity)
 			return args, nil, err
 		}
 		args, _, err := rebind()
@@ -236,6 +236,8 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		AdminKubeconfig:             dir.Kubeconfig(),
 		AuditPolicy:                 dir.AuditPolicy(),
 		AuditLog:                    dir.AuditLog(),
+		FeatureGates:                cfg.FeatureGatesFlag(),
+		RuntimeConfig:               cfg.RuntimeConfigFlag(),
 	})
 	if err != nil {
 		cp = nil

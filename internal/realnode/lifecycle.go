@@ -77,7 +77,7 @@ func ImportArchive(ctx context.Context, binDir string, p Paths, archive string) 
 }
 
 // KubeletArgs runs the real kubelet (`dralab kubelet`) for the node.
-func KubeletArgs(p Paths, name, kubeconfig string, labels map[string]string, verbosity int) []string {
+func KubeletArgs(p Paths, name, kubeconfig string, labels map[string]string, gates string, verbosity int) []string {
 	args := []string{"kubelet",
 		"--config=" + p.KubeletConfig(),
 		"--kubeconfig=" + kubeconfig,
@@ -85,6 +85,10 @@ func KubeletArgs(p Paths, name, kubeconfig string, labels map[string]string, ver
 		"--cert-dir=" + p.Node.CertDir(),
 		"--hostname-override=" + name,
 		"--v=" + strconv.Itoa(verbosity),
+	}
+	if gates != "" {
+		// The lab's gates, "A=true,B=false", as every component has them.
+		args = append(args, "--feature-gates="+gates)
 	}
 	var kv []string
 	for k, v := range labels {

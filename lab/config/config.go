@@ -77,6 +77,16 @@ type Config struct {
 	// ControlPlane tunes the embedded control plane's scheduler and
 	// controller manager; every field has a default.
 	ControlPlane *ControlPlane `json:"controlPlane,omitempty"`
+	// FeatureGates switches Kubernetes feature gates, as kind's Cluster
+	// does: every component that reads them (API server, scheduler,
+	// controller manager, every kubelet) gets the same. Names are checked
+	// against Kubernetes v1.37.2's gates, with their locks and
+	// dependencies.
+	FeatureGates map[string]bool `json:"featureGates,omitempty"`
+	// RuntimeConfig switches API versions (or resources) on or off in the
+	// API server, as kind's Cluster does: {"scheduling.k8s.io/v1beta1":
+	// "true"}.
+	RuntimeConfig map[string]string `json:"runtimeConfig,omitempty"`
 	// Driver runs an outside DRA driver's kubelet plugin on every node
 	// instead of dralab's GPU driver: a driver author's cluster for the
 	// conformance suite, without Docker.
@@ -402,6 +412,7 @@ func (c *Config) validate() field.ErrorList {
 	if c.APIServerPort < 0 || c.APIServerPort > 65535 {
 		errs = append(errs, field.Invalid(field.NewPath("apiServerPort"), c.APIServerPort, "must be between 0 (pick a free port) and 65535"))
 	}
+	errs = append(errs, c.validateFeatureGates()...)
 	nodesPath := field.NewPath("nodes")
 	switch {
 	case c.Nodes == nil:

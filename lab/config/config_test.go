@@ -125,6 +125,14 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"negative parallelism", head + "controlPlane: {parallelism: -1}\nnodes: []\n", []string{"controlPlane.parallelism", "between 1 and 1024"}},
 		{"zero percentage of nodes", head + "controlPlane: {percentageOfNodesToScore: 0}\nnodes: []\n", []string{"controlPlane.percentageOfNodesToScore", "between 1 and 100"}},
 		{"misspelt control plane field", head + "controlPlane: {paralelism: 4}\nnodes: []\n", []string{`unknown field "controlPlane.paralelism"`}},
+		{"misspelt gate", head + "featureGates: {GenricWorkload: true}\nnodes: []\n", []string{"featureGates[GenricWorkload]", "no such feature gate", "did you mean GenericWorkload?"}},
+		{"gate in the wrong case", head + "featureGates: {genericworkload: true}\nnodes: []\n", []string{"featureGates[genericworkload]", "did you mean GenericWorkload?"}},
+		{"made-up gate", head + "featureGates: {Teleportation: true}\nnodes: []\n", []string{"featureGates[Teleportation]", "v1.37.2 has no such feature gate"}},
+		{"locked gate", head + "featureGates: {DRAPrioritizedList: false}\nnodes: []\n", []string{"featureGates[DRAPrioritizedList]", "GA and locked to true"}},
+		{"gate without its dependency", head + "featureGates: {DRAWorkloadResourceClaims: true}\nnodes: []\n", []string{"featureGates[DRAWorkloadResourceClaims]", "needs GenericWorkload", "GenericWorkload: true"}},
+		{"gate not a bool", head + "featureGates: {GenericWorkload: yes please}\nnodes: []\n", []string{"featureGates"}},
+		{"misspelt API version", head + "runtimeConfig: {scheduling.k8s.io/v1beta: 'true'}\nnodes: []\n", []string{"runtimeConfig[scheduling.k8s.io/v1beta]", "no such API version", "did you mean scheduling.k8s.io/v1beta1?"}},
+		{"runtime config not true or false", head + "runtimeConfig: {scheduling.k8s.io/v1beta1: 'on'}\nnodes: []\n", []string{"runtimeConfig[scheduling.k8s.io/v1beta1]", `"on"`, `"true"`}},
 		{"misspelt partitioning", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, partitionning: mig}}]\n", []string{`unknown field "nodes[0].gpus.partitionning"`}},
 	}
 	for _, c := range cases {
@@ -280,5 +288,38 @@ func TestCheckGPUs(t *testing.T) {
 	inCode := &Config{Nodes: []Node{{Name: "a", GPUs: &GPUs{Profile: "x", Count: 1}}}}
 	if err := inCode.CheckGPUs(cat); err == nil || !strings.Contains(err.Error(), "(built in code)") {
 		t.Errorf("a configuration built in code: %v, want its names checked and it named as built in code", err)
+	}
+}
+
+// Gates and API versions a configuration may switch, and what the
+// components are given.
+func TestFeatureGatesAndRuntimeConfig(t *testing.T) {
+	data, err := examples.FS.ReadFile("workloads.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Parse("workloads.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cfg.FeatureGatesFlag(), "DRAWorkloadResourceClaims=true,GenericWorkload=true,PodGroupPreemptionPolicy=true,TopologyAwareWorkloadScheduling=true"; got != want {
+		t.Errorf("FeatureGatesFlag = %q, want %q", got, want)
+	}
+	if got := cfg.RuntimeConfigFlag(); got != "scheduling.k8s.io/v1beta1=true" {
+		t.Errorf("RuntimeConfigFlag = %q", got)
+	}
+	if !cfg.GateEnabled("GenericWorkload") || !cfg.GateEnabled("DynamicResourceAllocation") || cfg.GateEnabled("DRAListTypeAttributes") {
+		t.Errorf("GateEnabled: set, default-on and default-off gates misread")
+	}
+	def := Default()
+	if def.FeatureGatesFlag() != "" || def.RuntimeConfigFlag() != "" {
+		t.Errorf("the default lab switches %q %q", def.FeatureGatesFlag(), def.RuntimeConfigFlag())
+	}
+	// Resources and the api/ groups are keys too; a locked gate may be
+	// named at its default.
+	ok := "apiVersion: lab.dralab.dev/v1alpha1\nkind: Lab\nnodes: []\nfeatureGates: {DRAPrioritizedList: true, AllAlpha: false}\n" +
+		"runtimeConfig: {api/alpha: 'false', resource.k8s.io/v1alpha3/resourcepoolstatusrequests: 'true', api/v1: 'true'}\n"
+	if _, err := Parse("ok.yaml", []byte(ok)); err != nil {
+		t.Errorf("valid gates and runtime config refused: %v", err)
 	}
 }

@@ -43,7 +43,11 @@ type Status struct {
 	PID        int
 	Kubeconfig string
 	StateDir   string
-	Nodes      []NodeStatus
+	// FeatureGates and RuntimeConfig are what the lab's configuration
+	// switches, as the components take them ("A=true,B=false").
+	FeatureGates  string
+	RuntimeConfig string
+	Nodes         []NodeStatus
 }
 
 // NodeStatus is one node's state.
@@ -88,6 +92,12 @@ func (s *Status) Write(out io.Writer) error {
 		fmt.Fprintf(w, "Kubeconfig:\t%s\n", s.Kubeconfig)
 	}
 	fmt.Fprintf(w, "State:\t%s\n", s.StateDir)
+	if s.FeatureGates != "" {
+		fmt.Fprintf(w, "Feature gates:\t%s\n", s.FeatureGates)
+	}
+	if s.RuntimeConfig != "" {
+		fmt.Fprintf(w, "Runtime config:\t%s\n", s.RuntimeConfig)
+	}
 	if err := w.Flush(); err != nil {
 		return err
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/conformance/devicecel"
 	"github.com/dralab/dralab/drivers/conformance/devices"
+	"github.com/dralab/dralab/drivers/conformance/nearest"
 	"github.com/dralab/dralab/drivers/conformance/strictyaml"
 )
 
@@ -614,7 +615,7 @@ func validateCapabilities(p *field.Path, caps map[Capability]bool) field.ErrorLi
 	var errs field.ErrorList
 	for _, name := range unknown {
 		detail := "unknown capability; "
-		if s := suggest(name, known); s != "" {
+		if s := nearest.Name(name, known); s != "" {
 			detail += "did you mean " + s + "? "
 		}
 		detail += "known: " + strings.Join(known, ", ")
@@ -683,46 +684,6 @@ func validatePattern(p *field.Path, pattern string) field.ErrorList {
 		return field.ErrorList{field.Invalid(p, pattern, err.Error())}
 	}
 	return nil
-}
-
-// suggest returns the known name closest to name, or "" when none is close
-// enough to be a likely typo.
-func suggest(name string, known []string) string {
-	best, bestDist := "", -1
-	for _, k := range known {
-		d := editDistance(strings.ToLower(name), strings.ToLower(k))
-		if bestDist < 0 || d < bestDist {
-			best, bestDist = k, d
-		}
-	}
-	// A third of the name may be wrong: "DRAPriorityList" still suggests
-	// DRAPrioritizedList, "GPU" suggests nothing.
-	if bestDist > max(2, len(name)/3) {
-		return ""
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	prev := make([]int, len(rb)+1)
-	cur := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur[0] = i
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(rb)]
 }
 
 // ExtendedResource is the extended resource a pod asks for to get one of

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/dralab/dralab/drivers/conformance/nearest"
 )
 
 func TestExampleLoads(t *testing.T) {
@@ -290,8 +292,8 @@ func TestSuggest(t *testing.T) {
 		"GPU":                       "",
 		"DynamicResourceAllocation": "",
 	} {
-		if got := suggest(name, known); got != want {
-			t.Errorf("suggest(%q) = %q, want %q", name, got, want)
+		if got := nearest.Name(name, known); got != want {
+			t.Errorf("nearest.Name(%q) = %q, want %q", name, got, want)
 		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/component-base/featuregate"
 	_ "k8s.io/kubernetes/pkg/features" // registers Kubernetes' feature gates
+
+	"github.com/dralab/dralab/lab/config"
 )
 
 // kind fails to create a cluster whose configuration names an unknown
@@ -21,5 +23,28 @@ func TestFeatureGatesExistAndAreOnByDefault(t *testing.T) {
 		if !utilfeature.DefaultFeatureGate.Enabled(featuregate.Feature(g)) {
 			t.Errorf("feature gate %s is off by default in 1.37", g)
 		}
+	}
+}
+
+// A lab's own gates and API versions reach kind's cluster configuration,
+// which gives them to every component of every node; the lab's wins over
+// the gates the backend sets.
+func TestLabGatesReachKind(t *testing.T) {
+	cfg := config.Default()
+	cfg.Backend = config.BackendKind
+	cfg.FeatureGates = map[string]bool{"GenericWorkload": true, "DRADeviceTaints": false}
+	cfg.RuntimeConfig = map[string]string{"scheduling.k8s.io/v1beta1": "true"}
+	if err := cfg.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Render(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.FeatureGates["GenericWorkload"] || c.FeatureGates["DRADeviceTaints"] || !c.FeatureGates["DRAPrioritizedList"] {
+		t.Errorf("kind's feature gates: %v", c.FeatureGates)
+	}
+	if c.RuntimeConfig["scheduling.k8s.io/v1beta1"] != "true" || c.RuntimeConfig["resource.k8s.io/v1"] != "true" {
+		t.Errorf("kind's runtime config: %v", c.RuntimeConfig)
 	}
 }

@@ -7,6 +7,7 @@ package kind
 
 import (
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 
@@ -72,6 +73,9 @@ func Render(cfg *config.Config) (*v1alpha4.Cluster, error) {
 	for _, g := range FeatureGates {
 		c.FeatureGates[g] = true
 	}
+	// The lab's own, which kind gives every component of every node.
+	maps.Copy(c.FeatureGates, cfg.FeatureGates)
+	maps.Copy(c.RuntimeConfig, cfg.RuntimeConfig)
 	if cfg.APIServerPort != 0 {
 		c.Networking.APIServerPort = int32(cfg.APIServerPort)
 	}
