@@ -30,6 +30,18 @@ var partitionedScenarios = []string{"mig-partitions", "gpu-sharing", "mig-fallba
 // not have either.
 var fabricScenarios = []string{"fabric-attach"}
 
+// workloadScenarios need the Workload API (PodGroups, gang scheduling),
+// which only lab/examples/workloads.yaml switches on: every other lab
+// skips them as unmet.
+var workloadScenarios = []string{"gang-vs-partial", "group-claim", "topology", "gang-fallback", "gang-shared-claim", "gang-partitions"}
+
+// TestWorkloadScenarios runs the workload scenarios on a lab of
+// lab/examples/workloads.yaml: 8-GPU servers in NVLink domains, the
+// Workload API and its gates on.
+func TestWorkloadScenarios(t *testing.T) {
+	runOnExampleLab(t, "workloads.yaml", "dralab-e2e-workloads", workloadScenarios)
+}
+
 // TestPartitionedScenarios starts its own lab from
 // lab/examples/partitioned.yaml (a MIG H100 and a shared L4), runs the
 // scenarios of split and shared GPUs on it, one after another, and deletes
@@ -103,21 +115,21 @@ var matrixLabs = []struct {
 	unmet []string
 }{
 	// One H100, no MIG, shared or fabric GPU.
-	{"mixed.yaml", []string{"counting", "device-taint", "fabric-attach", "gpu-failure", "gpu-sharing", "mig-fallback", "mig-partitions"}},
+	{"mixed.yaml", append([]string{"counting", "device-taint", "fabric-attach", "gpu-failure", "gpu-sharing", "mig-fallback", "mig-partitions"}, workloadScenarios...)},
 	// A MIG H100 and a shared L4 only.
-	{"partitioned.yaml", []string{"admin-access", "claims", "counting", "device-taint", "extended-resource", "fabric-attach", "gpu-failure", "prioritized-fallback"}},
+	{"partitioned.yaml", append([]string{"admin-access", "claims", "counting", "device-taint", "extended-resource", "fabric-attach", "gpu-failure", "prioritized-fallback"}, workloadScenarios...)},
 	// Two fabric-attached H100s only.
-	{"fabric.yaml", []string{"admin-access", "claims", "counting", "extended-resource", "gpu-sharing", "mig-fallback", "mig-partitions", "multi-gpu", "prioritized-fallback", "shared-claim"}},
+	{"fabric.yaml", append([]string{"admin-access", "claims", "counting", "extended-resource", "gpu-sharing", "mig-fallback", "mig-partitions", "multi-gpu", "prioritized-fallback", "shared-claim"}, workloadScenarios...)},
 	// Every kind of DRA GPU, none counted.
-	{"soak.yaml", []string{"counting", "fabric-attach"}},
+	{"soak.yaml", append([]string{"counting", "fabric-attach"}, workloadScenarios...)},
 	// NVML's mock servers: MIG on an A100, no H100 MIG, nothing counted.
-	{"nvml-mock.yaml", []string{"counting", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions"}},
+	{"nvml-mock.yaml", append([]string{"counting", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions"}, workloadScenarios...)},
 }
 
 // failedH100Unmet are the scenarios the default lab cannot run with one
 // H100 failed: those that need two free H100s, and those the default lab
 // never runs.
-var failedH100Unmet = []string{"device-taint", "gpu-failure", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions"}
+var failedH100Unmet = append([]string{"device-taint", "gpu-failure", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions"}, workloadScenarios...)
 
 // TestScenarioMatrix runs every built-in scenario on every example lab, one
 // lab at a time, and on the default lab with a failed H100: each scenario

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/dralab/dralab/drivers/fakegpu"
+	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/nvml"
 	"github.com/dralab/dralab/lab/config"
 )
@@ -21,6 +22,8 @@ func TestConfigSpellsTheDriversValues(t *testing.T) {
 		{config.AttachFabric, fakegpu.AttachFabric},
 		{config.NVMLMockPrefix, nvml.MockPrefix},
 		{config.NVMLHost, nvml.SourceHost},
+		{config.LabelRack, gpu.NodeRackLabel},
+		{config.LabelNVLinkDomain, gpu.NodeNVLinkDomainLabel},
 	} {
 		if c.config != c.driver {
 			t.Errorf("lab/config says %q where the driver says %q", c.config, c.driver)

@@ -50,7 +50,7 @@ func (inv Inventory) Resolve(c *Count) int {
 	if c.N != nil {
 		return *c.N
 	}
-	n := c.Plus
+	n := 0
 	for _, t := range c.DevicesOf {
 		n += inv.Devices[t]
 	}
@@ -79,7 +79,10 @@ func (inv Inventory) Resolve(c *Count) int {
 			}
 		}
 	}
-	return n
+	if c.DivideBy > 1 {
+		n /= c.DivideBy
+	}
+	return n + c.Plus
 }
 
 // PodOutcome is what happened to one pod: its rows of the allocation table.
@@ -366,7 +369,11 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 	if e.SameAttribute != "" && len(devs) > 0 {
 		values := map[string]bool{}
 		for _, d := range devs {
-			values[d.Attributes[e.SameAttribute]] = true
+			v, ok := d.Attributes[e.SameAttribute]
+			if !ok {
+				mismatch(e.SameAttribute, "an attribute of every device", "none", d.DeviceRef())
+			}
+			values[v] = true
 		}
 		if len(values) != 1 {
 			mismatch(e.SameAttribute, "one value for all devices", keys(values), refs(devs))

@@ -135,6 +135,9 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (_ *Result, err error) {
 	if err := inv.meets(s.Requires); err != nil {
 		return nil, fmt.Errorf("scenario %s: %w", s.Name, err)
 	}
+	if err := r.serves(s.Requires.Resources); err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", s.Name, err)
+	}
 	if s.FailsGPUs() && r.GPUFaults == nil {
 		return nil, fmt.Errorf("scenario %s: %w: it fails GPUs through their drivers (failGPU), which only a dralab lab can: run it on one (go run mage.go scenario:run %s)", s.Name, ErrUnmet, s.Name)
 	}
@@ -325,6 +328,29 @@ func (inv Inventory) meets(req Requirements) error {
 	return nil
 }
 
+// serves checks that the API server serves each resource.
+func (r *Runner) serves(resources []string) error {
+	var missing []string
+	for _, res := range resources {
+		gvr, err := ParseResource(res)
+		if err != nil {
+			return err
+		}
+		list, err := r.Client.Discovery().ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("asking the API server for %s: %w", gvr.GroupVersion(), err)
+		}
+		if list == nil || !slices.ContainsFunc(list.APIResources, func(a metav1.APIResource) bool { return a.Name == gvr.Resource }) {
+			missing = append(missing, res)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: the API server does not serve %s: its feature gates and runtime config must switch them on (a dralab lab: featureGates and runtimeConfig, as lab/examples/workloads.yaml does)",
+			ErrUnmet, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
 type run struct {
 	*Runner
 	s   *Scenario
@@ -351,6 +377,8 @@ func (r *run) act(ctx context.Context, st Step) error {
 		return r.createPods(ctx, st.CreatePods)
 	case st.DeletePods != nil:
 		return r.deletePods(ctx, st.DeletePods)
+	case st.DeleteGroups != nil:
+		return r.deleteGroups(ctx, st.DeleteGroups)
 	case st.TaintAllocated != nil:
 		return r.taintAllocated(ctx, st.TaintAllocated)
 	case st.FailGPU != nil:
@@ -519,23 +547,76 @@ func (r *run) apply(ctx context.Context, obj *unstructured.Unstructured) error {
 }
 
 func (r *run) createPods(ctx context.Context, c *CreatePods) error {
-	objs, err := r.objects(c.Manifest)
+	var pods []*unstructured.Unstructured
+	for _, f := range c.Files() {
+		objs, err := r.objects(f)
+		if err != nil {
+			return err
+		}
+		if len(objs) != 1 || objs[0].GetKind() != "Pod" {
+			return fmt.Errorf("%s: createPods needs a file with exactly one Pod", r.s.Source(f))
+		}
+		pods = append(pods, objs[0])
+	}
+	n := r.inv.Resolve(&c.Replicas)
+	if c.Group != "" {
+		return r.createGroups(ctx, c, pods, n)
+	}
+	for i := range n {
+		for j, manifest := range pods {
+			pod := manifest.DeepCopy()
+			pod.SetName(fmt.Sprintf("%s-%d", manifest.GetName(), i))
+			if err := r.apply(ctx, pod); err != nil {
+				return fmt.Errorf("%s: pod %s: %w", r.s.Source(c.Files()[j]), pod.GetName(), err)
+			}
+			// One at a time: the order of allocation is the order of creation.
+			if err := r.waitScheduled(ctx, pod.GetName()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// createGroups makes each pod manifest's n copies a PodGroup of the group
+// manifest, named as the manifest's pod, and creates every group's pods at
+// once.
+func (r *run) createGroups(ctx context.Context, c *CreatePods, pods []*unstructured.Unstructured, n int) error {
+	objs, err := r.objects(c.Group)
 	if err != nil {
 		return err
 	}
-	if len(objs) != 1 || objs[0].GetKind() != "Pod" {
-		return fmt.Errorf("%s: createPods needs a file with exactly one Pod", r.s.Source(c.Manifest))
+	if len(objs) != 1 || objs[0].GetKind() != "PodGroup" {
+		return fmt.Errorf("%s: createPods' group needs a file with exactly one PodGroup", r.s.Source(c.Group))
 	}
-	n := r.inv.Resolve(&c.Replicas)
-	base := objs[0].GetName()
-	for i := range n {
-		pod := objs[0].DeepCopy()
-		pod.SetName(fmt.Sprintf("%s-%d", base, i))
-		if err := r.apply(ctx, pod); err != nil {
-			return fmt.Errorf("%s: pod %s: %w", r.s.Source(c.Manifest), pod.GetName(), err)
+	var names []string
+	for j, manifest := range pods {
+		group := objs[0].DeepCopy()
+		group.SetName(manifest.GetName())
+		if gang, ok, _ := unstructured.NestedMap(group.Object, "spec", "schedulingPolicy", "gang"); ok {
+			if _, has := gang["minCount"]; !has {
+				if err := unstructured.SetNestedField(group.Object, int64(n), "spec", "schedulingPolicy", "gang", "minCount"); err != nil {
+					return err
+				}
+			}
 		}
-		// One at a time: the order of allocation is the order of creation.
-		if err := r.waitScheduled(ctx, pod.GetName()); err != nil {
+		if err := r.apply(ctx, group); err != nil {
+			return fmt.Errorf("%s: PodGroup %s: %w", r.s.Source(c.Group), group.GetName(), err)
+		}
+		for i := range n {
+			pod := manifest.DeepCopy()
+			pod.SetName(fmt.Sprintf("%s-%d", manifest.GetName(), i))
+			if err := unstructured.SetNestedField(pod.Object, group.GetName(), "spec", "schedulingGroup", "podGroupName"); err != nil {
+				return err
+			}
+			if err := r.apply(ctx, pod); err != nil {
+				return fmt.Errorf("%s: pod %s: %w", r.s.Source(c.Files()[j]), pod.GetName(), err)
+			}
+			names = append(names, pod.GetName())
+		}
+	}
+	for _, name := range names {
+		if err := r.waitScheduled(ctx, name); err != nil {
 			return err
 		}
 	}
@@ -561,12 +642,15 @@ func (r *run) deletePods(ctx context.Context, d *DeletePods) error {
 	if err != nil {
 		return err
 	}
-	want, deleted := r.inv.Resolve(&d.Count), 0
+	want, deleted := -1, 0
+	if d.Count != nil {
+		want = r.inv.Resolve(d.Count)
+	}
 	for _, o := range Outcomes(rows) {
 		if deleted == want {
 			break
 		}
-		if ok, _ := path.Match(d.Pods, o.Name); !ok || (d.Tier != "" && podTier(o) != d.Tier) {
+		if ok, _ := path.Match(d.Pods, o.Name); !ok || (d.Tier != "" && podTier(o) != d.Tier) || (d.Phase != "" && o.phase() != d.Phase) {
 			continue
 		}
 		if err := r.Client.CoreV1().Pods(r.ns).Delete(ctx, o.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
@@ -575,8 +659,43 @@ func (r *run) deletePods(ctx context.Context, d *DeletePods) error {
 		r.gone = append(r.gone, o.Name)
 		deleted++
 	}
-	if deleted < want {
-		return fmt.Errorf("deletePods: found %d of %d pods matching %s (tier %q) to delete", deleted, want, d.Pods, d.Tier)
+	if deleted < want || (want < 0 && deleted == 0) {
+		return fmt.Errorf("deletePods: found %d of %s pods matching %s (tier %q, phase %q) to delete", deleted, d.Count.String(), d.Pods, d.Tier, d.Phase)
+	}
+	return nil
+}
+
+// deleteGroups deletes the PodGroups matching a pattern and their pods.
+func (r *run) deleteGroups(ctx context.Context, d *DeleteGroups) error {
+	groups, err := r.Client.SchedulingV1beta1().PodGroups(r.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("deleteGroups: %w", err)
+	}
+	pods, err := r.Client.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	deleted := 0
+	for _, g := range groups.Items {
+		if ok, _ := path.Match(d.Groups, g.Name); !ok {
+			continue
+		}
+		for _, p := range pods.Items {
+			if report.GroupOf(&p) != g.Name {
+				continue
+			}
+			if err := r.Client.CoreV1().Pods(r.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+			r.gone = append(r.gone, p.Name)
+		}
+		if err := r.Client.SchedulingV1beta1().PodGroups(r.ns).Delete(ctx, g.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		deleted++
+	}
+	if deleted == 0 {
+		return fmt.Errorf("deleteGroups: no PodGroup matches %s", d.Groups)
 	}
 	return nil
 }
@@ -643,11 +762,21 @@ func (r *run) await(ctx context.Context, st Step) (StepResult, error) {
 		}
 		res.Rows, res.Snapshot = rows, snap
 		res.Expectations = CheckEach(st.Expect, Outcomes(rows), r.inv)
+		var groupResults []ExpectationResult
+		if len(st.ExpectGroups) > 0 {
+			groups, err := r.Client.SchedulingV1beta1().PodGroups(r.ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				lastErr = err
+				return false, nil
+			}
+			groupResults = CheckGroups(st.ExpectGroups, groups.Items, snap, rows, r.inv)
+			res.Expectations = append(res.Expectations, groupResults...)
+		}
 		if !r.settled(ctx, snap) {
 			res.Failures = []string{"the namespace did not settle: pods are still starting, terminating or waiting for the scheduler"}
 			return false, nil
 		}
-		res.Failures = failuresOf(st.Expect, res.Expectations)
+		res.Failures = append(failuresOf(st.Expect, res.Expectations[:len(st.Expect)]), groupFailuresOf(st.ExpectGroups, groupResults)...)
 		return len(res.Failures) == 0, nil
 	})
 	if err != nil && !wait.Interrupted(err) {

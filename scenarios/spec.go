@@ -18,6 +18,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	sigsjson "sigs.k8s.io/json"
 
@@ -83,6 +85,10 @@ type Requirements struct {
 	AttachedTiers []string `json:"attachedTiers,omitempty"`
 	// Features names the Kubernetes features the scenario exercises.
 	Features []string `json:"features,omitempty"`
+	// Resources the API server must serve, as resource.group/version:
+	// podgroups.scheduling.k8s.io/v1beta1 for the Workload API, which is
+	// off by default (lab/examples/workloads.yaml switches it on).
+	Resources []string `json:"resources,omitempty"`
 }
 
 // Step is one action and what must hold once the cluster has settled.
@@ -101,24 +107,92 @@ type Step struct {
 	// as gpu:fail does; HealGPU heals every GPU the scenario failed.
 	FailGPU *FailGPU  `json:"failGPU,omitempty"`
 	HealGPU *struct{} `json:"healGPU,omitempty"`
+	// DeleteGroups deletes PodGroups and their pods.
+	DeleteGroups *DeleteGroups `json:"deleteGroups,omitempty"`
 	// Expect are checked in order against the namespace's pods.
 	Expect []Expectation `json:"expect,omitempty"`
+	// ExpectGroups are checked against the namespace's PodGroups.
+	ExpectGroups []GroupExpectation `json:"expectGroups,omitempty"`
 }
+
+// DeleteGroups deletes the PodGroups matching Groups (a name pattern) and
+// every pod of them.
+type DeleteGroups struct {
+	Groups string `json:"groups"`
+}
+
+// GroupExpectation is what must hold for the PodGroups matching Groups (a
+// name pattern): with Count, exactly that many of them meet every field
+// set; without, each of them does, and at least one matches.
+type GroupExpectation struct {
+	Groups string `json:"groups"`
+	Count  *Count `json:"count,omitempty"`
+	// Bound is how many of each group's pods the scheduler bound: "all",
+	// "none" or "some" (some, not all); a group without pods is none of
+	// these.
+	Bound string `json:"bound,omitempty"`
+	// Scheduled is the group's PodGroupInitiallyScheduled condition: true,
+	// or false (not yet, or with Reason: Unschedulable).
+	Scheduled *bool  `json:"scheduled,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	// Claims name entries of the group's spec.resourceClaims: each has one
+	// claim (generated from a template, named in
+	// status.resourceClaimStatuses, or named in the entry), allocated and
+	// reserved for the group, and every pod of the group that is bound
+	// holds that claim's devices.
+	Claims []string `json:"claims,omitempty"`
+	// SameDomain is a node label: the nodes of the group's bound pods
+	// share one value of it (a topology domain).
+	SameDomain string `json:"sameDomain,omitempty"`
+	// Gone: no group matches any more, and no claim that such a group
+	// owned is left.
+	Gone bool `json:"gone,omitempty"`
+}
+
+// Values of GroupExpectation.Bound.
+const (
+	BoundAll  = "all"
+	BoundNone = "none"
+	BoundSome = "some"
+)
 
 // CreatePods creates Replicas copies of a pod manifest, named
 // <manifest's name>-<i>, each after the previous one is scheduled or found
 // unschedulable, so that the order of allocation is the order of creation.
+// Manifests, instead of Manifest, creates copies of several in turn (a-0,
+// b-0, a-1, b-1, …): jobs that arrive together.
+//
+// With Group, a PodGroup manifest, each pod manifest's copies are one
+// group: the runner creates a PodGroup from the file named as the pod
+// manifest's pod, with gang.minCount set to Replicas where the file gives
+// none, makes each copy join it (spec.schedulingGroup), creates the
+// copies of every manifest at once and waits until each is scheduled or
+// found unschedulable: a gang is scheduled whole or not at all.
 type CreatePods struct {
-	Manifest string `json:"manifest"`
-	Replicas Count  `json:"replicas"`
+	Manifest  string   `json:"manifest,omitempty"`
+	Manifests []string `json:"manifests,omitempty"`
+	Replicas  Count    `json:"replicas"`
+	Group     string   `json:"group,omitempty"`
 }
 
-// DeletePods deletes Count pods matching Pods (a name pattern) and, if
-// set, holding a device of Tier, in creation order.
+// Files are the pod manifests to create copies of, in turn.
+func (c *CreatePods) Files() []string {
+	if c.Manifest != "" {
+		return []string{c.Manifest}
+	}
+	return c.Manifests
+}
+
+// DeletePods deletes Count pods (all, without) matching Pods (a name
+// pattern) and, if set, holding a device of Tier, in creation order.
 type DeletePods struct {
-	Pods  string `json:"pods"`
-	Tier  string `json:"tier,omitempty"`
-	Count Count  `json:"count"`
+	Pods string `json:"pods"`
+	Tier string `json:"tier,omitempty"`
+	// Phase, if set (Running), deletes only pods in that phase: the bound
+	// pods of a pattern, whichever group the scheduler chose.
+	Phase string `json:"phase,omitempty"`
+	// Count is how many; unset, every matching pod.
+	Count *Count `json:"count,omitempty"`
 }
 
 // TaintAllocated creates a DeviceTaintRule for each device allocated to a
@@ -166,7 +240,10 @@ type Count struct {
 	// attribute's value on one node: the claims a matchAttribute
 	// constraint can still be met for.
 	GroupsOf *Groups `json:"groupsOf,omitempty"`
-	Plus     int     `json:"plus,omitempty"`
+	// DivideBy divides the sum of the above (rounding down) before Plus
+	// is added: {groupsOf: …, divideBy: 2, plus: 1} is more than half.
+	DivideBy int `json:"divideBy,omitempty"`
+	Plus     int `json:"plus,omitempty"`
 }
 
 // Groups is a number of groups of GPUs that share an attribute:
@@ -200,7 +277,7 @@ func (c *Count) UnmarshalJSON(data []byte) error {
 		err = errors.Join(strict...)
 	}
 	if err != nil {
-		return fmt.Errorf("a count is a number or {devicesOf, countedOf, countedNodesOf, partitionsOf, partitionedOf, sharesOf, groupsOf, plus}: %w", err)
+		return fmt.Errorf("a count is a number or {devicesOf, countedOf, countedNodesOf, partitionsOf, partitionedOf, sharesOf, groupsOf, divideBy, plus}: %w", err)
 	}
 	*c = Count(p)
 	return nil
@@ -262,6 +339,9 @@ func (c *Count) String() string {
 			s += " + "
 		}
 		s += fmt.Sprintf("groups of %d free %s GPUs sharing %s", g.Size, g.Tier, g.Attribute)
+	}
+	if c.DivideBy > 1 {
+		s = "(" + s + ") / " + fmt.Sprint(c.DivideBy)
 	}
 	if c.Plus != 0 {
 		s += fmt.Sprintf(" %+d", c.Plus)
@@ -454,6 +534,9 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 				errs = append(errs, field.Required(p.Child("partitionsOf").Index(i), "a MIG profile, e.g. 1g.10gb"))
 			}
 		}
+		if c.DivideBy < 0 {
+			errs = append(errs, field.Invalid(p.Child("divideBy"), c.DivideBy, "must not be negative"))
+		}
 		checkTiers(p.Child("devicesOf"), c.DevicesOf)
 		checkTiers(p.Child("countedOf"), c.CountedOf)
 		checkTiers(p.Child("countedNodesOf"), c.CountedNodesOf)
@@ -488,6 +571,11 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 	checkTiers(field.NewPath("requires", "sharedTiers"), s.Requires.SharedTiers)
 	checkTiers(field.NewPath("requires", "attachedTiers"), s.Requires.AttachedTiers)
 	checkTiers(field.NewPath("requires", "plainTiers"), s.Requires.PlainTiers)
+	for i, r := range s.Requires.Resources {
+		if _, err := ParseResource(r); err != nil {
+			errs = append(errs, field.Invalid(field.NewPath("requires", "resources").Index(i), r, err.Error()))
+		}
+	}
 	for _, tier := range slices.Sorted(maps.Keys(s.Requires.Devices)) {
 		p := field.NewPath("requires", "devices").Key(tier)
 		checkTier(p, tier)
@@ -512,14 +600,40 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 		}
 		if c := st.CreatePods; c != nil {
 			actions++
-			checkFile(p.Child("createPods", "manifest"), c.Manifest)
-			checkCount(p.Child("createPods", "replicas"), &c.Replicas)
+			cp := p.Child("createPods")
+			switch {
+			case c.Manifest == "" && len(c.Manifests) == 0:
+				errs = append(errs, field.Required(cp.Child("manifest"), "a pod manifest (or manifests, a list)"))
+			case c.Manifest != "" && len(c.Manifests) > 0:
+				errs = append(errs, field.Invalid(cp.Child("manifests"), c.Manifests, "give manifest or manifests, not both"))
+			case c.Manifest != "":
+				checkFile(cp.Child("manifest"), c.Manifest)
+			}
+			seen := map[string]bool{}
+			for j, f := range c.Manifests {
+				checkFile(cp.Child("manifests").Index(j), f)
+				if seen[f] {
+					errs = append(errs, field.Duplicate(cp.Child("manifests").Index(j), f))
+				}
+				seen[f] = true
+			}
+			if c.Group != "" {
+				checkFile(cp.Child("group"), c.Group)
+			}
+			checkCount(cp.Child("replicas"), &c.Replicas)
 		}
 		if d := st.DeletePods; d != nil {
 			actions++
 			checkPattern(p.Child("deletePods", "pods"), d.Pods)
 			checkTier(p.Child("deletePods", "tier"), d.Tier)
-			checkCount(p.Child("deletePods", "count"), &d.Count)
+			if d.Phase != "" && d.Phase != "Running" && d.Phase != "Pending" {
+				errs = append(errs, field.NotSupported(p.Child("deletePods", "phase"), d.Phase, []string{"Running", "Pending"}))
+			}
+			checkCount(p.Child("deletePods", "count"), d.Count)
+		}
+		if d := st.DeleteGroups; d != nil {
+			actions++
+			checkPattern(p.Child("deleteGroups", "groups"), d.Groups)
 		}
 		if ta := st.TaintAllocated; ta != nil {
 			actions++
@@ -543,9 +657,12 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 		}
 		switch {
 		case actions > 1:
-			errs = append(errs, field.Invalid(p, st.Name, "a step has at most one action: apply, createPods, deletePods, taintAllocated, failGPU or healGPU"))
-		case actions == 0 && len(st.Expect) == 0:
+			errs = append(errs, field.Invalid(p, st.Name, "a step has at most one action: apply, createPods, deletePods, deleteGroups, taintAllocated, failGPU or healGPU"))
+		case actions == 0 && len(st.Expect) == 0 && len(st.ExpectGroups) == 0:
 			errs = append(errs, field.Required(p, "a step needs an action or expectations, which it then waits for"))
+		}
+		for j, g := range st.ExpectGroups {
+			errs = append(errs, g.validate(p.Child("expectGroups").Index(j), checkPattern, checkCount)...)
 		}
 		for j, e := range st.Expect {
 			ep := p.Child("expect").Index(j)
@@ -583,6 +700,48 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 		}
 	}
 	return errs
+}
+
+func (g GroupExpectation) validate(p *field.Path, checkPattern func(*field.Path, string), checkCount func(*field.Path, *Count)) field.ErrorList {
+	var errs field.ErrorList
+	checkPattern(p.Child("groups"), g.Groups)
+	checkCount(p.Child("count"), g.Count)
+	switch g.Bound {
+	case "", BoundAll, BoundNone, BoundSome:
+	default:
+		errs = append(errs, field.NotSupported(p.Child("bound"), g.Bound, []string{BoundAll, BoundNone, BoundSome}))
+	}
+	if g.Reason != "" && (g.Scheduled == nil || *g.Scheduled) {
+		errs = append(errs, field.Invalid(p.Child("reason"), g.Reason, "a reason needs scheduled: false"))
+	}
+	for i, c := range g.Claims {
+		for _, msg := range validation.IsDNS1123Label(c) {
+			errs = append(errs, field.Invalid(p.Child("claims").Index(i), c, "the name of an entry of the group's spec.resourceClaims: "+msg))
+		}
+	}
+	if g.SameDomain != "" {
+		for _, msg := range validation.IsQualifiedName(g.SameDomain) {
+			errs = append(errs, field.Invalid(p.Child("sameDomain"), g.SameDomain, "a node label: "+msg))
+		}
+	}
+	if g.Gone && (g.Count != nil || g.Bound != "" || g.Scheduled != nil || len(g.Claims) > 0 || g.SameDomain != "") {
+		errs = append(errs, field.Invalid(p.Child("gone"), g.Gone, "a group that is gone has nothing else to check"))
+	}
+	if !g.Gone && g.Bound == "" && g.Scheduled == nil && len(g.Claims) == 0 && g.SameDomain == "" {
+		errs = append(errs, field.Required(p, "something to check: bound, scheduled, claims, sameDomain or gone"))
+	}
+	return errs
+}
+
+// ParseResource splits "podgroups.scheduling.k8s.io/v1beta1" (or "pods/v1",
+// the core group) into a GroupVersionResource.
+func ParseResource(s string) (schema.GroupVersionResource, error) {
+	rg, version, ok := strings.Cut(s, "/")
+	if !ok || version == "" || rg == "" {
+		return schema.GroupVersionResource{}, errors.New("want resource.group/version, e.g. podgroups.scheduling.k8s.io/v1beta1")
+	}
+	resource, group, _ := strings.Cut(rg, ".")
+	return schema.GroupVersionResource{Group: group, Version: version, Resource: resource}, nil
 }
 
 // FailsGPUs says whether a step fails GPUs (failGPU), which needs a

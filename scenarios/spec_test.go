@@ -11,7 +11,7 @@ func TestEveryScenarioLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"admin-access", "claim-status", "claims", "counting", "device-taint", "extended-resource", "fabric-attach", "gpu-failure", "gpu-sharing", "mig-fallback", "mig-partitions", "multi-gpu", "prioritized-fallback", "shared-claim"}
+	want := []string{"admin-access", "claim-status", "claims", "counting", "device-taint", "extended-resource", "fabric-attach", "gang-fallback", "gang-partitions", "gang-shared-claim", "gang-vs-partial", "gpu-failure", "gpu-sharing", "group-claim", "mig-fallback", "mig-partitions", "multi-gpu", "prioritized-fallback", "shared-claim", "topology"}
 	var got []string
 	for _, s := range all {
 		got = append(got, s.Name)
@@ -48,6 +48,14 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		"bad reason":             {head + "steps: [{name: a, apply: [pod.yaml], expect: [{pods: p, phase: Pending, reason: Busy}]}]\n", []string{`"Busy"`}},
 		"bad pattern":            {head + "steps: [{name: a, apply: [pod.yaml], expect: [{pods: '[x'}]}]\n", []string{"steps[0].expect[0].pods"}},
 		"no steps":               {head, []string{"steps: Required"}},
+		"manifest and manifests": {head + "steps: [{name: a, createPods: {manifest: pod.yaml, manifests: [pod.yaml], replicas: 1}}]\n", []string{"steps[0].createPods.manifests", "not both"}},
+		"missing group file":     {head + "steps: [{name: a, createPods: {manifest: pod.yaml, group: group.yaml, replicas: 1}}]\n", []string{"steps[0].createPods.group", "group.yaml"}},
+		"bad bound":              {head + "steps: [{name: a, expectGroups: [{groups: g, bound: half}]}]\n", []string{"steps[0].expectGroups[0].bound", `"half"`}},
+		"group reason":           {head + "steps: [{name: a, expectGroups: [{groups: g, reason: Unschedulable}]}]\n", []string{"steps[0].expectGroups[0].reason", "scheduled: false"}},
+		"nothing to check":       {head + "steps: [{name: a, expectGroups: [{groups: g}]}]\n", []string{"steps[0].expectGroups[0]", "something to check"}},
+		"gone and bound":         {head + "steps: [{name: a, expectGroups: [{groups: g, gone: true, bound: all}]}]\n", []string{"steps[0].expectGroups[0].gone"}},
+		"bad resource":           {head + "requires: {resources: [podgroups]}\nsteps: [{name: a, apply: [pod.yaml]}]\n", []string{"requires.resources[0]", "resource.group/version"}},
+		"bad delete phase":       {head + "steps: [{name: a, deletePods: {pods: p, phase: Done}}]\n", []string{"steps[0].deletePods.phase", `"Done"`}},
 		"malformed":              {head + "steps: [\n", []string{"yaml"}},
 		"wrong version":          {strings.Replace(head, "v1alpha1", "v2", 1) + "steps: [{name: a, apply: [pod.yaml]}]\n", []string{"apiVersion"}},
 	}

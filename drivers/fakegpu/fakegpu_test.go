@@ -7,6 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"k8s.io/utils/ptr"
+
+	"github.com/dralab/dralab/drivers/gpu"
 )
 
 func TestBuiltinProfiles(t *testing.T) {
@@ -133,5 +137,39 @@ func TestNodeEditsNameTheNode(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A node's topology is an attribute of each of its GPUs and of their MIG
+// devices, with the values of the node's labels.
+func TestInventoryCarriesTheNodesTopology(t *testing.T) {
+	p, err := LookupProfile("h100-80gb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo := gpu.Topology{Rack: "r1", NVLinkDomain: "nvl-1"}
+	for _, partitioning := range []string{"", PartitioningMIG} {
+		inv := &Inventory{Node: "n", Profile: p, Count: 2, Partitioning: partitioning, Topology: topo}
+		devs, err := inv.Devices(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range devs {
+			a := d.API.Attributes
+			if ptr.Deref(a[gpu.AttrRack].StringValue, "") != "r1" || ptr.Deref(a[gpu.AttrNVLinkDomain].StringValue, "") != "nvl-1" {
+				t.Errorf("partitioning %q: device %s has rack %v, NVLink domain %v", partitioning, d.API.Name, a[gpu.AttrRack].StringValue, a[gpu.AttrNVLinkDomain].StringValue)
+			}
+		}
+	}
+	inv := &Inventory{Node: "n", Profile: p, Count: 1}
+	devs, err := inv.Devices(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := devs[0].API.Attributes[gpu.AttrNVLinkDomain]; ok {
+		t.Errorf("a GPU of a node without topology has an NVLink domain")
+	}
+	if l := topo.Labels(); l[gpu.NodeNVLinkDomainLabel] != "nvl-1" || l[gpu.NodeRackLabel] != "r1" {
+		t.Errorf("labels %v", l)
 	}
 }

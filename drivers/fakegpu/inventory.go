@@ -28,6 +28,9 @@ type Inventory struct {
 	Sharing string
 	// Attach is "" (GPUs in the node) or AttachFabric.
 	Attach string
+	// Topology is where the node sits: every GPU and MIG device carries
+	// its rack and NVLink domain as attributes.
+	Topology gpu.Topology
 }
 
 // Partitioning and sharing modes.
@@ -169,6 +172,7 @@ func (inv *Inventory) Devices(context.Context) ([]kit.Device, error) {
 			"cudaDriverVersion":               {VersionValue: ptr.To(cudaVersion)},
 			"resource.kubernetes.io/pcieRoot": {StringValue: ptr.To(pcieRoot)},
 		}
+		maps.Copy(product, inv.Topology.Attributes())
 		whole := kit.Device{
 			API: resourceapi.Device{
 				Name: name,

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"path/filepath"
 	"slices"
@@ -85,6 +86,9 @@ type Inventory struct {
 	// if empty: a driver installed by a driver container keeps them
 	// elsewhere. Containers see them in /dev whatever it is.
 	DevRoot string
+	// Topology is where the node sits: every GPU and MIG device carries
+	// its rack and NVLink domain as attributes.
+	Topology gpu.Topology
 
 	// mu guards what the first listing learnt: the devices, the counter
 	// sets and the MIG devices' placements.
@@ -246,6 +250,7 @@ func (inv *Inventory) device(logger klog.Logger, g GPU) kit.Device {
 		}
 	}
 
+	maps.Copy(attrs, inv.Topology.Attributes())
 	dev := kit.Device{
 		API: resourceapi.Device{Name: name, Attributes: attrs},
 		Env: map[string]string{"": name},

@@ -53,6 +53,14 @@ func driverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
 	if n.GPUs.NVML != "" {
 		inventory = []string{"--inventory=nvml", "--nvml=" + nvml.SourceOf(n.GPUs.NVML)}
 	}
+	if t := n.Topology; t != nil {
+		if t.Rack != "" {
+			inventory = append(inventory, "--rack="+t.Rack)
+		}
+		if t.NVLinkDomain != "" {
+			inventory = append(inventory, "--nvlink-domain="+t.NVLinkDomain)
+		}
+	}
 	return append(inventory,
 		"--node-name="+n.Name,
 		"--kubeconfig="+nd.DriverKubeconfig(),
@@ -126,6 +134,7 @@ func nodeLabels(n config.Node) map[string]string {
 	for k, v := range n.Labels {
 		labels[k] = v
 	}
+	maps.Copy(labels, n.Topology.Labels())
 	if n.GPUs != nil && n.GPUs.Profile != "" {
 		labels[gpu.NodeProfileLabel] = n.GPUs.Profile
 	}

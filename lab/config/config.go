@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	kubeletapis "k8s.io/kubelet/pkg/apis"
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/conformance/strictyaml"
@@ -231,8 +232,76 @@ type Node struct {
 	Kind string `json:"kind,omitempty"`
 	// Labels are added to the node's labels.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Topology places the node in a rack and an NVLink domain: node labels
+	// that a PodGroup's topology constraint names, and the same values as
+	// attributes of the node's GPUs, for a claim's matchAttribute.
+	Topology *Topology `json:"topology,omitempty"`
 	// GPUs are the devices the node's GPU driver publishes; none for a CPU-only node.
 	GPUs *GPUs `json:"gpus,omitempty"`
+}
+
+// Topology is where a node sits. Each place becomes a node label and an
+// attribute of every GPU of the node (docs/workloads.md):
+//
+//	field         node label                         GPU attribute
+//	rack          topology.dralab.dev/rack           topology.dralab.dev/rack
+//	nvlinkDomain  topology.dralab.dev/nvlink-domain  topology.dralab.dev/nvlinkDomain
+type Topology struct {
+	Rack         string `json:"rack,omitempty"`
+	NVLinkDomain string `json:"nvlinkDomain,omitempty"`
+}
+
+// The node labels of a node's topology; the GPU driver spells them the
+// same (lab's tests check).
+const (
+	LabelRack         = "topology.dralab.dev/rack"
+	LabelNVLinkDomain = "topology.dralab.dev/nvlink-domain"
+)
+
+// Labels are the node labels of the topology.
+func (t *Topology) Labels() map[string]string {
+	out := map[string]string{}
+	if t == nil {
+		return out
+	}
+	if t.Rack != "" {
+		out[LabelRack] = t.Rack
+	}
+	if t.NVLinkDomain != "" {
+		out[LabelNVLinkDomain] = t.NVLinkDomain
+	}
+	return out
+}
+
+func (t *Topology) validate(tp *field.Path, labels map[string]string) field.ErrorList {
+	var errs field.ErrorList
+	if t.Rack == "" && t.NVLinkDomain == "" {
+		errs = append(errs, field.Required(tp, "a rack, an nvlinkDomain or both; or drop topology"))
+	}
+	for _, f := range []struct{ name, value, label string }{{"rack", t.Rack, LabelRack}, {"nvlinkDomain", t.NVLinkDomain, LabelNVLinkDomain}} {
+		if f.value == "" {
+			continue
+		}
+		for _, msg := range validation.IsValidLabelValue(f.value) {
+			errs = append(errs, field.Invalid(tp.Child(f.name), f.value, msg+" (it becomes the node label "+f.label+")"))
+		}
+		if v, ok := labels[f.label]; ok && v != f.value {
+			errs = append(errs, field.Invalid(tp.Child(f.name), f.value, fmt.Sprintf("labels sets %s=%s too: give the %s once, here", f.label, v, f.name)))
+		}
+	}
+	return errs
+}
+
+// reservedForKubelets tells a label of Kubernetes' domains that no kubelet
+// may register with (what kubelet's --node-labels and the NodeRestriction
+// admission plugin refuse).
+func reservedForKubelets(key string) bool {
+	domain, _, ok := strings.Cut(key, "/")
+	if !ok {
+		return false
+	}
+	ours := func(d string) bool { return domain == d || strings.HasSuffix(domain, "."+d) }
+	return (ours("kubernetes.io") || ours("k8s.io")) && !kubeletapis.IsKubeletLabel(key)
 }
 
 // GPUs say what GPUs a node carries: Count fake GPUs of a Profile, or
@@ -456,6 +525,12 @@ func (c *Config) validate() field.ErrorList {
 			for _, msg := range validation.IsValidLabelValue(v) {
 				errs = append(errs, field.Invalid(lp, v, msg))
 			}
+			if reservedForKubelets(k) {
+				errs = append(errs, field.Invalid(lp, k, "a kubelet may set no label of the kubernetes.io and k8s.io domains but Kubernetes' own (the NodeRestriction admission plugin refuses the node): use a domain of your own, as topology.dralab.dev/rack is"))
+			}
+		}
+		if n.Topology != nil {
+			errs = append(errs, n.Topology.validate(p.Child("topology"), n.Labels)...)
 		}
 		if n.GPUs != nil && c.Backend == BackendKind && (n.GPUs.Partitioning != "" || n.GPUs.Sharing != "") {
 			errs = append(errs, field.Forbidden(p.Child("gpus"), "partitioning and sharing run on the embedded backend only, so far: the kind backend's chart does not pass them to the driver"))

@@ -125,6 +125,11 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"negative parallelism", head + "controlPlane: {parallelism: -1}\nnodes: []\n", []string{"controlPlane.parallelism", "between 1 and 1024"}},
 		{"zero percentage of nodes", head + "controlPlane: {percentageOfNodesToScore: 0}\nnodes: []\n", []string{"controlPlane.percentageOfNodesToScore", "between 1 and 100"}},
 		{"misspelt control plane field", head + "controlPlane: {paralelism: 4}\nnodes: []\n", []string{`unknown field "controlPlane.paralelism"`}},
+		{"label of Kubernetes' domain", head + "nodes: [{name: a, labels: {topology.kubernetes.io/rack: r1}}]\n", []string{"nodes[0].labels[topology.kubernetes.io/rack]", "NodeRestriction"}},
+		{"empty topology", head + "nodes: [{name: a, topology: {}}]\n", []string{"nodes[0].topology: Required", "rack, an nvlinkDomain"}},
+		{"bad rack", head + "nodes: [{name: a, topology: {rack: 'rack 1'}}]\n", []string{"nodes[0].topology.rack", `"rack 1"`, "topology.dralab.dev/rack"}},
+		{"misspelt topology field", head + "nodes: [{name: a, topology: {nvlinkdomain: nvl-1}}]\n", []string{`unknown field "nodes[0].topology.nvlinkdomain"`}},
+		{"topology against a label", head + "nodes: [{name: a, labels: {topology.dralab.dev/nvlink-domain: nvl-2}, topology: {nvlinkDomain: nvl-1}}]\n", []string{"nodes[0].topology.nvlinkDomain", "labels sets topology.dralab.dev/nvlink-domain=nvl-2 too"}},
 		{"misspelt gate", head + "featureGates: {GenricWorkload: true}\nnodes: []\n", []string{"featureGates[GenricWorkload]", "no such feature gate", "did you mean GenericWorkload?"}},
 		{"gate in the wrong case", head + "featureGates: {genericworkload: true}\nnodes: []\n", []string{"featureGates[genericworkload]", "did you mean GenericWorkload?"}},
 		{"made-up gate", head + "featureGates: {Teleportation: true}\nnodes: []\n", []string{"featureGates[Teleportation]", "v1.37.2 has no such feature gate"}},
@@ -294,14 +299,7 @@ func TestCheckGPUs(t *testing.T) {
 // Gates and API versions a configuration may switch, and what the
 // components are given.
 func TestFeatureGatesAndRuntimeConfig(t *testing.T) {
-	data, err := examples.FS.ReadFile("workloads.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := Parse("workloads.yaml", data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := example(t, "workloads.yaml")
 	if got, want := cfg.FeatureGatesFlag(), "DRAWorkloadResourceClaims=true,GenericWorkload=true,PodGroupPreemptionPolicy=true,TopologyAwareWorkloadScheduling=true"; got != want {
 		t.Errorf("FeatureGatesFlag = %q, want %q", got, want)
 	}
@@ -322,4 +320,40 @@ func TestFeatureGatesAndRuntimeConfig(t *testing.T) {
 	if _, err := Parse("ok.yaml", []byte(ok)); err != nil {
 		t.Errorf("valid gates and runtime config refused: %v", err)
 	}
+}
+
+// A node's topology becomes its labels; the workloads lab places its H100
+// servers in two NVLink domains.
+func TestTopologyLabels(t *testing.T) {
+	cfg := example(t, "workloads.yaml")
+	domains := map[string]int{}
+	for _, n := range cfg.Nodes {
+		if n.GPUs != nil && n.GPUs.Profile == "h100-80gb" && n.Topology != nil {
+			domains[n.Topology.Labels()[LabelNVLinkDomain]] += n.GPUs.Count
+		}
+	}
+	if len(domains) != 2 || domains["nvl-1"] != 16 || domains["nvl-2"] != 16 {
+		t.Errorf("H100s per NVLink domain = %v, want two domains of 16", domains)
+	}
+	got := (&Topology{Rack: "r1", NVLinkDomain: "nvl-1"}).Labels()
+	if len(got) != 2 || got[LabelRack] != "r1" || got[LabelNVLinkDomain] != "nvl-1" {
+		t.Errorf("Labels = %v", got)
+	}
+	if got := (*Topology)(nil).Labels(); len(got) != 0 {
+		t.Errorf("no topology has labels %v", got)
+	}
+}
+
+// example parses an example lab configuration.
+func example(t *testing.T, file string) *Config {
+	t.Helper()
+	data, err := examples.FS.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Parse(file, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }

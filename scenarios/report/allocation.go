@@ -521,3 +521,11 @@ func dash(s string) string {
 	}
 	return s
 }
+
+// GroupOf is the PodGroup a pod joins (spec.schedulingGroup), "" for none.
+func GroupOf(pod *v1.Pod) string {
+	if g := pod.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil {
+		return *g.PodGroupName
+	}
+	return ""
+}

@@ -57,14 +57,21 @@ type Options struct {
 	// Partitioning, Sharing and Attach are the fake inventory's modes:
 	// fakegpu.PartitioningMIG, fakegpu.SharingMemory,
 	// fakegpu.AttachFabric, or empty.
-	Partitioning     string
-	Sharing          string
-	Attach           string
-	RegistrarDir     string
-	PluginsDir       string
-	DevicePluginsDir string
-	CDIDir           string
-	CheckpointDir    string
+	Partitioning string
+	Sharing      string
+	Attach       string
+	// Rack and NVLinkDomain place the node (gpu.Topology): every GPU
+	// carries them as attributes. RackLabel and NVLinkDomainLabel read
+	// them from the node's labels instead, where it has them.
+	Rack              string
+	NVLinkDomain      string
+	RackLabel         string
+	NVLinkDomainLabel string
+	RegistrarDir      string
+	PluginsDir        string
+	DevicePluginsDir  string
+	CDIDir            string
+	CheckpointDir     string
 	// PodUID is the driver pod's UID: set, the kubelet plugin supports
 	// rolling updates (kubeletplugin.RollingUpdate).
 	PodUID string
@@ -124,6 +131,10 @@ Every flag can also be set through the environment variable named in brackets.`,
 	f.StringVar(&o.Partitioning, "partitioning", "", "partition the fake GPUs: "+fakegpu.PartitioningMIG+" publishes each GPU's MIG placements beside it, all drawing from the GPU's counters (profiles with MIG: "+strings.Join(fakegpu.MIGProfileNames(), ", ")+"); empty: whole GPUs only")
 	f.StringVar(&o.Attach, "attach", "", "attach the fake GPUs on demand: "+fakegpu.AttachFabric+" gives each GPU the binding condition "+fakegpu.ConditionAttached+" (failure: "+fakegpu.ConditionAttachFailed+"), so the scheduler binds a pod only once an attach controller has set it in the claim's status; empty: GPUs are in the node")
 	f.StringVar(&o.Sharing, "sharing", "", "share the fake GPUs: "+fakegpu.SharingMemory+" lets several claims share a GPU, each asking for some of its memory; empty: one claim per GPU")
+	f.StringVar(&o.Rack, "rack", "", "the node's rack: every GPU carries it as the attribute "+gpu.AttrRack+"; empty: unknown")
+	f.StringVar(&o.NVLinkDomain, "nvlink-domain", "", "the node's NVLink domain: every GPU carries it as the attribute "+gpu.AttrNVLinkDomain+"; empty: unknown")
+	f.StringVar(&o.RackLabel, "rack-label", "", "read the rack from this label of the node (e.g. "+gpu.NodeRackLabel+"), when it has it")
+	f.StringVar(&o.NVLinkDomainLabel, "nvlink-domain-label", "", "read the NVLink domain from this label of the node (e.g. "+gpu.NodeNVLinkDomainLabel+"), when it has it")
 	f.StringVar(&o.RegistrarDir, "kubelet-registrar-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registration directory")
 	f.StringVar(&o.PluginsDir, "kubelet-plugins-dir", "/var/lib/kubelet/plugins", "parent of the driver's DRA socket directory")
 	f.StringVar(&o.DevicePluginsDir, "kubelet-device-plugins-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory (device-plugin mode)")
@@ -206,10 +217,13 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	if err := fromNodeLabels(ctx, client, &o); err != nil {
+		return err
+	}
+	if nv, ok := inv.(*nvml.Inventory); ok {
+		nv.Topology = o.topology()
+	}
 	if inv == nil {
-		if err := fromNodeLabels(ctx, client, &o); err != nil {
-			return err
-		}
 		if inv, _, err = openInventory(o); err != nil {
 			return err
 		}
@@ -305,17 +319,23 @@ func serveEndpoints(ctx context.Context, o Options, health http.Handler, metrics
 	return stop, nil
 }
 
-// fromNodeLabels fills the profile and GPU count from the node's labels,
-// where the options name labels.
+// fromNodeLabels fills the profile, the GPU count and the topology from
+// the node's labels, where the options name labels.
 func fromNodeLabels(ctx context.Context, client kubernetes.Interface, o *Options) error {
-	if o.ProfileLabel == "" && o.GPUsLabel == "" {
+	if o.ProfileLabel == "" && o.GPUsLabel == "" && o.RackLabel == "" && o.NVLinkDomainLabel == "" {
 		return nil
 	}
 	node, err := client.CoreV1().Nodes().Get(ctx, o.NodeName, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("reading node %s for its GPU labels: %w", o.NodeName, err)
 	}
-	if o.ProfileLabel != "" && o.Profile == "" && o.ProfileFile == "" {
+	if v := node.Labels[o.RackLabel]; o.RackLabel != "" && v != "" {
+		o.Rack = v
+	}
+	if v := node.Labels[o.NVLinkDomainLabel]; o.NVLinkDomainLabel != "" && v != "" {
+		o.NVLinkDomain = v
+	}
+	if o.ProfileLabel != "" && o.Profile == "" && o.ProfileFile == "" && o.Inventory == InventoryFake {
 		o.Profile = node.Labels[o.ProfileLabel]
 		if o.Profile == "" {
 			return fmt.Errorf("node %s has no label %s naming its GPU profile", o.NodeName, o.ProfileLabel)
@@ -383,7 +403,12 @@ func nvmlInventory(o Options) (*nvml.Inventory, error) {
 		return nil, err
 	}
 	// A mock's GPUs have no device files for the runtime to find.
-	return &nvml.Inventory{Lister: lister, SysfsRoot: "/sys", OmitDeviceNodes: mock}, nil
+	return &nvml.Inventory{Lister: lister, SysfsRoot: "/sys", OmitDeviceNodes: mock, Topology: o.topology()}, nil
+}
+
+// topology is where the options place the node.
+func (o Options) topology() gpu.Topology {
+	return gpu.Topology{Rack: o.Rack, NVLinkDomain: o.NVLinkDomain}
 }
 
 func fakeInventory(o Options) (kit.Inventory, error) {
@@ -410,7 +435,7 @@ func fakeInventory(o Options) (kit.Inventory, error) {
 	if (o.Partitioning != "" || o.Sharing != "" || o.Attach != "") && o.Mode == ModeDevicePlugin {
 		return nil, fmt.Errorf("--mode %s counts whole GPUs: --partitioning, --sharing and --attach need --mode %s", ModeDevicePlugin, ModeDRA)
 	}
-	inv := &fakegpu.Inventory{Node: o.NodeName, Profile: p, Count: o.GPUs, Partitioning: o.Partitioning, Sharing: o.Sharing, Attach: o.Attach}
+	inv := &fakegpu.Inventory{Node: o.NodeName, Profile: p, Count: o.GPUs, Partitioning: o.Partitioning, Sharing: o.Sharing, Attach: o.Attach, Topology: o.topology()}
 	if err := inv.Validate(); err != nil {
 		// The inventory says "partitioning …": the flag's name.
 		return nil, fmt.Errorf("--%w", err)

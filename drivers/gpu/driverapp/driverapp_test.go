@@ -5,6 +5,12 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/dralab/dralab/drivers/gpu"
 )
 
 // --partitioning and --sharing reach the fake inventory: --list shows the
@@ -32,5 +38,27 @@ func TestPartitioningAndSharingFlags(t *testing.T) {
 		if err := List(context.Background(), bad, &out); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want an error containing %q", bad, err, c.want)
 		}
+	}
+}
+
+// The topology comes from flags, or from the node's labels where the
+// flags name labels (the chart's way), and reaches every GPU's attributes.
+func TestTopologyFromFlagsAndNodeLabels(t *testing.T) {
+	ctx := context.Background()
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{gpu.NodeRackLabel: "r2", gpu.NodeNVLinkDomainLabel: "nvl-2"}}}
+	o := Options{Inventory: InventoryFake, Mode: ModeDRA, NodeName: "n", Profile: "h100-80gb", GPUs: 1, Rack: "r1", NVLinkDomain: "nvl-1"}
+	var out bytes.Buffer
+	if err := List(ctx, o, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), gpu.AttrNVLinkDomain+":\n      string: nvl-1") || !strings.Contains(out.String(), gpu.AttrRack+":\n      string: r1") {
+		t.Errorf("--list with --rack r1 --nvlink-domain nvl-1:\n%s", out.String())
+	}
+	o.RackLabel, o.NVLinkDomainLabel = gpu.NodeRackLabel, gpu.NodeNVLinkDomainLabel
+	if err := fromNodeLabels(ctx, fake.NewClientset(node), &o); err != nil {
+		t.Fatal(err)
+	}
+	if o.topology() != (gpu.Topology{Rack: "r2", NVLinkDomain: "nvl-2"}) {
+		t.Errorf("topology from the node's labels = %+v", o.topology())
 	}
 }

@@ -85,6 +85,7 @@ func Render(cfg *config.Config) (*v1alpha4.Cluster, error) {
 		for k, v := range n.Labels {
 			w.Labels[k] = v
 		}
+		maps.Copy(w.Labels, n.Topology.Labels())
 		if n.GPUs != nil {
 			w.Labels[gpu.NodeProfileLabel] = n.GPUs.Profile
 			w.Labels[LabelGPUs] = strconv.Itoa(n.GPUs.Count)

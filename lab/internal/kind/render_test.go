@@ -83,3 +83,38 @@ func TestChartWatchesTheFaultsFile(t *testing.T) {
 		t.Error("the counting mode's driver watches a faults file")
 	}
 }
+
+// A node's topology reaches its kind worker as labels, and the driver the
+// chart runs reads its GPUs' topology attributes from those labels.
+func TestTopologyReachesKind(t *testing.T) {
+	cfg := &config.Config{APIVersion: config.APIVersion, Kind: config.Kind, Backend: config.BackendKind, Nodes: []config.Node{
+		{Name: "a", Topology: &config.Topology{Rack: "r1", NVLinkDomain: "nvl-1"}, GPUs: &config.GPUs{Profile: "h100-80gb", Count: 8}},
+	}}
+	if err := cfg.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Render(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := c.Nodes[1]; w.Labels[gpu.NodeRackLabel] != "r1" || w.Labels[gpu.NodeNVLinkDomainLabel] != "nvl-1" {
+		t.Errorf("worker labels %v", w.Labels)
+	}
+	chart, err := charts.Load(charts.DriverChart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := charts.Render(chart, ChartValues(config.GPUModeDRA, "dralab-driver", "test"), DriverNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := out["dralab-driver/templates/daemonset.yaml"]
+	for _, want := range []string{
+		"name: DRALAB_RACK_LABEL\n          value: \"" + gpu.NodeRackLabel + "\"",
+		"name: DRALAB_NVLINK_DOMAIN_LABEL\n          value: \"" + gpu.NodeNVLinkDomainLabel + "\"",
+	} {
+		if !strings.Contains(ds, want) {
+			t.Errorf("the DaemonSet lacks %q:\n%s", want, ds)
+		}
+	}
+}
