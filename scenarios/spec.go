@@ -393,7 +393,8 @@ type Expectation struct {
 	// cluster's state (the scheduler itself only says "cannot allocate all
 	// claims"): NoMatchingDevice, AllAllocated, Tainted, Insufficient (an
 	// extended resource), CounterExhausted, CapacityExhausted,
-	// SelectorError or ConstraintUnmet.
+	// SelectorError or ConstraintUnmet; for a pod of a PodGroup also
+	// GangIncomplete, GangShort, TopologyShort or GangUnschedulable.
 	// A list names reasons of which any may hold: [AllAllocated,
 	// CapacityExhausted] on a lab where the last matching device is a
 	// shared one with too little left.
@@ -421,6 +422,13 @@ const (
 	// Enough free devices, none of whose sets meets a matchAttribute
 	// constraint.
 	ReasonConstraintUnmet = "ConstraintUnmet"
+	// A pod of a PodGroup whose own claims fit: fewer pods than minCount
+	// exist; too few free devices for all the unbound pods; none of the
+	// group's topology domains has enough; or no whole placement found.
+	ReasonGangIncomplete    = "GangIncomplete"
+	ReasonGangShort         = "GangShort"
+	ReasonTopologyShort     = "TopologyShort"
+	ReasonGangUnschedulable = "GangUnschedulable"
 )
 
 // Reasons are the pending reasons an expectation accepts: one, written as a
@@ -456,7 +464,8 @@ func (r Reasons) String() string { return strings.Join(r, " or ") }
 // healths are the health values the kubelet reports for a device.
 var healths = []string{"Healthy", "Unhealthy", "Unknown"}
 
-var reasons = []string{ReasonNoMatchingDevice, ReasonAllAllocated, ReasonTainted, ReasonInsufficient, ReasonCounterExhausted, ReasonCapacityExhausted, ReasonSelectorError, ReasonConstraintUnmet}
+var reasons = []string{ReasonNoMatchingDevice, ReasonAllAllocated, ReasonTainted, ReasonInsufficient, ReasonCounterExhausted, ReasonCapacityExhausted, ReasonSelectorError, ReasonConstraintUnmet,
+	ReasonGangIncomplete, ReasonGangShort, ReasonTopologyShort, ReasonGangUnschedulable}
 
 // Parse decodes a scenario.yaml strictly and validates it; source names
 // the file in errors. files lists the scenario folder's files, which

@@ -15,6 +15,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -100,6 +101,9 @@ type Snapshot struct {
 	Classes    map[string]*resourceapi.DeviceClass
 	TaintRules []resourceapi.DeviceTaintRule
 	Nodes      map[string]*v1.Node
+	// PodGroups are the namespace's, by namespace/name; none where the
+	// API server does not serve them.
+	PodGroups map[string]*schedulingv1beta1.PodGroup
 }
 
 // claimKey keys Snapshot.Claims: namespace/name.
@@ -137,7 +141,31 @@ func Read(ctx context.Context, client kubernetes.Interface, namespace string) (*
 	if rules != nil {
 		ruleItems = rules.Items
 	}
-	return NewSnapshot(namespace, pods.Items, claims.Items, slices.Items, classes.Items, ruleItems, nodes.Items), nil
+	snap := NewSnapshot(namespace, pods.Items, claims.Items, slices.Items, classes.Items, ruleItems, nodes.Items)
+	// PodGroups only where some pod joins one: the Workload API is off by
+	// default.
+	grouped := false
+	for i := range pods.Items {
+		grouped = grouped || GroupOf(&pods.Items[i]) != ""
+	}
+	if grouped {
+		groups, err := client.SchedulingV1beta1().PodGroups(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("listing pod groups: %w", err)
+		}
+		if groups != nil {
+			snap.SetPodGroups(groups.Items)
+		}
+	}
+	return snap, nil
+}
+
+// SetPodGroups records the PodGroups of the snapshot's pods.
+func (s *Snapshot) SetPodGroups(groups []schedulingv1beta1.PodGroup) {
+	s.PodGroups = map[string]*schedulingv1beta1.PodGroup{}
+	for i := range groups {
+		s.PodGroups[claimKey(groups[i].Namespace, groups[i].Name)] = &groups[i]
+	}
 }
 
 // NewSnapshot makes a snapshot of listed objects (from the API or from

@@ -68,6 +68,21 @@ type alternative struct {
 // allocator's own CEL library) and tells whether none exist, all are
 // allocated (naming to which claims) or all are tainted.
 func (s *Snapshot) why(ctx context.Context, pod *v1.Pod) (string, string, error) {
+	code, msg, err := s.whyPod(ctx, pod)
+	g, grouped := s.groupOf(pod)
+	switch {
+	// PodGroups unread (nil, as from informers without them): the pod
+	// is explained on its own.
+	case err != nil || !grouped || s.PodGroups == nil:
+		return code, msg, err
+	case code != "":
+		return code, g.String() + ": " + msg, nil
+	}
+	return s.whyGroup(ctx, pod, g, msg)
+}
+
+// whyPod explains a pod on its own, as if it were in no group.
+func (s *Snapshot) whyPod(ctx context.Context, pod *v1.Pod) (string, string, error) {
 	message := schedulingMessage(pod)
 	holders := s.AllocatedDevices()
 	if len(pod.Spec.ResourceClaims) == 0 {

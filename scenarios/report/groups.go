@@ -1,0 +1,214 @@
+package report
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	"k8s.io/utils/ptr"
+)
+
+// Reason codes of a pod of a PodGroup that waits although its own claims
+// could be allocated, as far as devices go.
+const (
+	// GangIncomplete: fewer pods of the group exist than its gang's
+	// minCount; the scheduler does not try it until they do.
+	GangIncomplete = "GangIncomplete"
+	// GangShort: the cluster has fewer free matching devices than the
+	// group's unbound pods need together.
+	GangShort = "GangShort"
+	// TopologyShort: the devices are there in all, but no domain of the
+	// group's topology constraint has enough of them free.
+	TopologyShort = "TopologyShort"
+	// GangUnschedulable: the scheduler found no placement of the whole
+	// group that dralab's reading of the devices can name (its message
+	// says more).
+	GangUnschedulable = "GangUnschedulable"
+)
+
+// group is what the snapshot knows of a pod's PodGroup.
+type group struct {
+	name     string
+	pg       *schedulingv1beta1.PodGroup
+	minCount int
+	pods     int
+	unbound  int
+}
+
+func (g group) String() string {
+	s := "gang " + g.name
+	if g.pg == nil {
+		return s + " (no such PodGroup)"
+	}
+	if g.minCount > 0 {
+		s += fmt.Sprintf(" (minCount %d, %d pods, %d bound)", g.minCount, g.pods, g.pods-g.unbound)
+	} else {
+		s += fmt.Sprintf(" (%d pods, %d bound)", g.pods, g.pods-g.unbound)
+	}
+	return s
+}
+
+// groupOf reads a pod's group; false for a pod of none.
+func (s *Snapshot) groupOf(pod *v1.Pod) (group, bool) {
+	name := GroupOf(pod)
+	if name == "" {
+		return group{}, false
+	}
+	g := group{name: name, pg: s.PodGroups[claimKey(pod.Namespace, name)]}
+	if g.pg != nil && g.pg.Spec.SchedulingPolicy.Gang != nil {
+		g.minCount = int(g.pg.Spec.SchedulingPolicy.Gang.MinCount)
+	}
+	for i := range s.Pods {
+		p := &s.Pods[i]
+		if p.Namespace == pod.Namespace && GroupOf(p) == name && p.DeletionTimestamp == nil {
+			g.pods++
+			if p.Spec.NodeName == "" {
+				g.unbound++
+			}
+		}
+	}
+	return g, true
+}
+
+// whyGroup explains a pod of a group whose own claims fit, as far as
+// devices go: the group is incomplete, the cluster is short of devices for
+// all of its unbound pods, or no domain of its topology constraint has
+// them. message is the scheduler's word.
+func (s *Snapshot) whyGroup(ctx context.Context, pod *v1.Pod, g group, message string) (string, string, error) {
+	if g.pg == nil {
+		return GangIncomplete, fmt.Sprintf("%s: the pod joins a PodGroup that does not exist; the scheduler waits for it", g), nil
+	}
+	if g.pods < g.minCount {
+		return GangIncomplete, fmt.Sprintf("%s: %d more pods must exist before the scheduler tries the group", g, g.minCount-g.pods), nil
+	}
+	key := ""
+	if c := g.pg.Spec.SchedulingConstraints; c != nil && len(c.Topology) > 0 {
+		key = c.Topology[0].Key
+	}
+	holders := s.AllocatedDevices()
+	nodeOfPool := map[string]string{}
+	for _, sl := range s.Slices {
+		nodeOfPool[sl.Spec.Driver+"/"+sl.Spec.Pool.Name] = ptr.Deref(sl.Spec.NodeName, "")
+	}
+	for _, ref := range podClaims(pod) {
+		claim := s.Claims[claimKey(pod.Namespace, ref.name)]
+		if claim == nil || claim.Status.Allocation != nil || s.sharedByGroup(claim, g.name) {
+			continue
+		}
+		for _, req := range claim.Spec.Devices.Requests {
+			alts := alternatives(req)
+			if len(alts) == 0 {
+				continue
+			}
+			var lines []string
+			fits := false
+			for _, alt := range alts {
+				need := g.unbound * alt.count
+				free, held, err := s.freeByDomain(ctx, alt, key, holders, nodeOfPool)
+				if err != nil {
+					return "", "", err
+				}
+				total := 0
+				for _, n := range free {
+					total += n
+				}
+				if key == "" && total >= need || key != "" && slices.ContainsFunc(slices.Collect(maps.Values(free)), func(n int) bool { return n >= need }) {
+					fits = true
+					break
+				}
+				what := fmt.Sprintf("its %d unbound pods need %d devices of %s for request %q (%d each)", g.unbound, need, alt.class, req.Name, alt.count)
+				if alt.name != req.Name {
+					what = fmt.Sprintf("as %s/%s, %s", req.Name, alt.name, what)
+				}
+				if key == "" {
+					lines = append(lines, fmt.Sprintf("%s, and %d are free", what, total))
+					continue
+				}
+				var domains []string
+				for _, d := range slices.Sorted(maps.Keys(free)) {
+					part := fmt.Sprintf("%s %d free", d, free[d])
+					if h := held[d]; len(h) > 0 {
+						part += " (held by " + strings.Join(h, ", ") + ")"
+					}
+					domains = append(domains, part)
+				}
+				lines = append(lines, fmt.Sprintf("%s in one %s domain; %s; %d free in all", what, key, strings.Join(domains, "; "), total))
+			}
+			if fits || len(lines) == 0 {
+				continue
+			}
+			code := GangShort
+			if key != "" {
+				code = TopologyShort
+			}
+			return code, fmt.Sprintf("%s: %s", g, strings.Join(lines, "; or ")), nil
+		}
+	}
+	return GangUnschedulable, fmt.Sprintf("%s: every pod's claims would fit on their own, but the scheduler placed no whole group: %s", g, message), nil
+}
+
+// sharedByGroup tells a claim the group shares (one allocation for all of
+// its pods): it needs its devices once, not per pod.
+func (s *Snapshot) sharedByGroup(claim *resourceapi.ResourceClaim, group string) bool {
+	if pg := s.PodGroups[claimKey(claim.Namespace, group)]; pg != nil {
+		for _, st := range pg.Status.ResourceClaimStatuses {
+			if ptr.Deref(st.ResourceClaimName, "") == claim.Name {
+				return true
+			}
+		}
+		for _, c := range pg.Spec.ResourceClaims {
+			if ptr.Deref(c.ResourceClaimName, "") == claim.Name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// freeByDomain counts an alternative's free matching devices (neither
+// allocated nor tainted against it) by the value of a node label of their
+// node ("" key: one domain, "cluster"), and names the claims that hold the
+// others in each.
+func (s *Snapshot) freeByDomain(ctx context.Context, alt alternative, key string, holders map[string]string, nodeOfPool map[string]string) (map[string]int, map[string][]string, error) {
+	free, held := map[string]int{}, map[string][]string{}
+	candidates, err := s.matching(ctx, alt)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, c := range candidates {
+		domain := "cluster"
+		if key != "" {
+			n := s.Nodes[nodeOfPool[c.driver+"/"+c.pool]]
+			v, ok := "", false
+			if n != nil {
+				v, ok = n.Labels[key]
+			}
+			if !ok {
+				continue // outside every domain: the group cannot use it
+			}
+			domain = v
+		}
+		if _, ok := free[domain]; !ok {
+			free[domain] = 0
+		}
+		if holder, ok := holders[c.driver+"/"+c.String()]; ok {
+			if _, name, _ := strings.Cut(holder, "/"); !slices.Contains(held[domain], name) {
+				held[domain] = append(held[domain], name)
+			}
+			continue
+		}
+		if len(s.blockingTaints(c, alt.tolerations)) > 0 {
+			continue
+		}
+		free[domain]++
+	}
+	for d := range held {
+		slices.Sort(held[d])
+	}
+	return free, held, nil
+}

@@ -1,0 +1,103 @@
+package report
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// A waiting pod of a group whose own claims fit is explained by the group:
+// too few of its pods, too few devices for all of them, or no topology
+// domain with enough.
+func TestWhyGroup(t *testing.T) {
+	ctx := context.Background()
+	pool := func(node string, devs ...string) resourceapi.ResourceSlice {
+		sl := resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: drv, NodeName: ptr.To(node), Pool: resourceapi.ResourcePool{Name: node}}}
+		for _, d := range devs {
+			sl.Spec.Devices = append(sl.Spec.Devices, resourceapi.Device{Name: d})
+		}
+		return sl
+	}
+	claim := func(name string, count int64) resourceapi.ResourceClaim {
+		return resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}, Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "gpus", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "any", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count}}}}}}
+	}
+	held := claim("other", 1)
+	held.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpus", Driver: drv, Pool: "n1", Device: "gpu-0"}}}}
+	pod := func(name string) v1.Pod {
+		return v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}, Spec: v1.PodSpec{
+			SchedulingGroup: &v1.PodSchedulingGroup{PodGroupName: ptr.To("train")},
+			ResourceClaims:  []v1.PodResourceClaim{{Name: "gpus", ResourceClaimName: ptr.To(name)}},
+		}}
+	}
+	node := func(name, domain string) v1.Node {
+		return v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"domain": domain}}}
+	}
+	group := func(minCount int32, key string) schedulingv1beta1.PodGroup {
+		g := schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "ns"}, Spec: schedulingv1beta1.PodGroupSpec{
+			SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: minCount}}}}
+		if key != "" {
+			g.Spec.SchedulingConstraints = &schedulingv1beta1.PodGroupSchedulingConstraints{Topology: []schedulingv1beta1.TopologyConstraint{{Key: key}}}
+		}
+		return g
+	}
+	// Two nodes in two domains, two devices each, one held: three free,
+	// two in d2. Each pod needs two.
+	snap := func(g schedulingv1beta1.PodGroup, pods ...string) *Snapshot {
+		var ps []v1.Pod
+		claims := []resourceapi.ResourceClaim{held}
+		for _, p := range pods {
+			ps = append(ps, pod(p))
+			claims = append(claims, claim(p, 2))
+		}
+		s := NewSnapshot("ns", ps, claims, []resourceapi.ResourceSlice{pool("n1", "gpu-0", "gpu-1"), pool("n2", "gpu-0", "gpu-1")},
+			[]resourceapi.DeviceClass{{ObjectMeta: metav1.ObjectMeta{Name: "any"}}}, nil, []v1.Node{node("n1", "d1"), node("n2", "d2")})
+		s.SetPodGroups([]schedulingv1beta1.PodGroup{g})
+		return s
+	}
+	for _, c := range []struct {
+		name string
+		s    *Snapshot
+		code string
+		want []string
+	}{
+		{"incomplete", snap(group(2, ""), "w-0"), GangIncomplete, []string{"gang train (minCount 2, 1 pods, 0 bound)", "1 more pods must exist"}},
+		{"short", snap(group(2, ""), "w-0", "w-1"), GangShort, []string{"its 2 unbound pods need 4 devices of any", "and 3 are free"}},
+		{"topology", snap(group(1, "domain"), "w-0"), "", nil},
+		{"topology short", func() *Snapshot {
+			s := snap(group(2, "domain"), "w-0", "w-1")
+			// Room for four in all, two per domain.
+			s.AllClaims = s.AllClaims[1:]
+			return s
+		}(), TopologyShort, []string{"need 4 devices of any", "in one domain domain; d1 2 free; d2 2 free; 4 free in all"}},
+		{"held in a domain", snap(group(1, "domain"), "w-0", "w-1"), TopologyShort, []string{"d1 1 free (held by other)", "d2 2 free"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := c.s.Pods[0]
+			code, msg, err := c.s.why(ctx, &p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.code == "" {
+				if code != GangUnschedulable {
+					t.Errorf("a group that fits: %s %q, want %s", code, msg, GangUnschedulable)
+				}
+				return
+			}
+			if code != c.code {
+				t.Errorf("code %s (%q), want %s", code, msg, c.code)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("message %q lacks %q", msg, w)
+				}
+			}
+		})
+	}
+}
