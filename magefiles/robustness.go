@@ -151,8 +151,10 @@ func runFuzzTarget(ctx context.Context, t fuzzTarget, fuzzTime, parallel string)
 	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-fuzz", "^"+t.name+"$", "-fuzztime", fuzzTime,
 		"-fuzzminimizetime", "10s", "-parallel", parallel, t.pkg)
 	cmd.Dir = t.module
-	cmd.Stdout = io.MultiWriter(os.Stdout, &out)
-	cmd.Stderr = io.MultiWriter(os.Stderr, &out)
+	// One writer for both streams: exec copies them in one goroutine, so
+	// out is never written from two at once.
+	w := io.MultiWriter(os.Stdout, &out)
+	cmd.Stdout, cmd.Stderr = w, w
 	err := cmd.Run()
 	if err != nil && coordinatorDeadline(out.String()) {
 		ui.Stderr().Println("The run ended with Go's fuzzing deadline race (go.dev/issue/75804), not a failing input: passed.")

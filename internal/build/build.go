@@ -104,15 +104,17 @@ func goReporting(ctx context.Context, report func(Progress), out string, pkgs ..
 	}
 	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo(runtime.GOOS))
+	// One writer for both streams, so that exec copies them in one
+	// goroutine: a bytes.Buffer read into by one copy (ReadFrom) while
+	// another writes to it loses the other's bytes, the compiler's errors.
 	var output bytes.Buffer
-	cmd.Stdout = &output
-	cmd.Stderr = &output
-	var c *counter
+	var w io.Writer = &output
 	if report != nil {
-		c = newCounter(ctx, report, cmd.Env, pkgs)
+		c := newCounter(ctx, report, cmd.Env, pkgs)
 		defer c.stop()
-		cmd.Stderr = io.MultiWriter(&output, c)
+		w = io.MultiWriter(&output, c)
 	}
+	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, output.String())
 	}

@@ -2,6 +2,8 @@ package build
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -66,6 +68,27 @@ func TestProgressSays(t *testing.T) {
 			if strings.Contains(s, n) {
 				t.Errorf("%+v says %q, should not say %q", c.p, s, n)
 			}
+		}
+	}
+}
+
+// A build that fails says why: the compiler's words are in the error,
+// whether or not the build reports its progress.
+func TestFailedBuildSaysWhy(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"go.mod":  "module example.com/broken\n\ngo 1.26\n",
+		"main.go": "package main\n\nfunc main() { undefinedThing() }\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Chdir(dir)
+	for _, report := range []func(Progress){nil, func(Progress) {}} {
+		err := goReporting(context.Background(), report, filepath.Join(dir, "out"), "example.com/broken")
+		if err == nil || !strings.Contains(err.Error(), "main.go:3:15: undefined: undefinedThing") {
+			t.Errorf("reporting %v: the error %q does not quote the compiler", report != nil, err)
 		}
 	}
 }
