@@ -121,3 +121,33 @@ func didYouMean(name string, known []string) string {
 	}
 	return ""
 }
+
+// The gates and API version that serve Kubernetes 1.37's Workload and
+// PodGroup API with claims a PodGroup owns, each off by default.
+const (
+	GateGenericWorkload           = "GenericWorkload"
+	GateDRAWorkloadResourceClaims = "DRAWorkloadResourceClaims"
+	WorkloadAPIVersion            = "scheduling.k8s.io/v1beta1"
+)
+
+// EnableGroupClaims switches on, beside the configuration's own gates, the
+// PodGroup API and its claims (GenericWorkload, DRAWorkloadResourceClaims,
+// scheduling.k8s.io/v1beta1), and the extra gates named.
+func (c *Config) EnableGroupClaims(extra ...string) {
+	if c.FeatureGates == nil {
+		c.FeatureGates = map[string]bool{}
+	}
+	if c.RuntimeConfig == nil {
+		c.RuntimeConfig = map[string]string{}
+	}
+	for _, g := range append([]string{GateGenericWorkload, GateDRAWorkloadResourceClaims}, extra...) {
+		c.FeatureGates[g] = true
+	}
+	c.RuntimeConfig[WorkloadAPIVersion] = "true"
+}
+
+// ServesGroupClaims tells whether a lab of the configuration serves
+// PodGroups with their claims.
+func (c *Config) ServesGroupClaims() bool {
+	return c.FeatureGates[GateGenericWorkload] && c.FeatureGates[GateDRAWorkloadResourceClaims] && c.RuntimeConfig[WorkloadAPIVersion] == "true"
+}

@@ -3,6 +3,7 @@ package scalebench
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -50,12 +51,16 @@ func virtualNode(i, devices int, counting bool) *v1.Node {
 		capacity[extendedResource] = *resource.NewQuantity(int64(devices), resource.DecimalSI)
 	}
 	now := metav1.Now()
+	labels := map[string]string{
+		v1.LabelHostname: name,
+		v1.LabelOSStable: "linux",
+		virtualLabel:     "true",
+	}
+	// Every node sits in its NVLink domain and rack, as a lab node with a
+	// topology does: the gang-topology case's groups are kept to one.
+	maps.Copy(labels, domainOf(i).Labels())
 	return &v1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-			v1.LabelHostname: name,
-			v1.LabelOSStable: "linux",
-			virtualLabel:     "true",
-		}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Status: v1.NodeStatus{
 			Capacity:    capacity,
 			Allocatable: capacity,

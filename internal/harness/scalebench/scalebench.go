@@ -1,7 +1,9 @@
 // Package scalebench measures the cost of reasoning: the embedded lab's
 // real scheduler placing pods that count GPUs beside pods that claim them
 // (a tier class, a CEL selector, a prioritized list, an extended resource
-// served by DRA, matchAttribute), on up to hundreds of virtual nodes.
+// served by DRA, matchAttribute), and pods that take whole 8-GPU servers
+// alone or in gangs (PodGroups, with or without a topology constraint), on
+// up to hundreds of virtual nodes.
 //
 // Virtual nodes are what scheduler_perf uses: Node objects and
 // ResourceSlices the bench creates itself, with no kubelet; pods are bound
@@ -13,14 +15,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -87,6 +93,12 @@ type Result struct {
 	// state and size: the cost of reasoning (1 for counting itself, 0
 	// when counting was not run).
 	VsCounting float64 `json:"vsCounting,omitempty"`
+	// VsSinglePod, for the gang cases, is PodsPerSecond over the
+	// whole-node case's in the same state and size: the cost of binding
+	// pods as groups (0 when whole-node was not run).
+	VsSinglePod float64 `json:"vsSinglePod,omitempty"`
+	// Groups is the number of measured PodGroups of a gang case.
+	Groups int `json:"groups,omitempty"`
 	// Source is "dralab", or "scheduler_perf" for upstream's runs.
 	Source string `json:"source"`
 	// Note says what else the run reported, e.g. a gate it missed.
@@ -116,6 +128,11 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 		if n < 3 {
 			return nil, fmt.Errorf("%d nodes: the bench needs at least 3, one per GPU tier", n)
 		}
+		for _, c := range o.Cases {
+			if n < GangMinNodes && slices.Contains(WholeNodeCases(), c) {
+				return nil, fmt.Errorf("%d nodes: case %s needs at least %d, two NVLink domains of %d servers", n, c, GangMinNodes, GroupSize)
+			}
+		}
 	}
 	cleanup, err := orTempDir(&o.StateRoot, "dralab-scale-")
 	if err != nil {
@@ -141,6 +158,7 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 		}
 	}
 	CompareWithCounting(results)
+	CompareGangsWithSinglePods(results)
 	return results, nil
 }
 
@@ -179,6 +197,22 @@ func CompareWithCounting(results []Result) {
 	}
 }
 
+// CompareGangsWithSinglePods sets each gang result's VsSinglePod from the
+// whole-node result of its state and size.
+func CompareGangsWithSinglePods(results []Result) {
+	base := map[string]float64{}
+	for _, r := range results {
+		if r.Workload == CaseWholeNode && r.Source == sourceLab {
+			base[Name("", r.State, r.Nodes)] = r.PodsPerSecond
+		}
+	}
+	for i, r := range results {
+		if b := base[Name("", r.State, r.Nodes)]; b > 0 && r.Source == sourceLab && (r.Workload == CaseGang || r.Workload == CaseGangTopology) {
+			results[i].VsSinglePod = r.PodsPerSecond / b
+		}
+	}
+}
+
 const sourceLab = "dralab"
 
 // benchLabName names the labs the bench starts; their state lives under
@@ -188,15 +222,21 @@ const benchLabName = "scale-bench"
 // shape is the size of one run.
 type shape struct {
 	nodes, devicesPerNode int
-	// prefillPerNode pods pinned to each node fill it before the run;
-	// warmup pods of the case's own come first when none do.
-	prefillPerNode, warmup int
+	// prefillPerNode pods pinned to each of the first prefillNodes nodes
+	// fill them before the run; warmup pods of the case's own come first
+	// when none do.
+	prefillPerNode, prefillNodes, warmup int
 	// measured is the number of measured pods.
 	measured int
 }
 
 func shapeOf(workloadName, state string, nodes int) shape {
 	s := shape{nodes: nodes, devicesPerNode: GPUsPerNode}
+	w, _ := workloadOf(workloadName)
+	if w.wholeNode {
+		return wholeNodeShape(s, state)
+	}
+	s.prefillNodes = nodes
 	if state == StateHalf {
 		s.prefillPerNode = GPUsPerNode / 2
 	} else {
@@ -205,13 +245,38 @@ func shapeOf(workloadName, state string, nodes int) shape {
 	// The measured pods take half of the GPUs of an empty cluster and a
 	// quarter of a half-full one: they fit in every case (the selector's
 	// ≥ 40Gi GPUs are two thirds of all, each tier a third).
-	w, _ := workloadOf(workloadName)
 	gpus := nodes * GPUsPerNode / 2
 	if state == StateHalf {
 		gpus /= 2
 	}
 	s.measured = gpus / w.gpusPerPod
 	return s
+}
+
+// wholeNodeShape is the shape of the cases whose pods take whole servers.
+// The virtual nodes form NVLink domains of GroupSize servers in turn
+// (domainOf). The half state fills the first half of the servers whole;
+// the empty state warms up with one group's worth of pods. The measured
+// pods are one group for each domain still wholly free: every gang fits,
+// with its topology constraint too, and the single pods of whole-node are
+// as many.
+func wholeNodeShape(s shape, state string) shape {
+	domains := s.nodes / GroupSize
+	free := domains - 1
+	if state == StateHalf {
+		s.prefillNodes = s.nodes / 2
+		s.prefillPerNode = GPUsPerNode
+		free = domains - (s.prefillNodes+GroupSize-1)/GroupSize
+	} else {
+		s.warmup = GroupSize
+	}
+	s.measured = max(free, 0) * GroupSize
+	return s
+}
+
+// domainOf is the NVLink domain (and rack) of the i-th virtual node.
+func domainOf(i int) gpu.Topology {
+	return gpu.Topology{Rack: fmt.Sprintf("rack-%03d", i/GroupSize), NVLinkDomain: fmt.Sprintf("nvl-%03d", i/GroupSize)}
 }
 
 // RunUpstreamShape runs scheduler_perf's workload on the lab: its node
@@ -225,7 +290,7 @@ func RunUpstreamShape(ctx context.Context, o Options, uw UpstreamWorkload) (Resu
 		return Result{}, err
 	}
 	defer cleanup()
-	s := shape{nodes: uw.Nodes, devicesPerNode: uw.DevicesPerNode, prefillPerNode: uw.InitClaims / uw.Nodes, measured: uw.MeasurePods}
+	s := shape{nodes: uw.Nodes, devicesPerNode: uw.DevicesPerNode, prefillPerNode: uw.InitClaims / uw.Nodes, prefillNodes: uw.Nodes, measured: uw.MeasurePods}
 	r, err := o.runOne(ctx, caseUpstream, StateHalf, s)
 	r.Case = "SchedulingWithResourceClaimTemplate/" + uw.Name
 	r.Workload = "SchedulingWithResourceClaimTemplate"
@@ -239,7 +304,13 @@ func (o Options) runOne(ctx context.Context, workloadName, state string, s shape
 		return Result{}, err
 	}
 	nodes := s.nodes
+	if s.measured == 0 {
+		return Result{}, fmt.Errorf("%d nodes leave no NVLink domain of %d servers free for a measured group", nodes, GroupSize)
+	}
 	cfg := &config.Config{APIVersion: config.APIVersion, Kind: config.Kind, Name: benchLabName, Nodes: []config.Node{}, ControlPlane: o.ControlPlane}
+	if w.wholeNode {
+		cfg.EnableGroupClaims(topologyGate)
+	}
 	l, err := lab.New(lab.WithConfig(cfg), lab.WithStateRoot(o.StateRoot), lab.WithBinary(o.Binary), lab.WithOwner(os.Getpid()))
 	if err != nil {
 		return Result{}, err
@@ -290,9 +361,9 @@ func (o Options) runOne(ctx context.Context, workloadName, state string, s shape
 	// Warm up (empty) or fill half of every node (half): scheduled, not
 	// measured.
 	var warm []*v1.Pod
-	for i := range nodes * s.prefillPerNode {
+	for i := range s.prefillNodes * s.prefillPerNode {
 		p := newPod("prefill", i)
-		p.Spec.NodeSelector = map[string]string{v1.LabelHostname: nodeName(i % nodes)}
+		p.Spec.NodeSelector = map[string]string{v1.LabelHostname: nodeName(i % s.prefillNodes)}
 		w.prefill(p)
 		warm = append(warm, p)
 	}
@@ -302,6 +373,9 @@ func (o Options) runOne(ctx context.Context, workloadName, state string, s shape
 		warm = append(warm, p)
 	}
 	if len(warm) > 0 {
+		if err := createGroups(ctx, client, w, warm); err != nil {
+			return Result{}, err
+		}
 		if _, err := o.createAndWait(ctx, client, pods, warm); err != nil {
 			return Result{}, fmt.Errorf("%s pods: %w", warm[0].Labels[phaseLabel], err)
 		}
@@ -314,6 +388,9 @@ func (o Options) runOne(ctx context.Context, workloadName, state string, s shape
 		p := newPod("measure", i)
 		w.request(p, len(warm)+i)
 		batch = append(batch, p)
+	}
+	if err := createGroups(ctx, client, w, batch); err != nil {
+		return Result{}, err
 	}
 	before, err := schedulerAttempts(ctx, client)
 	if err != nil {
@@ -352,12 +429,22 @@ func (o Options) runOne(ctx context.Context, workloadName, state string, s shape
 	if err != nil {
 		return Result{}, fmt.Errorf("the scheduler's %s counts %d scheduled attempts for %d bound pods: %w", attemptMetric, attempts.count, measured, err)
 	}
+	if w.gang {
+		if err := checkGangsWhole(ctx, client, w, batch); err != nil {
+			return Result{}, err
+		}
+	}
+	groups := 0
+	if w.gang {
+		groups = measured / GroupSize
+	}
 	return Result{
 		Case:             Name(workloadName, state, nodes),
 		Workload:         workloadName,
 		State:            state,
 		Nodes:            nodes,
 		Pods:             measured,
+		Groups:           groups,
 		PodsPerSecond:    float64(measured) / elapsed.Seconds(),
 		P50:              attempts.quantile(0.5),
 		P99:              attempts.quantile(0.99),
@@ -397,6 +484,65 @@ func (o Options) setUp(ctx context.Context, client kubernetes.Interface, w *work
 		}
 		return err == nil, err
 	})
+}
+
+// createGroups creates the PodGroups the pods join, before any of them.
+func createGroups(ctx context.Context, client kubernetes.Interface, w *workload, pods []*v1.Pod) error {
+	var names []string
+	for _, p := range pods {
+		if g := p.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil && !slices.Contains(names, *g.PodGroupName) {
+			names = append(names, *g.PodGroupName)
+		}
+	}
+	for _, name := range names {
+		if _, err := client.SchedulingV1beta1().PodGroups(Namespace).Create(ctx, w.podGroup(name), metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating PodGroup %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// checkGangsWhole asserts that a gang case measured what it claims: every
+// pod kept its group, the scheduler marked every group scheduled, and with
+// the topology constraint each group's pods share one NVLink domain. A
+// bench whose groups were ignored would measure single pods.
+func checkGangsWhole(ctx context.Context, client kubernetes.Interface, w *workload, pods []*v1.Pod) error {
+	byGroup := map[string][]string{}
+	for _, p := range pods {
+		got, err := client.CoreV1().Pods(Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if got.Spec.SchedulingGroup == nil || got.Spec.SchedulingGroup.PodGroupName == nil {
+			return fmt.Errorf("pod %s lost its schedulingGroup: the API server does not serve the workload gates", p.Name)
+		}
+		g := *got.Spec.SchedulingGroup.PodGroupName
+		byGroup[g] = append(byGroup[g], got.Spec.NodeName)
+	}
+	for g, nodes := range byGroup {
+		group, err := client.SchedulingV1beta1().PodGroups(Namespace).Get(ctx, g, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if c := apimeta.FindStatusCondition(group.Status.Conditions, schedulingv1beta1.PodGroupInitiallyScheduled); c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("PodGroup %s has its %d pods bound, but its condition %s is %v", g, len(nodes), schedulingv1beta1.PodGroupInitiallyScheduled, c)
+		}
+		if !w.topology {
+			continue
+		}
+		domains := map[string]bool{}
+		for _, n := range nodes {
+			var i int
+			if _, err := fmt.Sscanf(n, "vnode-%04d", &i); err != nil {
+				return fmt.Errorf("pod of group %s on %q, not a virtual node", g, n)
+			}
+			domains[domainOf(i).NVLinkDomain] = true
+		}
+		if len(domains) != 1 {
+			return fmt.Errorf("PodGroup %s spans NVLink domains %v despite its topology constraint", g, slices.Sorted(maps.Keys(domains)))
+		}
+	}
+	return nil
 }
 
 // podWatch follows the bench's pods through an informer and tells when

@@ -140,6 +140,69 @@ func TestCompareWithCounting(t *testing.T) {
 	}
 }
 
+func TestCompareGangsWithSinglePods(t *testing.T) {
+	rs := []Result{
+		{Workload: CaseWholeNode, State: StateEmpty, Nodes: 100, PodsPerSecond: 40, Source: sourceLab},
+		{Workload: CaseGang, State: StateEmpty, Nodes: 100, PodsPerSecond: 30, Source: sourceLab},
+		{Workload: CaseGangTopology, State: StateEmpty, Nodes: 100, PodsPerSecond: 10, Source: sourceLab},
+		{Workload: CaseGang, State: StateHalf, Nodes: 100, PodsPerSecond: 30, Source: sourceLab},
+		{Workload: CaseFirstAvailable, State: StateEmpty, Nodes: 100, PodsPerSecond: 20, Source: sourceLab},
+	}
+	CompareGangsWithSinglePods(rs)
+	for i, want := range []float64{0, 0.75, 0.25, 0, 0} {
+		if rs[i].VsSinglePod != want {
+			t.Errorf("%s %s: ÷ single pod = %g, want %g", rs[i].Workload, rs[i].State, rs[i].VsSinglePod, want)
+		}
+	}
+}
+
+// TestWholeNodeShape: the measured gangs fit, each in an NVLink domain
+// that nothing else holds, at every size.
+func TestWholeNodeShape(t *testing.T) {
+	for _, c := range []struct {
+		nodes                int
+		state                string
+		prefillNodes, groups int
+	}{
+		{16, StateEmpty, 0, 1},
+		{16, StateHalf, 8, 1},
+		{100, StateEmpty, 0, 11},
+		{100, StateHalf, 50, 5}, // nodes 50-55 share domain 6 with 48 and 49
+		{500, StateEmpty, 0, 61},
+		{500, StateHalf, 250, 30}, // nodes 248-255 share domain 31
+		{15, StateEmpty, 0, 0},
+	} {
+		for _, w := range WholeNodeCases() {
+			s := shapeOf(w, c.state, c.nodes)
+			if s.prefillNodes != c.prefillNodes || s.measured != c.groups*GroupSize {
+				t.Errorf("%s/%s_%d: %d prefilled nodes, %d measured pods; want %d and %d", w, c.state, c.nodes, s.prefillNodes, s.measured, c.prefillNodes, c.groups*GroupSize)
+			}
+			taken := s.prefillNodes
+			if c.state == StateEmpty {
+				taken = s.warmup // one domain's worth, at worst one domain each
+			}
+			freeDomains := 0
+			for d := range c.nodes / GroupSize {
+				if d*GroupSize >= taken {
+					freeDomains++
+				}
+			}
+			if c.state == StateEmpty && c.nodes >= GangMinNodes {
+				freeDomains = c.nodes/GroupSize - 1
+			}
+			if s.measured/GroupSize > freeDomains {
+				t.Errorf("%s/%s_%d: %d groups, %d free domains", w, c.state, c.nodes, s.measured/GroupSize, freeDomains)
+			}
+		}
+	}
+	if a, b := domainOf(7), domainOf(8); a == b || domainOf(0) != a || a.NVLinkDomain == "" || a.Rack == "" {
+		t.Errorf("domains of nodes 0, 7, 8: %v, %v, %v", domainOf(0), a, b)
+	}
+	if n := virtualNode(9, GPUsPerNode, false); n.Labels["topology.dralab.dev/nvlink-domain"] != domainOf(9).NVLinkDomain {
+		t.Errorf("virtual node 9 has labels %v", n.Labels)
+	}
+}
+
 func TestEveryCaseHasAWorkload(t *testing.T) {
 	for _, c := range append(Cases(), caseUpstream) {
 		w, err := workloadOf(c)
@@ -161,6 +224,29 @@ func TestEveryCaseHasAWorkload(t *testing.T) {
 			if len(w.templates) == 0 {
 				t.Errorf("%s: no claim template", c)
 			}
+		}
+	}
+	// Gang pods join a group of GroupSize in turn; the single whole-node
+	// pods join none.
+	for _, c := range WholeNodeCases() {
+		w, _ := workloadOf(c)
+		groups := map[string]int{}
+		for i := range 2 * GroupSize {
+			pod := newPod("measure", i)
+			w.request(pod, i)
+			if g := pod.Spec.SchedulingGroup; g != nil {
+				groups[*g.PodGroupName]++
+			}
+			if got := w.templates[0].Spec.Spec.Devices.Requests[0].Exactly.Count; got != GPUsPerNode {
+				t.Errorf("%s asks for %d GPUs, want a server's %d", c, got, GPUsPerNode)
+			}
+		}
+		if want := map[bool]int{true: 2}[c != CaseWholeNode]; len(groups) != want || (want > 0 && (groups[groupName(0)] != GroupSize || groups[groupName(GroupSize)] != GroupSize)) {
+			t.Errorf("%s: groups %v, want %d of %d pods", c, groups, want, GroupSize)
+		}
+		g := w.podGroup("g")
+		if g.Spec.SchedulingPolicy.Gang == nil || g.Spec.SchedulingPolicy.Gang.MinCount != GroupSize || (g.Spec.SchedulingConstraints != nil) != (c == CaseGangTopology) {
+			t.Errorf("%s: PodGroup %+v", c, g.Spec)
 		}
 	}
 	if _, err := workloadOf("fastest"); err == nil || !strings.Contains(err.Error(), "first-available") {

@@ -5,6 +5,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -30,7 +31,20 @@ const (
 	CaseExtendedResource = "extended-resource"
 	// CaseMatchAttribute asks for two GPUs under one PCIe root.
 	CaseMatchAttribute = "match-attribute"
+	// CaseWholeNode asks for a whole 8-GPU server per pod, no group: the
+	// single-pod baseline of the gang cases, on the same lab and shape.
+	CaseWholeNode = "whole-node"
+	// CaseGang asks for the same, in PodGroups of GroupSize pods with
+	// gang.minCount GroupSize: each group is bound whole or not at all.
+	CaseGang = "gang"
+	// CaseGangTopology adds the group's topology constraint: every pod of
+	// a group in one NVLink domain (topology.dralab.dev/nvlink-domain).
+	CaseGangTopology = "gang-topology"
 )
+
+// GroupSize is the number of pods of each gang, as many as the servers of
+// one NVLink domain of the virtual nodes: groups of 8 pods × 8 GPUs.
+const GroupSize = 8
 
 // caseUpstream is scheduler_perf's SchedulingWithResourceClaimTemplate on
 // the lab: one device of any GPU from a template (RunUpstreamShape).
@@ -45,10 +59,20 @@ const (
 	StateHalf = "half"
 )
 
-// Cases lists every case, the baseline first.
+// Cases lists every case, the baseline first, then the whole-server
+// cases, the single-pod one before the gangs it is their baseline of.
 func Cases() []string {
-	return []string{CaseCounting, CaseClaim, CaseSelector, CaseFirstAvailable, CaseExtendedResource, CaseMatchAttribute}
+	return []string{CaseCounting, CaseClaim, CaseSelector, CaseFirstAvailable, CaseExtendedResource, CaseMatchAttribute,
+		CaseWholeNode, CaseGang, CaseGangTopology}
 }
+
+// WholeNodeCases are the cases whose pods take a whole server: they run on
+// a lab with the workload gates on, and need GangMinNodes nodes.
+func WholeNodeCases() []string { return []string{CaseWholeNode, CaseGang, CaseGangTopology} }
+
+// GangMinNodes is the fewest nodes a whole-server case runs on: two NVLink
+// domains, one for the warm-up or the half state's pods, one measured.
+const GangMinNodes = 2 * GroupSize
 
 // States lists every state.
 func States() []string { return []string{StateEmpty, StateHalf} }
@@ -83,6 +107,10 @@ type workload struct {
 	templates []resourceapi.ResourceClaimTemplate
 	// request adds the case's request to the i-th measured pod.
 	request func(pod *v1.Pod, i int)
+	// wholeNode pods each take every GPU of a server; gang ones join a
+	// PodGroup of GroupSize, constrained to one NVLink domain when
+	// topology is set.
+	wholeNode, gang, topology bool
 }
 
 func workloadOf(name string) (*workload, error) {
@@ -122,9 +150,46 @@ func workloadOf(name string) (*workload, error) {
 			MatchAttribute: ptr.To(resourceapi.FullyQualifiedName("resource.kubernetes.io/pcieRoot")),
 		}}
 		return withTemplate(name, 2, t), nil
+	case CaseWholeNode, CaseGang, CaseGangTopology:
+		w := withTemplate(name, GPUsPerNode, template(name, exactly(gpu.ClassAny, GPUsPerNode)))
+		w.wholeNode, w.gang, w.topology = true, name != CaseWholeNode, name == CaseGangTopology
+		if w.gang {
+			claim := w.request
+			w.request = func(pod *v1.Pod, i int) {
+				claim(pod, i)
+				pod.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptr.To(groupName(i))}
+			}
+		}
+		return w, nil
 	}
 	return nil, fmt.Errorf("unknown case %q; cases: %v", name, Cases())
 }
+
+// groupName is the PodGroup of the i-th pod of a gang case.
+func groupName(i int) string { return fmt.Sprintf("gang-%04d", i/GroupSize) }
+
+// podGroup is the gang of GroupSize pods named so, with its topology
+// constraint for gang-topology.
+func (w *workload) podGroup(name string) *schedulingv1beta1.PodGroup {
+	g := &schedulingv1beta1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace},
+		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
+			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: GroupSize},
+		}},
+	}
+	if w.topology {
+		g.Spec.SchedulingConstraints = &schedulingv1beta1.PodGroupSchedulingConstraints{
+			Topology: []schedulingv1beta1.TopologyConstraint{{Key: gpu.NodeNVLinkDomainLabel}},
+		}
+	}
+	return g
+}
+
+// topologyGate is the gate of a PodGroup's topology constraint, on beside
+// the PodGroup API in the labs of the whole-server cases: the gang cases'
+// and, so that the ratio compares one scheduler with itself, their
+// single-pod baseline's.
+const topologyGate = "TopologyAwareWorkloadScheduling"
 
 func withTemplate(name string, gpus int, t resourceapi.ResourceClaimTemplate) *workload {
 	return &workload{name: name, gpusPerPod: gpus, templates: []resourceapi.ResourceClaimTemplate{t}, request: func(pod *v1.Pod, _ int) { claimRequest(pod, t.Name) }}
