@@ -71,9 +71,11 @@ func cluster() []runtime.Object {
 		&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "work", Name: "late-0-gpu"}}}
 }
 
-func TestBuild(t *testing.T) {
-	client := fake.NewClientset(cluster()...)
-	snap, err := report.Read(context.Background(), client, metav1.NamespaceAll)
+// build is the page of a fake cluster of the objects, read as the report
+// reads a cluster.
+func build(t *testing.T, objects ...runtime.Object) *dashboard.Page {
+	t.Helper()
+	snap, err := report.Read(context.Background(), fake.NewClientset(objects...), metav1.NamespaceAll)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,6 +83,11 @@ func TestBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+func TestBuild(t *testing.T) {
+	p := build(t, cluster()...)
 	var got []string
 	for _, n := range p.Nodes {
 		if n.Counted {

@@ -1,13 +1,15 @@
 // Package dashboard draws a lab's GPUs and what holds them: every node a
 // row, its devices tiles coloured by tier and labelled in words (free,
 // allocated to which pod, shared, partitioned, tainted, unhealthy), counted
-// nodes apart, and the pending pods with the report package's reason. One
-// renderer serves the live page of the lab process and static reports.
+// nodes apart, and the pending pods with the report package's reason, a
+// PodGroup's framed together. One renderer serves the live page of the lab
+// process and static reports.
 package dashboard
 
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -26,7 +28,22 @@ type Page struct {
 	Title     string
 	Generated time.Time
 	Nodes     []Node
-	Pending   []Pending
+	// Pending are the waiting pods of no PodGroup; Groups the PodGroups
+	// with a waiting pod, each with its pods.
+	Pending []Pending
+	Groups  []Group
+}
+
+// Group is a PodGroup with a waiting pod: its gang's minCount (0 when the
+// group has no gang policy or is not read), its pods, and where the bound
+// ones run.
+type Group struct {
+	// Name is namespace/name.
+	Name     string
+	MinCount int
+	Pods     int
+	Bound    []string
+	Pending  []Pending
 }
 
 // Node is a node with its devices, or with its counted GPUs.
@@ -75,6 +92,9 @@ type Tile struct {
 // Holder is a claim holding a device or a part of it.
 type Holder struct {
 	Claim string
+	// Group is the PodGroup (namespace/name) a group's claim is reserved
+	// for; Pods are the pods holding it, the group's that use it.
+	Group string
 	Pods  []string
 	// Part is what of the device it holds: a MIG device and profile, or a
 	// share's consumed memory.
@@ -101,6 +121,11 @@ func Build(ctx context.Context, title string, snap *report.Snapshot) (*Page, err
 	}
 	p := &Page{Title: title, Generated: time.Now()}
 	health := map[string]string{}
+	pods := map[string]*v1.Pod{}
+	for i := range snap.Pods {
+		pods[snap.Pods[i].Namespace+"/"+snap.Pods[i].Name] = &snap.Pods[i]
+	}
+	groups := map[string]*Group{}
 	for _, r := range rows {
 		if r.Device != "" && r.Health != "" {
 			health[r.DeviceRef()] = strings.TrimSuffix(r.Health+": "+r.HealthMessage, ": ")
@@ -110,8 +135,20 @@ func Build(ctx context.Context, title string, snap *report.Snapshot) (*Page, err
 			if reason == "" {
 				reason = "waiting for the scheduler"
 			}
-			p.Pending = append(p.Pending, Pending{Pod: r.Namespace + "/" + r.Pod, Reason: reason})
+			pending := Pending{Pod: r.Namespace + "/" + r.Pod, Reason: reason}
+			if pod := pods[pending.Pod]; pod != nil && report.GroupOf(pod) != "" {
+				name := r.Namespace + "/" + report.GroupOf(pod)
+				if groups[name] == nil {
+					groups[name] = groupOf(snap, name)
+				}
+				groups[name].Pending = append(groups[name].Pending, pending)
+				continue
+			}
+			p.Pending = append(p.Pending, pending)
 		}
+	}
+	for _, name := range slices.SortedFunc(maps.Keys(groups), natural.Compare) {
+		p.Groups = append(p.Groups, *groups[name])
 	}
 	holders := claimHolders(snap)
 
@@ -193,6 +230,26 @@ func Build(ctx context.Context, title string, snap *report.Snapshot) (*Page, err
 	return p, nil
 }
 
+// groupOf is the PodGroup namespace/name as the snapshot has it: its
+// minCount and its pods, bound or not.
+func groupOf(snap *report.Snapshot, name string) *Group {
+	g := &Group{Name: name}
+	if pg := snap.PodGroups[name]; pg != nil && pg.Spec.SchedulingPolicy.Gang != nil {
+		g.MinCount = int(pg.Spec.SchedulingPolicy.Gang.MinCount)
+	}
+	for i := range snap.Pods {
+		pod := &snap.Pods[i]
+		if pod.Namespace+"/"+report.GroupOf(pod) != name || pod.DeletionTimestamp != nil || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
+			continue
+		}
+		g.Pods++
+		if pod.Spec.NodeName != "" {
+			g.Bound = append(g.Bound, pod.Name+" on "+pod.Spec.NodeName)
+		}
+	}
+	return g
+}
+
 // states sets a tile's states from its holders, taints and health.
 func (t *Tile) states(shared bool) {
 	switch {
@@ -223,13 +280,20 @@ func claimHolders(snap *report.Snapshot) map[string][]Holder {
 			continue
 		}
 		var pods []string
+		group := ""
 		for _, r := range c.Status.ReservedFor {
-			if r.Resource == "pods" {
+			switch r.Resource {
+			case "pods":
 				pods = append(pods, c.Namespace+"/"+r.Name)
+			case "podgroups":
+				// Reserved for the group, not its pods: the pods are
+				// the group's that use the claim.
+				group = c.Namespace + "/" + r.Name
+				pods = append(pods, groupPodsOf(snap, c.Namespace, r.Name, c.Name)...)
 			}
 		}
 		for _, r := range c.Status.Allocation.Devices.Results {
-			h := Holder{Claim: c.Namespace + "/" + c.Name, Pods: pods}
+			h := Holder{Claim: c.Namespace + "/" + c.Name, Group: group, Pods: pods}
 			if r.ShareID != nil {
 				h.Part = "share"
 				if q, ok := r.ConsumedCapacity[gpu.CapacityMemory]; ok {
@@ -238,6 +302,19 @@ func claimHolders(snap *report.Snapshot) map[string][]Holder {
 			}
 			ref := r.Driver + "/" + r.Pool + "/" + r.Device
 			out[ref] = append(out[ref], h)
+		}
+	}
+	return out
+}
+
+// groupPodsOf are the pods of the PodGroup namespace/group that use the
+// claim, in the snapshot's order.
+func groupPodsOf(snap *report.Snapshot, namespace, group, claim string) []string {
+	var out []string
+	for i := range snap.Pods {
+		pod := &snap.Pods[i]
+		if pod.Namespace == namespace && report.GroupOf(pod) == group && slices.Contains(report.ClaimNames(pod), claim) {
+			out = append(out, namespace+"/"+pod.Name)
 		}
 	}
 	return out

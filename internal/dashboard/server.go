@@ -179,7 +179,11 @@ func (s *Server) build(ctx context.Context) (*Page, error) {
 	var snap *report.Snapshot
 	var err error
 	if c := s.caches.Load(); c != nil {
-		snap, err = c.snapshot()
+		// PodGroups from the API server, only where a pod joins one: the
+		// Workload API is off by default, so no informer waits on it.
+		if snap, err = c.snapshot(); err == nil {
+			err = snap.ReadPodGroups(ctx, s.Client, metav1.NamespaceAll)
+		}
 	} else {
 		// Before the informers have synced, from the API server.
 		snap, err = report.Read(ctx, s.Client, metav1.NamespaceAll)

@@ -142,22 +142,28 @@ func Read(ctx context.Context, client kubernetes.Interface, namespace string) (*
 		ruleItems = rules.Items
 	}
 	snap := NewSnapshot(namespace, pods.Items, claims.Items, slices.Items, classes.Items, ruleItems, nodes.Items)
-	// PodGroups only where some pod joins one: the Workload API is off by
-	// default.
-	grouped := false
-	for i := range pods.Items {
-		grouped = grouped || GroupOf(&pods.Items[i]) != ""
-	}
-	if grouped {
-		groups, err := client.SchedulingV1beta1().PodGroups(namespace).List(ctx, metav1.ListOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("listing pod groups: %w", err)
-		}
-		if groups != nil {
-			snap.SetPodGroups(groups.Items)
-		}
+	if err := snap.ReadPodGroups(ctx, client, namespace); err != nil {
+		return nil, err
 	}
 	return snap, nil
+}
+
+// ReadPodGroups lists the PodGroups of the snapshot's namespace (all
+// namespaces': metav1.NamespaceAll), only where some pod joins one: the
+// Workload API is off by default, and a cluster that does not serve it has
+// none.
+func (s *Snapshot) ReadPodGroups(ctx context.Context, client kubernetes.Interface, namespace string) error {
+	if !slices.ContainsFunc(s.Pods, func(p v1.Pod) bool { return GroupOf(&p) != "" }) {
+		return nil
+	}
+	groups, err := client.SchedulingV1beta1().PodGroups(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("listing pod groups: %w", err)
+	}
+	if groups != nil {
+		s.SetPodGroups(groups.Items)
+	}
+	return nil
 }
 
 // SetPodGroups records the PodGroups of the snapshot's pods.
