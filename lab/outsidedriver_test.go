@@ -248,6 +248,8 @@ func outsideDriverLab(t *testing.T, name, bin string, words []string, env map[st
 	if err != nil {
 		t.Fatalf("%v\n%s", err, data)
 	}
+	// The fake driver's manifest checks group claims.
+	cfg.EnableGroupClaims()
 	return cfg
 }
 

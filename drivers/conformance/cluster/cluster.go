@@ -162,6 +162,7 @@ func (s *suite) features() []feature {
 	return []feature{
 		{"single device", "", "a pod with a claim of the class runs and proves its device", s.singleDevice},
 		{"shared claim", manifest.SharedClaims, "two pods sharing one claim prove the same device", s.sharedClaim},
+		{"group claim", manifest.DRAWorkloadResourceClaims, "a PodGroup's claim is made once for the group, reserved for it, and every pod of the group proves its device", s.groupClaim},
 		{"prioritized list", manifest.DRAPrioritizedList, "the first class with a free device is chosen", s.prioritizedList},
 		{"admin access", manifest.DRAAdminAccess, "an admin claim gets an in-use device, the workload keeps it", s.adminAccess},
 		{"device taints", manifest.DRADeviceTaints, "tainted devices are not allocated until untainted", s.deviceTaints},

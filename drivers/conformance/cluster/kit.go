@@ -22,8 +22,9 @@ type kit struct {
 	*suite
 	client kubernetes.Interface
 	ns     string
-	// rules are the DeviceTaintRules the check created.
-	rules []string
+	// rules are the DeviceTaintRules the check created, groups its
+	// PodGroups.
+	rules, groups []string
 	// proven are the values the check's pods proved, with their devices.
 	proven []provenDevice
 }
@@ -44,8 +45,8 @@ func (k *kit) createNamespace(ctx context.Context, adminAccess bool) error {
 }
 
 // cleanup removes what the check created: its DeviceTaintRules first, its
-// pods and claims (waiting, so that the next check finds the devices
-// free), then its namespace. It works on a context of its own: a check
+// pods, PodGroups and claims (waiting, so that the next check finds the
+// devices free), then its namespace. It works on a context of its own: a check
 // that failed, timed out or was cancelled leaves nothing behind.
 func (k *kit) cleanup(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.m.Timeouts.PodRunning+time.Minute)
@@ -66,8 +67,12 @@ func (k *kit) cleanup(ctx context.Context) error {
 			claims = append(claims, c.Name)
 		}
 	}
+	// A PodGroup goes once its pods have, before the claims, so that no
+	// controller makes its claim again.
 	errs = append(errs,
-		k.remove(ctx, pods, claims),
+		k.remove(ctx, pods, nil),
+		deleteEach(ctx, "PodGroup", k.groups, k.client.SchedulingV1beta1().PodGroups(k.ns).Delete),
+		k.remove(ctx, nil, claims),
 		deleteEach(ctx, "namespace", []string{k.ns}, k.client.CoreV1().Namespaces().Delete))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("cleanup of %s: %w", k.ns, err)

@@ -111,6 +111,13 @@ const (
 	// in a DeviceClass or claim, and fails preparation with a clear error
 	// for configuration it cannot parse.
 	OpaqueConfig Capability = "OpaqueConfig"
+	// DRAWorkloadResourceClaims: a claim that a PodGroup makes for its
+	// pods (spec.resourceClaims, scheduling.k8s.io/v1beta1) is prepared
+	// for every pod of the group that refers to it, each proving the
+	// group claim's device. The cluster must serve PodGroups (gates
+	// GenericWorkload and DRAWorkloadResourceClaims, both off by default
+	// in Kubernetes 1.37).
+	DRAWorkloadResourceClaims Capability = "DRAWorkloadResourceClaims"
 )
 
 // knownCapabilities lists every capability, in the order of the constants.
@@ -126,6 +133,7 @@ var knownCapabilities = []Capability{
 	ResourceHealthStatus,
 	SharedClaims,
 	OpaqueConfig,
+	DRAWorkloadResourceClaims,
 }
 
 // Capabilities returns every capability a manifest may name.

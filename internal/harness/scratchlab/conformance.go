@@ -26,7 +26,8 @@ import (
 // devices to check. No other check's class selects a MIG device, a claim
 // without a capacity request takes a shared L4 whole, and a pod of another
 // check given the fabric H100 waits the attach delay (2 s) before it is
-// bound.
+// bound. The PodGroup API and its claims are on, for the group-claim
+// check.
 func ConformanceConfig() (*config.Config, error) {
 	cfg := config.Default()
 	cfg.Nodes = append(cfg.Nodes,
@@ -34,6 +35,7 @@ func ConformanceConfig() (*config.Config, error) {
 		config.Node{Name: "gpu-l4-shared", GPUs: &config.GPUs{Profile: "l4-24gb", Count: 1, Sharing: config.SharingMemory}},
 		config.Node{Name: "gpu-h100-fabric", GPUs: &config.GPUs{Profile: "h100-80gb", Count: 1, Attach: config.AttachFabric}},
 	)
+	cfg.EnableGroupClaims()
 	return cfg, cfg.Complete()
 }
 
@@ -87,8 +89,8 @@ func Conformance(ctx context.Context, o conformance.Options, labCfg *config.Conf
 // Lacks says what a lab of cfg lacks for the fake GPU driver's capabilities
 // that a manifest enables: a MIG node for partitionable devices, a shared
 // node for consumable capacity, a fabric-attached node for binding
-// conditions, as ConformanceConfig has them. None for another driver,
-// whose devices are its own.
+// conditions, the PodGroup API for group claims, as ConformanceConfig has
+// them. None for another driver, whose devices are its own.
 func Lacks(cfg *config.Config, m *manifest.Manifest) []string {
 	if cfg.Driver != nil || m.Driver != gpu.DriverName {
 		return nil
@@ -110,6 +112,7 @@ func Lacks(cfg *config.Config, m *manifest.Manifest) []string {
 		{manifest.DRAPartitionableDevices, mig, "a GPU with partitioning: mig"},
 		{manifest.DRAConsumableCapacity, shared, "a GPU with sharing: memory"},
 		{manifest.DRADeviceBindingConditions, fabric, "a GPU with attach: fabric"},
+		{manifest.DRAWorkloadResourceClaims, cfg.ServesGroupClaims(), "the PodGroup API (featureGates " + config.GateGenericWorkload + " and " + config.GateDRAWorkloadResourceClaims + ", runtimeConfig " + config.WorkloadAPIVersion + ")"},
 	} {
 		if m.Enabled(need.capability) && !need.has {
 			out = append(out, fmt.Sprintf("%s (for %s)", need.what, need.capability))
