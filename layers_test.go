@@ -98,6 +98,25 @@ func TestLayers(t *testing.T) {
 			t.Errorf("%s imports %s: what both inventories share lives in drivers/gpu", pkg, other[pkg])
 		}
 	}
+	// The driver kit is an SDK: it builds on nothing of dralab's but
+	// itself, so that a second driver (or someone else's) takes it alone.
+	for pkg, deps := range goListDeps(t, ".", "./drivers/kit/...") {
+		for _, d := range deps {
+			if strings.HasPrefix(d, mod) && !strings.HasPrefix(d, mod+"drivers/kit") {
+				t.Errorf("%s imports %s (through go list -deps): the driver kit imports nothing of dralab's but itself", pkg, d)
+			}
+		}
+	}
+	// The GPU driver's library holds what its inventories share; the
+	// application that picks an inventory lives beside it (drivers/gpuapp),
+	// not inside it.
+	for pkg, deps := range goListDeps(t, ".", "./drivers/gpu/...") {
+		for _, d := range deps {
+			if d == mod+"drivers/fakegpu" || d == mod+"drivers/nvml" {
+				t.Errorf("%s imports %s: an application that picks an inventory lives beside drivers/gpu, in drivers/gpuapp", pkg, d)
+			}
+		}
+	}
 	for pkg, deps := range goListDeps(t, "drivers/conformance", "./...") {
 		for _, d := range deps {
 			if strings.HasPrefix(d, mod) && !strings.HasPrefix(d, mod+"drivers/conformance") {

@@ -10,13 +10,13 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/dralab/dralab/drivers/gpu/driverapp"
+	"github.com/dralab/dralab/drivers/gpuapp"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := driverapp.NewCommand().ExecuteContext(ctx); err != nil {
+	if err := gpuapp.NewCommand().ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "dralab-driver:", err)
 		stop()
 		os.Exit(1)

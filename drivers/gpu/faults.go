@@ -17,8 +17,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/conformance/strictyaml"
 	"github.com/dralab/dralab/drivers/kit"
-	"github.com/dralab/dralab/internal/atomicfile"
-	"github.com/dralab/dralab/internal/natural"
+	"github.com/dralab/dralab/drivers/kit/natural"
 )
 
 // TaintKeyXID is the taint a GPU driver puts on a device whose GPU reported
@@ -142,7 +141,7 @@ func WriteFaults(path string, gpus map[string]GPUFault) error {
 		}
 		return nil
 	}
-	return atomicfile.Write(path, data, 0o644)
+	return kit.WriteFileAtomically(path, data, 0o644)
 }
 
 // UpdateFaults applies update to the faults of a file's contents (nil: no

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
+	"github.com/google/renameio/v2"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	sigsjson "sigs.k8s.io/json"
-
-	"github.com/dralab/dralab/internal/atomicfile"
 )
 
 // CheckpointVersion is the version of the checkpoint format.
@@ -144,7 +144,26 @@ func (cp *Checkpoint) save(path string) error {
 	if err != nil {
 		return err
 	}
-	return atomicfile.Write(path, data, 0o600)
+	return WriteFileAtomically(path, data, 0o600)
+}
+
+// WriteFileAtomically replaces path with data, creating its directory:
+// renameio writes a temporary file beside it, syncs it and renames it over
+// path; then the directory is synced, so that the rename survives a crash
+// too. perm is the file's mode, the umask aside.
+func WriteFileAtomically(path string, data []byte, perm os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return err
+	}
+	if err := renameio.WriteFile(path, data, perm, renameio.WithStaticPermissions(perm)); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // holder returns another claim that holds the device exclusively while the

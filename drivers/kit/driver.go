@@ -36,7 +36,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/dralab/dralab/internal/natural"
+	"github.com/dralab/dralab/drivers/kit/natural"
 )
 
 // Device is one device of an inventory.

@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/dralab/dralab/drivers/gpu"
-	"github.com/dralab/dralab/internal/natural"
+	"github.com/dralab/dralab/drivers/kit/natural"
 	"github.com/dralab/dralab/scenarios/report"
 )
 

@@ -25,7 +25,7 @@ import (
 	"github.com/dralab/dralab/drivers/conformance/devices"
 	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/drivers/gpu"
-	"github.com/dralab/dralab/internal/natural"
+	"github.com/dralab/dralab/drivers/kit/natural"
 )
 
 // Row is one allocated device of one pod's claim, or one pod without an

@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/gpu"
-	"github.com/dralab/dralab/internal/natural"
+	"github.com/dralab/dralab/drivers/kit/natural"
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/scenarios/report"
 )

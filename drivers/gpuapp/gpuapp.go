@@ -1,7 +1,7 @@
-// Package driverapp is the command of dralab's GPU driver, cmd/dralab-driver:
+// Package gpuapp is the application of dralab's GPU driver, cmd/dralab-driver:
 // the binary a cluster runs as a DaemonSet and the embedded lab runs beside
 // each GPU node. Every flag has an environment-variable twin.
-package driverapp
+package gpuapp
 
 import (
 	"context"

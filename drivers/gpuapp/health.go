@@ -1,4 +1,4 @@
-package driverapp
+package gpuapp
 
 import (
 	"context"
