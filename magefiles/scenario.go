@@ -44,9 +44,11 @@ func (Scenario) List() error {
 	return nil
 }
 
-// Run runs a scenario on the running lab, prints each step's allocation
-// table, and fails when an outcome differs from scenario.yaml. With
-// DRALAB_SCENARIOS it runs one of that folder's scenarios.
+// Run runs a scenario on the running lab (as lab:status picks it: the lab
+// of $DRALAB_LAB, else of $DRALAB_CONFIG, else the only one), prints each
+// step's allocation table, and fails when an outcome differs from
+// scenario.yaml. With DRALAB_SCENARIOS it runs one of that folder's
+// scenarios.
 func (Scenario) Run(ctx context.Context, name string) error {
 	all, _, err := scenarios.Selected()
 	if err != nil {
@@ -56,7 +58,7 @@ func (Scenario) Run(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	l, err := lab.New()
+	l, err := lab.Existing()
 	if err != nil {
 		return err
 	}
