@@ -184,31 +184,33 @@ func (o Options) withDefaults() Options {
 // CompareWithCounting sets each result's VsCounting from the counting
 // result of its state and size.
 func CompareWithCounting(results []Result) {
-	base := map[string]float64{}
-	for _, r := range results {
-		if r.Workload == CaseCounting && r.Source == sourceLab {
-			base[Name("", r.State, r.Nodes)] = r.PodsPerSecond
-		}
-	}
-	for i := range results {
-		if b := base[Name("", results[i].State, results[i].Nodes)]; b > 0 && results[i].Source == sourceLab {
-			results[i].VsCounting = results[i].PodsPerSecond / b
-		}
-	}
+	ratioTo(results, CaseCounting, func(r *Result) *float64 { return &r.VsCounting })
 }
 
 // CompareGangsWithSinglePods sets each gang result's VsSinglePod from the
 // whole-node result of its state and size.
 func CompareGangsWithSinglePods(results []Result) {
+	ratioTo(results, CaseWholeNode, func(r *Result) *float64 {
+		if r.Workload != CaseGang && r.Workload != CaseGangTopology {
+			return nil
+		}
+		return &r.VsSinglePod
+	})
+}
+
+// ratioTo sets, in each lab result that field gives a place for, its
+// pods/s over the baseline case's in the same state and size.
+func ratioTo(results []Result, baseline string, field func(*Result) *float64) {
 	base := map[string]float64{}
 	for _, r := range results {
-		if r.Workload == CaseWholeNode && r.Source == sourceLab {
+		if r.Workload == baseline && r.Source == sourceLab {
 			base[Name("", r.State, r.Nodes)] = r.PodsPerSecond
 		}
 	}
-	for i, r := range results {
-		if b := base[Name("", r.State, r.Nodes)]; b > 0 && r.Source == sourceLab && (r.Workload == CaseGang || r.Workload == CaseGangTopology) {
-			results[i].VsSinglePod = r.PodsPerSecond / b
+	for i := range results {
+		r := &results[i]
+		if b, f := base[Name("", r.State, r.Nodes)], field(r); b > 0 && f != nil && r.Source == sourceLab {
+			*f = r.PodsPerSecond / b
 		}
 	}
 }
