@@ -122,8 +122,11 @@ var matrixLabs = []struct {
 	{"fabric.yaml", append([]string{"admin-access", "claims", "counting", "extended-resource", "gpu-sharing", "mig-fallback", "mig-partitions", "multi-gpu", "prioritized-fallback", "shared-claim"}, workloadScenarios...)},
 	// Every kind of DRA GPU, none counted.
 	{"soak.yaml", append([]string{"counting", "fabric-attach"}, workloadScenarios...)},
-	// NVML's mock servers: MIG on an A100, no H100 MIG, nothing counted.
-	{"nvml-mock.yaml", append([]string{"counting", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions"}, workloadScenarios...)},
+	// NVML's mock servers: MIG on an A100, no H100 MIG, nothing counted;
+	// the PodGroup API on (for the conformance run's group claims), so
+	// the workload scenarios that fit its 10 H100s run: a group's claim
+	// and a gang sharing a claim.
+	{"nvml-mock.yaml", []string{"counting", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions", "gang-vs-partial", "topology", "gang-fallback", "gang-partitions"}},
 }
 
 // failedH100Unmet are the scenarios the default lab cannot run with one
