@@ -117,6 +117,21 @@ func TestLayers(t *testing.T) {
 			}
 		}
 	}
+	// The NIC driver is a second driver on the kit: it shares the kit and
+	// the fake servers' PCI layout with the GPU driver, nothing else, so
+	// that its NICs line up with the GPUs by the layout, not by reaching
+	// into the GPU driver.
+	for pkg, deps := range goListDeps(t, ".", mod+"drivers/fakenic", mod+"drivers/nicapp", mod+"drivers/pcilayout") {
+		for _, d := range deps {
+			if !strings.HasPrefix(d, mod) || d == pkg || strings.HasPrefix(d, mod+"drivers/kit") || d == mod+"drivers/pcilayout" {
+				continue
+			}
+			if pkg == mod+"drivers/nicapp" && d == mod+"drivers/fakenic" {
+				continue
+			}
+			t.Errorf("%s imports %s (through go list -deps): the NIC driver builds on the kit and drivers/pcilayout only", pkg, d)
+		}
+	}
 	for pkg, deps := range goListDeps(t, "drivers/conformance", "./...") {
 		for _, d := range deps {
 			if strings.HasPrefix(d, mod) && !strings.HasPrefix(d, mod+"drivers/conformance") {

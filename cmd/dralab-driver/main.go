@@ -1,6 +1,7 @@
-// Command dralab-driver is dralab's GPU driver on its own: the binary a
-// cluster's DaemonSet runs. `dralab-driver --help` documents every flag and
-// its environment-variable twin.
+// Command dralab-driver is dralab's drivers on their own: the binary a
+// cluster's DaemonSets run. `dralab-driver` is the GPU driver,
+// `dralab-driver nic` the NIC driver; --help documents every flag and its
+// environment-variable twin.
 package main
 
 import (
@@ -11,12 +12,15 @@ import (
 	"syscall"
 
 	"github.com/dralab/dralab/drivers/gpuapp"
+	"github.com/dralab/dralab/drivers/nicapp"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := gpuapp.NewCommand().ExecuteContext(ctx); err != nil {
+	cmd := gpuapp.NewCommand()
+	cmd.AddCommand(nicapp.NewCommand())
+	if err := cmd.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "dralab-driver:", err)
 		stop()
 		os.Exit(1)

@@ -134,19 +134,22 @@ func TestBadPodUID(t *testing.T) {
 	}
 }
 
-// --help names each flag with its environment variable.
+// --help names each flag with its environment variable, for the GPU
+// driver and for the NIC driver (`dralab-driver nic`).
 func TestHelpListsFlagsWithEnv(t *testing.T) {
-	var out bytes.Buffer
-	cmd := exec.Command(driver(t), "--help")
-	cmd.Stdout = &out
-	if err := cmd.Run(); err != nil {
-		t.Fatal(err)
-	}
-	for _, flag := range []string{"pod-uid", "healthz-address", "metrics-address", "node-name"} {
-		env := "DRALAB_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
-		re := regexp.MustCompile(`(?m)^\s+--` + flag + ` .*\[\$` + env + `\]$`)
-		if !re.MatchString(out.String()) {
-			t.Errorf("--help has no line for --%s ending in [$%s]:\n%s", flag, env, out.String())
+	for _, args := range [][]string{{"--help"}, {"nic", "--help"}} {
+		var out bytes.Buffer
+		cmd := exec.Command(driver(t), args...)
+		cmd.Stdout = &out
+		if err := cmd.Run(); err != nil {
+			t.Fatal(err)
+		}
+		for _, flag := range []string{"pod-uid", "healthz-address", "metrics-address", "node-name"} {
+			env := "DRALAB_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+			re := regexp.MustCompile(`(?m)^\s+--` + flag + ` .*\[\$` + env + `\]$`)
+			if !re.MatchString(out.String()) {
+				t.Errorf("%v has no line for --%s ending in [$%s]:\n%s", args, flag, env, out.String())
+			}
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/kit"
+	"github.com/dralab/dralab/drivers/pcilayout"
 )
 
 // Inventory is a node's fake GPUs: Count devices of one profile, whole,
@@ -159,9 +160,8 @@ func (inv *Inventory) Devices(context.Context) ([]kit.Device, error) {
 	for i := range inv.Count {
 		name := fmt.Sprintf("gpu-%d", i)
 		uuid := gpu.DeviceUUID(inv.Node, i)
-		domain, root, bus := gpu.PCITopology(i)
-		busID := fmt.Sprintf("%04x:%02x:00.0", domain, bus)
-		pcieRoot := fmt.Sprintf("pci%04x:%02x", domain, root)
+		slot := pcilayout.GPU(i)
+		busID, pcieRoot := slot.BusID(), slot.PCIeRoot()
 		// What a GPU and its MIG devices share: the parent's product.
 		product := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 			"productName":                     {StringValue: ptr.To(p.ProductName)},

@@ -40,20 +40,6 @@ func NormalizeVersion(v string) (string, error) {
 	return out, nil
 }
 
-// rootBuses are the PCIe root complexes' bus numbers; two GPUs share each
-// root, as on an 8-GPU server with PCIe switches.
-var rootBuses = []int{0x15, 0x37, 0x96, 0xb8}
-
-// PCITopology places the i-th GPU of a server that has no PCI bus of its
-// own (fake GPUs, NVML mock servers): its PCI domain, the bus of its root
-// complex, and its own bus. Both inventories use it, so that fake and mock
-// nodes of one size publish the same topology.
-func PCITopology(i int) (domain, rootBus, bus int) {
-	perDomain := 2 * len(rootBuses)
-	rootBus = rootBuses[i%perDomain/2]
-	return i / perDomain, rootBus, rootBus + 1 + i%2
-}
-
 // DeviceUUID is the UUID of a GPU that has none of its own (a fake GPU, a
 // GPU of an NVML mock server), in NVML's "GPU-" form: derived from the node
 // and the GPU's index, so stable across restarts and distinct across

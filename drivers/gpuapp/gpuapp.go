@@ -5,28 +5,15 @@ package gpuapp
 
 import (
 	"context"
-	goflag "flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"os"
-	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
-	resourceapi "k8s.io/api/resource/v1"
-	"sigs.k8s.io/yaml"
-
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/dralab/dralab/drivers/fakegpu"
@@ -44,8 +31,7 @@ const (
 
 // Options are the driver's settings.
 type Options struct {
-	NodeName     string
-	Kubeconfig   string
+	kit.NodeFlags
 	Mode         string
 	Inventory    string
 	NVML         string
@@ -67,23 +53,10 @@ type Options struct {
 	NVLinkDomain      string
 	RackLabel         string
 	NVLinkDomainLabel string
-	RegistrarDir      string
-	PluginsDir        string
 	DevicePluginsDir  string
-	CDIDir            string
-	CheckpointDir     string
-	// PodUID is the driver pod's UID: set, the kubelet plugin supports
-	// rolling updates (kubeletplugin.RollingUpdate).
-	PodUID string
-	// HealthzAddress and MetricsAddress are where /healthz and /metrics
-	// are served; empty: not served.
-	HealthzAddress string
-	MetricsAddress string
 	// FaultsFile is the node's GPU faults file (gpu.Faults), which the
 	// driver watches: a GPU named there is unhealthy and tainted.
 	FaultsFile string
-	// List prints the inventory's devices as YAML and exits.
-	List bool
 }
 
 // faultsPoll is how often the driver reads its GPU faults file.
@@ -108,7 +81,7 @@ Every flag can also be set through the environment variable named in brackets.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
-			return applyEnv(cmd.Flags())
+			return env.Apply(cmd.Flags())
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.List {
@@ -118,8 +91,7 @@ Every flag can also be set through the environment variable named in brackets.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.NodeName, "node-name", "", "the node this driver serves (required)")
-	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
+	o.AddFlags(f, "/var/lib/dralab-driver")
 	f.StringVar(&o.Mode, "mode", ModeDRA, "dra or device-plugin")
 	f.StringVar(&o.Inventory, "inventory", InventoryFake, "where devices come from: fake (GPU profiles) or nvml (NVIDIA's management library)")
 	f.StringVar(&o.NVML, "nvml", nvml.SourceLibrary, "the NVML of an nvml inventory: "+strings.Join(nvmllib.Sources(), ", ")+" (go-nvml's mock servers, for labs without GPUs)")
@@ -135,45 +107,16 @@ Every flag can also be set through the environment variable named in brackets.`,
 	f.StringVar(&o.NVLinkDomain, "nvlink-domain", "", "the node's NVLink domain: every GPU carries it as the attribute "+gpu.AttrNVLinkDomain+"; empty: unknown")
 	f.StringVar(&o.RackLabel, "rack-label", "", "read the rack from this label of the node (e.g. "+gpu.NodeRackLabel+"), when it has it")
 	f.StringVar(&o.NVLinkDomainLabel, "nvlink-domain-label", "", "read the NVLink domain from this label of the node (e.g. "+gpu.NodeNVLinkDomainLabel+"), when it has it")
-	f.StringVar(&o.RegistrarDir, "kubelet-registrar-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registration directory")
-	f.StringVar(&o.PluginsDir, "kubelet-plugins-dir", "/var/lib/kubelet/plugins", "parent of the driver's DRA socket directory")
 	f.StringVar(&o.DevicePluginsDir, "kubelet-device-plugins-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory (device-plugin mode)")
-	f.StringVar(&o.CDIDir, "cdi-dir", "/var/run/cdi", "where CDI specs are written for the container runtime")
-	f.StringVar(&o.CheckpointDir, "checkpoint-dir", "/var/lib/dralab-driver", "where the checkpoint of prepared claims is kept")
-	f.StringVar(&o.PodUID, "pod-uid", "", "the driver pod's UID (the downward API's metadata.uid): the kubelet then talks to the new pod of a rolling update beside the old one (kubelet 1.33 or later); empty: one pod per node at a time")
-	f.StringVar(&o.HealthzAddress, "healthz-address", "", "host:port of /healthz, 200 once the kubelet has registered the driver and its ResourceSlices are published (device-plugin mode: once registered), 503 with the reason before; empty: off")
-	f.StringVar(&o.MetricsAddress, "metrics-address", "", "host:port of /metrics, the driver's Prometheus metrics (prepared claims; prepares, unprepares, their errors and durations); empty: off")
 	f.StringVar(&o.FaultsFile, "faults-file", "", "a node-local file of injected GPU faults (what `mage gpu:fail` writes), watched: a GPU named there reports its XID as unhealthy to the kubelet and is tainted in the ResourceSlice; empty: none")
-	f.BoolVar(&o.List, "list", false, "print the devices the driver would publish, as YAML, and exit (an NVML inventory needs no cluster for it)")
-	klogFlags := goflag.NewFlagSet("klog", goflag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	f.AddGoFlag(klogFlags.Lookup("v"))
-	f.VisitAll(func(fl *pflag.Flag) {
-		fl.Usage += fmt.Sprintf(" [$%s]", envName(fl.Name))
-	})
+	env.Document(f)
 	return cmd
 }
 
-func envName(flag string) string {
-	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
-}
+// env gives every flag its environment-variable twin.
+var env = kit.Env{Prefix: EnvPrefix}
 
-// applyEnv sets every flag not given on the command line from its
-// environment twin.
-func applyEnv(fs *pflag.FlagSet) error {
-	var err error
-	fs.VisitAll(func(fl *pflag.Flag) {
-		if err != nil || fl.Changed {
-			return
-		}
-		if v, ok := os.LookupEnv(envName(fl.Name)); ok {
-			if serr := fs.Set(fl.Name, v); serr != nil {
-				err = fmt.Errorf("$%s: %w", envName(fl.Name), serr)
-			}
-		}
-	})
-	return err
-}
+func envName(flag string) string { return env.Name(flag) }
 
 // Inventories.
 const (
@@ -181,21 +124,18 @@ const (
 	InventoryNVML = "nvml"
 )
 
-// podUIDPattern is a pod UID as the API server writes it.
-var podUIDPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-
 // Run runs the driver until ctx ends.
 func Run(ctx context.Context, o Options) error {
 	logger := klog.FromContext(ctx).WithValues("node", o.NodeName)
 	ctx = klog.NewContext(ctx, logger)
-	if o.PodUID != "" && !podUIDPattern.MatchString(o.PodUID) {
-		return fmt.Errorf("--pod-uid (or $%s) %q is not a pod UID: want a UUID such as 6d2f9a3c-8b4e-4f7a-a1c2-5e9b0d3f7c42, the pod's metadata.uid from the downward API", envName("pod-uid"), o.PodUID)
+	if err := o.CheckPodUID(env); err != nil {
+		return err
 	}
 	// Bound before anything registers: a taken port is a failed start, not
 	// a driver the kubelet uses while its probes fail.
 	health := &kit.Health{}
 	metrics := kit.NewMetrics(gpu.DriverName)
-	stopEndpoints, err := serveEndpoints(ctx, o, health, metrics)
+	stopEndpoints, err := o.ServeEndpoints(ctx, env, health, metrics)
 	if err != nil {
 		return err
 	}
@@ -210,10 +150,10 @@ func Run(ctx context.Context, o Options) error {
 		}
 		defer closeInv()
 	}
-	if o.NodeName == "" {
-		return fmt.Errorf("--node-name (or $%s) is required", envName("node-name"))
+	if err := o.CheckNodeName(env); err != nil {
+		return err
 	}
-	client, err := kubeClient(o.Kubeconfig)
+	client, err := kit.KubeClient(o.Kubeconfig, gpu.DriverName)
 	if err != nil {
 		return err
 	}
@@ -230,22 +170,10 @@ func Run(ctx context.Context, o Options) error {
 	}
 	switch o.Mode {
 	case ModeDRA:
-		d, err := kit.Start(ctx, kit.Options{
-			DriverName:       gpu.DriverName,
-			NodeName:         o.NodeName,
-			KubeClient:       client,
-			RegistrarDir:     o.RegistrarDir,
-			PluginDir:        filepath.Join(o.PluginsDir, gpu.DriverName),
-			CDIDir:           o.CDIDir,
-			CheckpointPath:   filepath.Join(o.CheckpointDir, "checkpoint.json"),
-			CDIKind:          gpu.CDIKind,
-			EnvPrefix:        gpu.EnvPrefix,
-			Inventory:        inv,
-			Configure:        gpu.Configure,
-			RollingUpdateUID: types.UID(o.PodUID),
-			Metrics:          metrics,
-			ReportHealth:     true,
-		})
+		ko := o.Options(gpu.DriverName, client)
+		ko.CDIKind, ko.EnvPrefix = gpu.CDIKind, gpu.EnvPrefix
+		ko.Inventory, ko.Configure, ko.Metrics, ko.ReportHealth = inv, gpu.Configure, metrics, true
+		d, err := kit.Start(ctx, ko)
 		if err != nil {
 			return err
 		}
@@ -274,49 +202,6 @@ func Run(ctx context.Context, o Options) error {
 	<-ctx.Done()
 	logger.Info("Driver stopping")
 	return nil
-}
-
-// serveEndpoints listens on the health and metrics addresses, one
-// listener for both where they are the same, and serves them until ctx
-// ends or stop is called. A taken address is an error naming its flag.
-func serveEndpoints(ctx context.Context, o Options, health http.Handler, metrics *kit.Metrics) (stop func(), err error) {
-	type endpoint struct {
-		flag string
-		mux  *http.ServeMux
-	}
-	var order []string
-	endpoints := map[string]*endpoint{}
-	add := func(flag, address, path string, h http.Handler) {
-		if address == "" {
-			return
-		}
-		e, ok := endpoints[address]
-		if !ok {
-			e = &endpoint{flag: flag, mux: http.NewServeMux()}
-			endpoints[address] = e
-			order = append(order, address)
-		}
-		e.mux.Handle(path, h)
-	}
-	add("healthz-address", o.HealthzAddress, "/healthz", health)
-	add("metrics-address", o.MetricsAddress, "/metrics", metrics.Handler())
-	var stops []func()
-	stop = func() {
-		for _, s := range stops {
-			s()
-		}
-	}
-	for _, address := range order {
-		e := endpoints[address]
-		l, err := net.Listen("tcp", address)
-		if err != nil {
-			stop()
-			return nil, fmt.Errorf("--%s (or $%s): %w", e.flag, envName(e.flag), err)
-		}
-		stops = append(stops, kit.Serve(ctx, l, e.mux))
-		klog.FromContext(ctx).Info("Serving", "address", l.Addr().String(), "flag", e.flag)
-	}
-	return stop, nil
 }
 
 // fromNodeLabels fills the profile, the GPU count and the topology from
@@ -359,20 +244,7 @@ func List(ctx context.Context, o Options, w io.Writer) error {
 		return err
 	}
 	defer closeInv()
-	devs, err := inv.Devices(ctx)
-	if err != nil {
-		return err
-	}
-	api := make([]resourceapi.Device, 0, len(devs))
-	for _, d := range devs {
-		api = append(api, d.API)
-	}
-	data, err := yaml.Marshal(api)
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(data)
-	return err
+	return kit.WriteDevices(ctx, inv, w)
 }
 
 // openInventory opens the inventory the options name; close releases it.
@@ -441,21 +313,4 @@ func fakeInventory(o Options) (kit.Inventory, error) {
 		return nil, fmt.Errorf("--%w", err)
 	}
 	return inv, nil
-}
-
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
-	var (
-		cfg *rest.Config
-		err error
-	)
-	if kubeconfig == "" {
-		cfg, err = rest.InClusterConfig()
-	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("API client: %w", err)
-	}
-	cfg.UserAgent = gpu.DriverName
-	return kubernetes.NewForConfig(cfg)
 }

@@ -11,13 +11,14 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/drivers/kit"
 )
 
 // --partitioning and --sharing reach the fake inventory: --list shows the
 // MIG devices, and a mode the GPUs cannot have is an error naming the flag.
 func TestPartitioningAndSharingFlags(t *testing.T) {
 	var out bytes.Buffer
-	o := Options{Inventory: InventoryFake, Mode: ModeDRA, NodeName: "n", Profile: "h100-80gb", GPUs: 1, Partitioning: "mig"}
+	o := Options{Inventory: InventoryFake, Mode: ModeDRA, NodeFlags: kit.NodeFlags{NodeName: "n"}, Profile: "h100-80gb", GPUs: 1, Partitioning: "mig"}
 	if err := List(context.Background(), o, &out); err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func TestPartitioningAndSharingFlags(t *testing.T) {
 func TestTopologyFromFlagsAndNodeLabels(t *testing.T) {
 	ctx := context.Background()
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{gpu.NodeRackLabel: "r2", gpu.NodeNVLinkDomainLabel: "nvl-2"}}}
-	o := Options{Inventory: InventoryFake, Mode: ModeDRA, NodeName: "n", Profile: "h100-80gb", GPUs: 1, Rack: "r1", NVLinkDomain: "nvl-1"}
+	o := Options{Inventory: InventoryFake, Mode: ModeDRA, NodeFlags: kit.NodeFlags{NodeName: "n"}, Profile: "h100-80gb", GPUs: 1, Rack: "r1", NVLinkDomain: "nvl-1"}
 	var out bytes.Buffer
 	if err := List(ctx, o, &out); err != nil {
 		t.Fatal(err)

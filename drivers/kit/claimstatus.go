@@ -55,6 +55,10 @@ func (d *Driver) writeClaimStatus(ctx context.Context, namespace, name string, c
 		if pd.ShareID != "" {
 			entry.WithShareID(pd.ShareID)
 		}
+		if nd := d.devices[pd.Device].NetworkData; nd != nil {
+			entry.WithNetworkData(resourceapply.NetworkDeviceData().
+				WithInterfaceName(nd.InterfaceName).WithIPs(nd.IPs...).WithHardwareAddress(nd.HardwareAddress))
+		}
 		if data := d.deviceStatusData(pd); len(data) > 0 {
 			raw, err := json.Marshal(data)
 			if err == nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -168,5 +169,34 @@ func TestClaimDeviceStatus(t *testing.T) {
 	}
 	if got.Status.Allocation == nil {
 		t.Error("unprepare removed the claim's allocation")
+	}
+}
+
+// A network device's prepared claim carries its network data in the
+// device's status entry; a device without any carries none.
+func TestClaimNetworkData(t *testing.T) {
+	inv := testDevices(2)
+	inv[0].NetworkData = &resourceapi.NetworkDeviceData{InterfaceName: "net0", IPs: []string{"10.88.0.2/24"}, HardwareAddress: "02:00:00:00:00:01"}
+	h := newHarness(t, 0, func(o *Options) { o.Inventory = inv })
+	c := h.claim("c", "gpu-0", "gpu-1")
+	if res := h.prepare(c)[string(c.UID)]; res.Error != "" {
+		t.Fatal(res.Error)
+	}
+	got, err := h.client.ResourceV1().ResourceClaims(c.Namespace).Get(context.Background(), c.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byDevice := map[string]*resourceapi.NetworkDeviceData{}
+	for _, ds := range got.Status.Devices {
+		byDevice[ds.Device] = ds.NetworkData
+	}
+	if len(byDevice) != 2 {
+		t.Fatalf("status.devices %+v, want two entries", got.Status.Devices)
+	}
+	if nd := byDevice["gpu-0"]; nd == nil || nd.InterfaceName != "net0" || !slices.Equal(nd.IPs, []string{"10.88.0.2/24"}) || nd.HardwareAddress != "02:00:00:00:00:01" {
+		t.Errorf("gpu-0's network data = %+v, want net0 10.88.0.2/24 02:00:00:00:00:01", nd)
+	}
+	if nd := byDevice["gpu-1"]; nd != nil {
+		t.Errorf("gpu-1 has no network, but its status says %+v", nd)
 	}
 }

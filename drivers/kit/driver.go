@@ -57,6 +57,10 @@ type Device struct {
 	// status of a claim it prepared (status.devices[].data), e.g. the GPU's
 	// UUID and product.
 	StatusData map[string]string
+	// NetworkData is what a network device writes as its network data in
+	// the status of a claim it prepared (status.devices[].networkData): the
+	// interface a container gets, its addresses and hardware address.
+	NetworkData *resourceapi.NetworkDeviceData
 }
 
 // DeviceNode is a host device file a container gets.

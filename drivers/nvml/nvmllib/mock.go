@@ -21,6 +21,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/gpu"
 	dnvml "github.com/dralab/dralab/drivers/nvml"
+	"github.com/dralab/dralab/drivers/pcilayout"
 )
 
 func newMockServer(name string) (*server.Server, error) {
@@ -77,7 +78,8 @@ func patchMock(s *server.Server, node string) (map[string]string, error) {
 		if !ok {
 			return nil, fmt.Errorf("mock device %d is a %T, not a *server.Device", i, dev)
 		}
-		domain, rootBus, bus := gpu.PCITopology(i)
+		slot := pcilayout.GPU(i)
+		domain, bus := slot.Domain, slot.Bus
 		busID := fmt.Sprintf("%08X:%02X:00.0", domain, bus)
 		info := nvml.PciInfo{Domain: uint32(domain), Bus: uint32(bus), PciDeviceId: d.Config.PciDeviceId}
 		putCString(info.BusId[:], busID)
@@ -86,7 +88,7 @@ func patchMock(s *server.Server, node string) (map[string]string, error) {
 		d.PciBusID = busID
 		d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return info, nvml.SUCCESS }
 		patchMIGDevices(d)
-		roots[busID] = fmt.Sprintf("pci%04x:%02x", domain, rootBus)
+		roots[busID] = slot.PCIeRoot()
 	}
 	return roots, nil
 }

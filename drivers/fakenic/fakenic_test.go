@@ -1,0 +1,165 @@
+package fakenic
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+	resourceinternal "k8s.io/kubernetes/pkg/apis/resource"
+	resourcev1 "k8s.io/kubernetes/pkg/apis/resource/v1"
+	"k8s.io/kubernetes/pkg/apis/resource/validation"
+	"k8s.io/utils/ptr"
+
+	"github.com/dralab/dralab/drivers/fakegpu"
+	"github.com/dralab/dralab/drivers/kit"
+)
+
+func nics(t *testing.T, node, profile string, count int) []kit.Device {
+	t.Helper()
+	p, err := LookupProfile(profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := (&Inventory{Node: node, Profile: p, Count: count}).Devices(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return devs
+}
+
+// NIC i of a node sits under the PCIe root and on the NUMA node of the
+// fake GPU driver's GPU i: what gpu-nic-pair's matchAttribute relies on.
+func TestNICsLineUpWithGPUs(t *testing.T) {
+	gp, err := fakegpu.LookupProfile("h100-80gb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := (&fakegpu.Inventory{Node: "n", Profile: gp, Count: 8}).Devices(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := map[string]int{}
+	for i, nic := range nics(t, "n", "cx7-400g", 8) {
+		root := *nic.API.Attributes[deviceattribute.StandardDeviceAttributePCIeRoot].StringValue
+		if g := *gpus[i].API.Attributes[deviceattribute.StandardDeviceAttributePCIeRoot].StringValue; g != root {
+			t.Errorf("%s under %s, %s under %s: want one root", nic.API.Name, root, gpus[i].API.Name, g)
+		}
+		roots[root]++
+		if nic.API.Attributes[deviceattribute.StandardDeviceAttributeNUMANode].IntValue == nil {
+			t.Errorf("%s has no %s", nic.API.Name, deviceattribute.StandardDeviceAttributeNUMANode)
+		}
+	}
+	if len(roots) != 4 {
+		t.Errorf("8 NICs under %d roots (%v), want 4: two per PCIe switch", len(roots), roots)
+	}
+}
+
+// Every NIC of a node has its own interface, bus, MAC and address; the
+// next node's NIC i has another MAC and address on the same rail subnet.
+func TestNICIdentities(t *testing.T) {
+	a, b := nics(t, "node-a", "cx7-400g", 8), nics(t, "node-b", "cx7-400g", 8)
+	seen := map[string]string{}
+	for _, devs := range [][]kit.Device{a, b} {
+		for _, d := range devs {
+			nd := d.NetworkData
+			if nd == nil || len(nd.IPs) != 1 {
+				t.Fatalf("%s: network data %+v, want an interface and one address", d.API.Name, nd)
+			}
+			prefix, err := netip.ParsePrefix(nd.IPs[0])
+			if err != nil || !prefix.Addr().Is4() {
+				t.Errorf("%s: address %q is not an IPv4 CIDR: %v", d.API.Name, nd.IPs[0], err)
+			}
+			for _, id := range []string{nd.HardwareAddress, nd.IPs[0]} {
+				if other, dup := seen[id]; dup {
+					t.Errorf("%s and %s share %s", d.API.Name, other, id)
+				}
+				seen[id] = d.API.Name
+			}
+			if got := *d.API.Attributes[AttrInterface].StringValue; got != nd.InterfaceName || d.Env["INTERFACE"] != got {
+				t.Errorf("%s: attribute interface %s, network data %s, container %s: want one name", d.API.Name, got, nd.InterfaceName, d.Env["INTERFACE"])
+			}
+		}
+	}
+	for i := range a {
+		pa, _ := netip.ParsePrefix(a[i].NetworkData.IPs[0])
+		pb, _ := netip.ParsePrefix(b[i].NetworkData.IPs[0])
+		if pa.Masked() != pb.Masked() {
+			t.Errorf("NIC %d of two nodes on %s and %s: want one rail subnet", i, pa.Masked(), pb.Masked())
+		}
+		if a[i].NetworkData.InterfaceName != b[i].NetworkData.InterfaceName {
+			t.Errorf("NIC %d is %s on one node, %s on the other: one slot, one name", i, a[i].NetworkData.InterfaceName, b[i].NetworkData.InterfaceName)
+		}
+	}
+}
+
+// A NIC's bandwidth is consumable: a claim that does not say takes the
+// whole link, one that does takes whole gigabits of it.
+func TestBandwidthIsConsumable(t *testing.T) {
+	for _, name := range ProfileNames() {
+		p, _ := LookupProfile(name)
+		d := nics(t, "n", name, 1)[0].API
+		if d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations {
+			t.Errorf("%s: NICs are not shareable", name)
+		}
+		bw := d.Capacity[CapacityBandwidth]
+		link := resource.MustParse(fmt.Sprintf("%dG", p.LinkSpeedGbps))
+		if bw.Value.Cmp(link) != 0 || bw.RequestPolicy == nil || bw.RequestPolicy.Default.Cmp(link) != 0 {
+			t.Errorf("%s: bandwidth %s, default %v; want %s and the whole link by default", name, bw.Value.String(), bw.RequestPolicy, link.String())
+		}
+		if r := bw.RequestPolicy.ValidRange; r == nil || r.Step.Cmp(BandwidthStep) != 0 || r.Max.Cmp(link) != 0 {
+			t.Errorf("%s: valid range %+v, want steps of %s up to the link", name, r, BandwidthStep.String())
+		}
+		if got := *d.Attributes[AttrLinkSpeed].IntValue; got != p.LinkSpeedGbps {
+			t.Errorf("%s: link speed attribute %d, want %d", name, got, p.LinkSpeedGbps)
+		}
+	}
+}
+
+// The pool the driver publishes passes the API server's own validation,
+// for every profile.
+func TestSlicesAreValid(t *testing.T) {
+	for _, name := range ProfileNames() {
+		devs := nics(t, "node-a", name, 16)
+		api := make([]resourceapi.Device, 0, len(devs))
+		for _, d := range devs {
+			api = append(api, d.API)
+		}
+		pool, err := kit.Slices(api, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, s := range pool {
+			v1 := &resourceapi.ResourceSlice{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-a-nic-%d", i)},
+				Spec: resourceapi.ResourceSliceSpec{
+					Driver: DriverName, NodeName: ptr.To("node-a"),
+					Pool:    resourceapi.ResourcePool{Name: "node-a", Generation: 1, ResourceSliceCount: int64(len(pool))},
+					Devices: s.Devices,
+				},
+			}
+			var internal resourceinternal.ResourceSlice
+			if err := resourcev1.Convert_v1_ResourceSlice_To_resource_ResourceSlice(v1, &internal, nil); err != nil {
+				t.Fatal(err)
+			}
+			if errs := validation.ValidateResourceSlice(&internal); len(errs) > 0 {
+				t.Errorf("%s: slice %d is invalid: %v", name, i, errs.ToAggregate())
+			}
+		}
+	}
+}
+
+func TestUnknownProfileNamesTheChoices(t *testing.T) {
+	_, err := LookupProfile("cx8-800g")
+	if err == nil || !strings.Contains(err.Error(), `"cx8-800g"`) || !strings.Contains(err.Error(), "cx7-400g") {
+		t.Errorf("LookupProfile(unknown) = %v, want an error naming it and the choices", err)
+	}
+	if _, err := (&Inventory{Node: "n", Profile: profiles["cx7-400g"]}).Devices(context.Background()); err == nil {
+		t.Error("an inventory of no NICs was accepted")
+	}
+}

@@ -1,0 +1,240 @@
+package kit
+
+import (
+	"context"
+	goflag "flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/spf13/pflag"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
+)
+
+// What a driver's command shares with every other: flags with
+// environment-variable twins, a client of the API server, and the HTTP
+// endpoints (health, metrics) it serves.
+
+// Env gives every flag of a command an environment-variable twin:
+// Prefix + the flag's name in upper case, dashes as underscores.
+type Env struct {
+	Prefix string
+}
+
+// Name is a flag's environment variable.
+func (e Env) Name(flag string) string {
+	return e.Prefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// Flag names a flag and its twin for an error message: "--x (or $P_X)".
+func (e Env) Flag(flag string) string {
+	return fmt.Sprintf("--%s (or $%s)", flag, e.Name(flag))
+}
+
+// Document appends each flag's twin to its usage.
+func (e Env) Document(fs *pflag.FlagSet) {
+	fs.VisitAll(func(fl *pflag.Flag) {
+		fl.Usage += fmt.Sprintf(" [$%s]", e.Name(fl.Name))
+	})
+}
+
+// Apply sets every flag not given on the command line from its twin.
+func (e Env) Apply(fs *pflag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(fl *pflag.Flag) {
+		if err != nil || fl.Changed {
+			return
+		}
+		if v, ok := os.LookupEnv(e.Name(fl.Name)); ok {
+			if serr := fs.Set(fl.Name, v); serr != nil {
+				err = fmt.Errorf("$%s: %w", e.Name(fl.Name), serr)
+			}
+		}
+	})
+	return err
+}
+
+// KubeClient is a client of the API server that a kubeconfig names, or of
+// the cluster the driver runs in where kubeconfig is empty.
+func KubeClient(kubeconfig, userAgent string) (kubernetes.Interface, error) {
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("API client: %w", err)
+	}
+	cfg.UserAgent = userAgent
+	return kubernetes.NewForConfig(cfg)
+}
+
+// Endpoint is an HTTP handler a driver serves at Path on Address; Flag
+// names the setting of the address in errors. An empty address is not
+// served.
+type Endpoint struct {
+	Flag, Address, Path string
+	Handler             http.Handler
+}
+
+// ServeEndpoints listens on the endpoints' addresses, one listener for the
+// endpoints of one address, and serves them until ctx ends or stop is
+// called. A taken address is an error naming its flag: bound before
+// anything registers, a taken port is a failed start, not a driver the
+// kubelet uses while its probes fail.
+func ServeEndpoints(ctx context.Context, endpoints ...Endpoint) (stop func(), err error) {
+	type listener struct {
+		flag string
+		mux  *http.ServeMux
+	}
+	var order []string
+	byAddress := map[string]*listener{}
+	for _, e := range endpoints {
+		if e.Address == "" {
+			continue
+		}
+		l, ok := byAddress[e.Address]
+		if !ok {
+			l = &listener{flag: e.Flag, mux: http.NewServeMux()}
+			byAddress[e.Address] = l
+			order = append(order, e.Address)
+		}
+		l.mux.Handle(e.Path, e.Handler)
+	}
+	var stops []func()
+	stop = func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+	for _, address := range order {
+		e := byAddress[address]
+		l, err := net.Listen("tcp", address)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("%s: %w", e.flag, err)
+		}
+		stops = append(stops, Serve(ctx, l, e.mux))
+		klog.FromContext(ctx).Info("Serving", "address", l.Addr().String(), "flag", e.flag)
+	}
+	return stop, nil
+}
+
+// NodeFlags are the settings every driver command of a node has: where it
+// meets the kubelet, the container runtime and the API server, where it
+// keeps its checkpoint and serves its endpoints.
+type NodeFlags struct {
+	NodeName   string
+	Kubeconfig string
+	// RegistrarDir is the kubelet's plugin registration directory,
+	// PluginsDir the parent of the driver's socket directory.
+	RegistrarDir string
+	PluginsDir   string
+	CDIDir       string
+	// CheckpointDir keeps the checkpoint of prepared claims.
+	CheckpointDir string
+	// PodUID is the driver pod's UID: set, the kubelet plugin supports
+	// rolling updates.
+	PodUID string
+	// HealthzAddress and MetricsAddress are where /healthz and /metrics
+	// are served; empty: not served.
+	HealthzAddress string
+	MetricsAddress string
+	// List prints the devices the driver would publish and exits.
+	List bool
+}
+
+// AddFlags defines the node flags on fs; checkpointDir is the default of
+// --checkpoint-dir.
+func (o *NodeFlags) AddFlags(fs *pflag.FlagSet, checkpointDir string) {
+	fs.StringVar(&o.NodeName, "node-name", "", "the node this driver serves (required)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
+	fs.StringVar(&o.RegistrarDir, "kubelet-registrar-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registration directory")
+	fs.StringVar(&o.PluginsDir, "kubelet-plugins-dir", "/var/lib/kubelet/plugins", "parent of the driver's DRA socket directory")
+	fs.StringVar(&o.CDIDir, "cdi-dir", "/var/run/cdi", "where CDI specs are written for the container runtime")
+	fs.StringVar(&o.CheckpointDir, "checkpoint-dir", checkpointDir, "where the checkpoint of prepared claims is kept")
+	fs.StringVar(&o.PodUID, "pod-uid", "", "the driver pod's UID (the downward API's metadata.uid): the kubelet then talks to the new pod of a rolling update beside the old one (kubelet 1.33 or later); empty: one pod per node at a time")
+	fs.StringVar(&o.HealthzAddress, "healthz-address", "", "host:port of /healthz, 200 once the kubelet has registered the driver and its ResourceSlices are published, 503 with the reason before; empty: off")
+	fs.StringVar(&o.MetricsAddress, "metrics-address", "", "host:port of /metrics, the driver's Prometheus metrics (prepared claims; prepares, unprepares, their errors and durations); empty: off")
+	fs.BoolVar(&o.List, "list", false, "print the devices the driver would publish, as YAML, and exit")
+	klogFlags := goflag.NewFlagSet("klog", goflag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.AddGoFlag(klogFlags.Lookup("v"))
+}
+
+// podUIDPattern is a pod UID as the API server writes it.
+var podUIDPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// CheckPodUID says what is wrong with --pod-uid, naming the flag (e the
+// command's environment twins).
+func (o *NodeFlags) CheckPodUID(e Env) error {
+	if o.PodUID != "" && !podUIDPattern.MatchString(o.PodUID) {
+		return fmt.Errorf("%s %q is not a pod UID: want a UUID such as 6d2f9a3c-8b4e-4f7a-a1c2-5e9b0d3f7c42, the pod's metadata.uid from the downward API", e.Flag("pod-uid"), o.PodUID)
+	}
+	return nil
+}
+
+// CheckNodeName says that --node-name is missing, if it is.
+func (o *NodeFlags) CheckNodeName(e Env) error {
+	if o.NodeName == "" {
+		return fmt.Errorf("%s is required", e.Flag("node-name"))
+	}
+	return nil
+}
+
+// ServeEndpoints serves the health and metrics endpoints at the
+// configured addresses.
+func (o *NodeFlags) ServeEndpoints(ctx context.Context, e Env, health http.Handler, metrics *Metrics) (stop func(), err error) {
+	return ServeEndpoints(ctx,
+		Endpoint{Flag: e.Flag("healthz-address"), Address: o.HealthzAddress, Path: "/healthz", Handler: health},
+		Endpoint{Flag: e.Flag("metrics-address"), Address: o.MetricsAddress, Path: "/metrics", Handler: metrics.Handler()})
+}
+
+// Options are the kit's options of a driver on these settings: the
+// caller adds its inventory and what is its own.
+func (o *NodeFlags) Options(driverName string, client kubernetes.Interface) Options {
+	return Options{
+		DriverName:       driverName,
+		NodeName:         o.NodeName,
+		KubeClient:       client,
+		RegistrarDir:     o.RegistrarDir,
+		PluginDir:        filepath.Join(o.PluginsDir, driverName),
+		CDIDir:           o.CDIDir,
+		CheckpointPath:   filepath.Join(o.CheckpointDir, "checkpoint.json"),
+		RollingUpdateUID: types.UID(o.PodUID),
+	}
+}
+
+// WriteDevices writes an inventory's devices, as a ResourceSlice publishes
+// them, to w as YAML: what --list prints.
+func WriteDevices(ctx context.Context, inv Inventory, w io.Writer) error {
+	devs, err := inv.Devices(ctx)
+	if err != nil {
+		return err
+	}
+	api := make([]resourceapi.Device, 0, len(devs))
+	for _, d := range devs {
+		api = append(api, d.API)
+	}
+	data, err := yaml.Marshal(api)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(data)
+	return err
+}

@@ -1,0 +1,151 @@
+// Package nicapp is the application of dralab's NIC driver, nic.dralab.dev:
+// `dralab-driver nic`, which a cluster runs as a DaemonSet beside the GPU
+// driver and the embedded lab beside each node that has NICs. Every flag
+// has an environment-variable twin.
+package nicapp
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/dralab/dralab/drivers/fakenic"
+	"github.com/dralab/dralab/drivers/kit"
+)
+
+// Options are the driver's settings.
+type Options struct {
+	kit.NodeFlags
+	Profile string
+	NICs    int
+	// Rack and NVLinkDomain place the node: every NIC carries them under
+	// the names the GPUs carry them (TopologyAttributes).
+	Rack, NVLinkDomain string
+}
+
+// The topology attributes a NIC shares with the node's GPUs: one
+// matchAttribute aligns devices of both drivers (drivers/gpu spells them
+// the same; the lab's tests check).
+const (
+	AttrRack         = "topology.dralab.dev/rack"
+	AttrNVLinkDomain = "topology.dralab.dev/nvlinkDomain"
+)
+
+// env gives every flag its environment-variable twin, as the GPU
+// driver's.
+var env = kit.Env{Prefix: "DRALAB_"}
+
+// NewCommand returns the `nic` command.
+func NewCommand() *cobra.Command {
+	o := Options{}
+	cmd := &cobra.Command{
+		Use:   "nic",
+		Short: "dralab's NIC driver (" + fakenic.DriverName + "): a DRA kubelet plugin for a node's network adapters",
+		Long: `dralab's NIC driver publishes a node's network adapters, fake ones of a NIC profile, as DRA
+ResourceSlices: each NIC under the PCIe root and on the NUMA node of the GPU of the same index
+(resource.kubernetes.io/pcieRoot and numaNode, as the GPU driver publishes them), with its link
+bandwidth as consumable capacity. A prepared claim's status carries each NIC's network data,
+and the container gets the NIC's interface name in ` + fakenic.EnvPrefix + `_<n>_INTERFACE.
+
+Every flag can also be set through the environment variable named in brackets.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			return env.Apply(cmd.Flags())
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.List {
+				return List(cmd.Context(), o, cmd.OutOrStdout())
+			}
+			return Run(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	o.AddFlags(f, "/var/lib/dralab-nic-driver")
+	f.StringVar(&o.Profile, "profile", "", "NIC profile: "+strings.Join(fakenic.ProfileNames(), ", "))
+	f.IntVar(&o.NICs, "nics", 0, "number of NICs")
+	f.StringVar(&o.Rack, "rack", "", "the node's rack: every NIC carries it as the attribute "+AttrRack+"; empty: unknown")
+	f.StringVar(&o.NVLinkDomain, "nvlink-domain", "", "the node's NVLink domain: every NIC carries it as the attribute "+AttrNVLinkDomain+"; empty: unknown")
+	env.Document(f)
+	return cmd
+}
+
+// inventory is the NIC inventory the options describe.
+func inventory(o Options) (*fakenic.Inventory, error) {
+	if o.Profile == "" {
+		return nil, fmt.Errorf("--profile (or $%s) is required: one of %s", env.Name("profile"), strings.Join(fakenic.ProfileNames(), ", "))
+	}
+	p, err := fakenic.LookupProfile(o.Profile)
+	if err != nil {
+		return nil, fmt.Errorf("--profile: %w", err)
+	}
+	if o.NICs < 1 {
+		return nil, fmt.Errorf("--nics %d: a node needs at least one NIC", o.NICs)
+	}
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
+	if o.Rack != "" {
+		attrs[AttrRack] = resourceapi.DeviceAttribute{StringValue: ptr.To(o.Rack)}
+	}
+	if o.NVLinkDomain != "" {
+		attrs[AttrNVLinkDomain] = resourceapi.DeviceAttribute{StringValue: ptr.To(o.NVLinkDomain)}
+	}
+	return &fakenic.Inventory{Node: o.NodeName, Profile: p, Count: o.NICs, Attributes: attrs}, nil
+}
+
+// Run runs the driver until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	logger := klog.FromContext(ctx).WithValues("node", o.NodeName, "driver", fakenic.DriverName)
+	ctx = klog.NewContext(ctx, logger)
+	if err := o.CheckPodUID(env); err != nil {
+		return err
+	}
+	inv, err := inventory(o)
+	if err != nil {
+		return err
+	}
+	if err := o.CheckNodeName(env); err != nil {
+		return err
+	}
+	health := &kit.Health{}
+	metrics := kit.NewMetrics(fakenic.DriverName)
+	stop, err := o.ServeEndpoints(ctx, env, health, metrics)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	client, err := kit.KubeClient(o.Kubeconfig, fakenic.DriverName)
+	if err != nil {
+		return err
+	}
+	ko := o.Options(fakenic.DriverName, client)
+	ko.CDIKind, ko.EnvPrefix, ko.Inventory, ko.Metrics = fakenic.CDIKind, fakenic.EnvPrefix, inv, metrics
+	d, err := kit.Start(ctx, ko)
+	if err != nil {
+		return err
+	}
+	defer d.Stop()
+	health.Watch(d)
+	logger.Info("Driver running", "nics", o.NICs, "profile", o.Profile)
+	<-ctx.Done()
+	logger.Info("Driver stopping")
+	return nil
+}
+
+// List writes the devices the driver would publish to w, as YAML.
+func List(ctx context.Context, o Options, w io.Writer) error {
+	if o.NodeName == "" {
+		o.NodeName = "node"
+	}
+	inv, err := inventory(o)
+	if err != nil {
+		return err
+	}
+	return kit.WriteDevices(ctx, inv, w)
+}
