@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,17 @@ var fabricScenarios = []string{"fabric-attach"}
 // which only lab/examples/workloads.yaml switches on: every other lab
 // skips them as unmet.
 var workloadScenarios = []string{"gang-vs-partial", "group-claim", "topology", "gang-fallback", "gang-shared-claim", "gang-partitions"}
+
+// nicScenarios need the NIC driver beside the GPU driver, which only
+// lab/examples/gpu-nic.yaml runs: every other lab skips them as unmet.
+var nicScenarios = []string{"gpu-nic-pair"}
+
+// TestGPUNICScenarios runs the scenarios of GPUs and NICs on a lab of
+// lab/examples/gpu-nic.yaml: two drivers on every node, NIC i under the
+// PCIe root of GPU i.
+func TestGPUNICScenarios(t *testing.T) {
+	runOnExampleLab(t, "gpu-nic.yaml", "dralab-e2e-gpu-nic", nicScenarios)
+}
 
 // TestWorkloadScenarios runs the workload scenarios on a lab of
 // lab/examples/workloads.yaml: 8-GPU servers in NVLink domains, the
@@ -115,24 +127,24 @@ var matrixLabs = []struct {
 	unmet []string
 }{
 	// One H100, no MIG, shared or fabric GPU.
-	{"mixed.yaml", append([]string{"counting", "device-taint", "fabric-attach", "gpu-failure", "gpu-sharing", "mig-fallback", "mig-partitions"}, workloadScenarios...)},
+	{"mixed.yaml", slices.Concat([]string{"counting", "device-taint", "fabric-attach", "gpu-failure", "gpu-sharing", "mig-fallback", "mig-partitions"}, workloadScenarios, nicScenarios)},
 	// A MIG H100 and a shared L4 only.
-	{"partitioned.yaml", append([]string{"admin-access", "claims", "counting", "device-taint", "extended-resource", "fabric-attach", "gpu-failure", "prioritized-fallback"}, workloadScenarios...)},
+	{"partitioned.yaml", slices.Concat([]string{"admin-access", "claims", "counting", "device-taint", "extended-resource", "fabric-attach", "gpu-failure", "prioritized-fallback"}, workloadScenarios, nicScenarios)},
 	// Two fabric-attached H100s only.
-	{"fabric.yaml", append([]string{"admin-access", "claims", "counting", "extended-resource", "gpu-sharing", "mig-fallback", "mig-partitions", "multi-gpu", "prioritized-fallback", "shared-claim"}, workloadScenarios...)},
+	{"fabric.yaml", slices.Concat([]string{"admin-access", "claims", "counting", "extended-resource", "gpu-sharing", "mig-fallback", "mig-partitions", "multi-gpu", "prioritized-fallback", "shared-claim"}, workloadScenarios, nicScenarios)},
 	// Every kind of DRA GPU, none counted.
-	{"soak.yaml", append([]string{"counting", "fabric-attach"}, workloadScenarios...)},
+	{"soak.yaml", slices.Concat([]string{"counting", "fabric-attach"}, workloadScenarios, nicScenarios)},
 	// NVML's mock servers: MIG on an A100, no H100 MIG, nothing counted;
 	// the PodGroup API on (for the conformance run's group claims), so
 	// the workload scenarios that fit its 10 H100s run: a group's claim
 	// and a gang sharing a claim.
-	{"nvml-mock.yaml", []string{"counting", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions", "gang-vs-partial", "topology", "gang-fallback", "gang-partitions"}},
+	{"nvml-mock.yaml", []string{"counting", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions", "gang-vs-partial", "topology", "gang-fallback", "gang-partitions", "gpu-nic-pair"}},
 }
 
 // failedH100Unmet are the scenarios the default lab cannot run with one
 // H100 failed: those that need two free H100s, and those the default lab
 // never runs.
-var failedH100Unmet = append([]string{"device-taint", "gpu-failure", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions"}, workloadScenarios...)
+var failedH100Unmet = slices.Concat([]string{"device-taint", "gpu-failure", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions"}, workloadScenarios, nicScenarios)
 
 // TestScenarioMatrix runs every built-in scenario on every example lab, one
 // lab at a time, and on the default lab with a failed H100: each scenario

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"github.com/dralab/dralab/drivers/fakegpu"
+	"github.com/dralab/dralab/drivers/fakenic"
 	"github.com/dralab/dralab/drivers/nvml"
 )
 
@@ -13,3 +14,4 @@ type gpuCatalog struct{}
 func (gpuCatalog) Profiles() []string    { return fakegpu.BuiltinNames() }
 func (gpuCatalog) MIGProfiles() []string { return fakegpu.MIGProfileNames() }
 func (gpuCatalog) NVMLMocks() []string   { return nvml.MockServers }
+func (gpuCatalog) NICProfiles() []string { return fakenic.ProfileNames() }

@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"sort"
@@ -43,6 +44,9 @@ type Inventory struct {
 	// Groups counts the free GPUs of a tier by attribute and by the
 	// attribute's value on one node (pool): tier → attribute → group.
 	Groups map[string]map[string]map[string]int
+	// Drivers counts the devices each driver publishes, free or not: the
+	// GPU driver's and any other's (nic.dralab.dev).
+	Drivers map[string]int
 }
 
 // Resolve turns a count into a number.
@@ -263,6 +267,9 @@ func Describe(e Expectation, inv Inventory) string {
 	}
 	add("every GPU of its node of tier", e.AllOfNode)
 	add("same", e.SameAttribute)
+	for _, d := range slices.Sorted(maps.Keys(e.DriverDevices)) {
+		what = append(what, fmt.Sprintf("%d of %s", e.DriverDevices[d], d))
+	}
 	if e.AdminAccess != nil {
 		add("admin access", fmt.Sprint(*e.AdminAccess))
 	}
@@ -377,6 +384,15 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 		}
 		if len(values) != 1 {
 			mismatch(e.SameAttribute, "one value for all devices", keys(values), refs(devs))
+		}
+	}
+	if len(e.DriverDevices) > 0 {
+		got := map[string]int{}
+		for _, d := range devs {
+			got[d.Driver]++
+		}
+		if !maps.Equal(got, e.DriverDevices) {
+			mismatch("devices by driver", e.DriverDevices, got, refs(devs))
 		}
 	}
 	if e.NodeTier != "" && o.Rows[0].NodeTier != e.NodeTier {

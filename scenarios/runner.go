@@ -186,13 +186,14 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 	if err != nil {
 		return Inventory{}, err
 	}
-	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, CountedNodes: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Plain: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]report.FreeShare{}, Groups: map[string]map[string]map[string]int{}, Published: map[string]map[string]int{}}
+	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, CountedNodes: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Plain: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]report.FreeShare{}, Groups: map[string]map[string]map[string]int{}, Published: map[string]map[string]int{}, Drivers: map[string]int{}}
 	shares := map[string]report.FreeShare{}
 	for _, f := range snap.FreeShares(gpu.CapacityMemory) {
 		shares[f.Driver+"/"+f.Pool+"/"+f.Device] = f
 	}
 	held := snap.AllocatedDevices()
 	for _, sl := range snap.Slices {
+		inv.Drivers[sl.Spec.Driver] += len(sl.Spec.Devices)
 		if sl.Spec.Driver != gpu.DriverName {
 			continue
 		}
@@ -319,6 +320,11 @@ func (inv Inventory) meets(req Requirements) error {
 	for _, t := range req.AttachedTiers {
 		if inv.Attached[t] == 0 {
 			missing = append(missing, fmt.Sprintf("%s GPUs attached through a fabric, with binding conditions (attach: fabric)", t))
+		}
+	}
+	for _, d := range req.Drivers {
+		if inv.Drivers[d] == 0 {
+			missing = append(missing, fmt.Sprintf("devices of the driver %s", d))
 		}
 	}
 	if len(missing) > 0 {

@@ -83,6 +83,9 @@ type Requirements struct {
 	// publish binding conditions, which the lab's attach controller sets
 	// (attach: fabric).
 	AttachedTiers []string `json:"attachedTiers,omitempty"`
+	// Drivers must publish devices, beside the GPU driver:
+	// [nic.dralab.dev] for a scenario that pairs GPUs with NICs.
+	Drivers []string `json:"drivers,omitempty"`
 	// Features names the Kubernetes features the scenario exercises.
 	Features []string `json:"features,omitempty"`
 	// Resources the API server must serve, as resource.group/version:
@@ -399,6 +402,10 @@ type Expectation struct {
 	// CapacityExhausted] on a lab where the last matching device is a
 	// shared one with too little left.
 	Reason Reasons `json:"reason,omitempty"`
+	// DriverDevices counts the pod's devices by driver: {gpu.dralab.dev:
+	// 1, nic.dralab.dev: 1} for a GPU and its NIC; every driver not
+	// named must have none.
+	DriverDevices map[string]int `json:"driverDevices,omitempty"`
 	// For the whole group.
 	SameDevice bool `json:"sameDevice,omitempty"`
 	// TierCounts counts the group's pods by tier (of their devices, or of
@@ -580,6 +587,11 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 	checkTiers(field.NewPath("requires", "sharedTiers"), s.Requires.SharedTiers)
 	checkTiers(field.NewPath("requires", "attachedTiers"), s.Requires.AttachedTiers)
 	checkTiers(field.NewPath("requires", "plainTiers"), s.Requires.PlainTiers)
+	for i, d := range s.Requires.Drivers {
+		if msgs := validation.IsDNS1123Subdomain(d); len(msgs) > 0 || !strings.Contains(d, ".") {
+			errs = append(errs, field.Invalid(field.NewPath("requires", "drivers").Index(i), d, "a driver's name, a DNS subdomain such as nic.dralab.dev"))
+		}
+	}
 	for i, r := range s.Requires.Resources {
 		if _, err := ParseResource(r); err != nil {
 			errs = append(errs, field.Invalid(field.NewPath("requires", "resources").Index(i), r, err.Error()))
@@ -684,6 +696,15 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 			if e.Consumed != "" {
 				if _, err := resource.ParseQuantity(e.Consumed); err != nil {
 					errs = append(errs, field.Invalid(ep.Child("consumed"), e.Consumed, "a quantity, e.g. 7Gi"))
+				}
+			}
+			for _, d := range slices.Sorted(maps.Keys(e.DriverDevices)) {
+				dp := ep.Child("driverDevices").Key(d)
+				if msgs := validation.IsDNS1123Subdomain(d); len(msgs) > 0 || !strings.Contains(d, ".") {
+					errs = append(errs, field.Invalid(dp, d, "a driver's name, a DNS subdomain such as nic.dralab.dev"))
+				}
+				if e.DriverDevices[d] < 0 {
+					errs = append(errs, field.Invalid(dp, e.DriverDevices[d], "must not be negative"))
 				}
 			}
 			for t, c := range e.TierCounts {

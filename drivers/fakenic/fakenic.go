@@ -22,6 +22,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/utils/ptr"
 
@@ -188,4 +189,28 @@ func Address(node string, i int) string {
 	// Neither the network's nor the broadcast address.
 	host = 1 + host%(1<<16-2)
 	return fmt.Sprintf("10.%d.%d.%d/16", 100+i%156, host>>8, host&0xff)
+}
+
+// The driver's DeviceClasses.
+const (
+	// ClassAny is the class of any NIC of the driver.
+	ClassAny = DriverName
+	// ClassRDMA is the class of NICs with RDMA, what GPUDirect RDMA needs.
+	ClassRDMA = "rdma." + DriverName
+)
+
+// DeviceClasses are the classes the driver's deployment creates.
+func DeviceClasses() []resourceapi.DeviceClass {
+	driver := fmt.Sprintf("device.driver == %q", DriverName)
+	rdma := fmt.Sprintf("%s && device.attributes[%q].%s", driver, DriverName, AttrRDMA)
+	class := func(name, expression string) resourceapi.DeviceClass {
+		return resourceapi.DeviceClass{
+			TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "DeviceClass"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/part-of": "dralab"}},
+			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+				Expression: expression,
+			}}}},
+		}
+	}
+	return []resourceapi.DeviceClass{class(ClassAny, driver), class(ClassRDMA, rdma)}
 }

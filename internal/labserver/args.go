@@ -75,6 +75,31 @@ func driverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
 	)
 }
 
+// nicDriverArgs runs the NIC driver of a node (`dralab-driver nic`), with
+// its own ServiceAccount token and checkpoint, and the node's place.
+func nicDriverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
+	nd := dir.Node(n.Name)
+	args := []string{"nic",
+		"--profile=" + n.NICs.Profile, "--nics=" + strconv.Itoa(n.NICs.Count),
+		"--node-name=" + n.Name,
+		"--kubeconfig=" + nd.NICDriverKubeconfig(),
+		"--kubelet-registrar-dir=" + nd.PluginsRegistry(),
+		"--kubelet-plugins-dir=" + nd.Plugins(),
+		"--cdi-dir=" + nd.CDI(),
+		"--checkpoint-dir=" + nd.NICDriverCheckpoint(),
+		"--v=" + strconv.Itoa(verbosity),
+	}
+	if t := n.Topology; t != nil {
+		if t.Rack != "" {
+			args = append(args, "--rack="+t.Rack)
+		}
+		if t.NVLinkDomain != "" {
+			args = append(args, "--nvlink-domain="+t.NVLinkDomain)
+		}
+	}
+	return args
+}
+
 // outsideDriver runs a configured outside driver's kubelet plugin on a
 // node, with the node's credentials, directories and ports in its
 // placeholders. Nodes share the host's network namespace: each gets its

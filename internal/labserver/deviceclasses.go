@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/dralab/dralab/drivers/fakenic"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/kubeapply"
 	"github.com/dralab/dralab/internal/kubeclient"
@@ -22,20 +24,28 @@ import (
 
 // applyDeviceClasses creates the GPU driver's DeviceClasses, as the driver's
 // Helm chart does on other clusters, when any node carries GPUs served
-// through DRA.
+// through DRA, and the NIC driver's when any node carries NICs.
 func applyDeviceClasses(ctx context.Context, dir labstate.Dir, cfg *config.Config) error {
-	needed := false
+	var classes []resourceapi.DeviceClass
+	gpus, nics := false, false
 	for _, n := range cfg.Nodes {
-		needed = needed || (n.GPUs != nil && n.GPUs.Mode == config.GPUModeDRA)
+		gpus = gpus || (n.GPUs != nil && n.GPUs.Mode == config.GPUModeDRA)
+		nics = nics || n.NICs != nil
 	}
-	if !needed {
+	if gpus {
+		classes = append(classes, gpu.DeviceClasses()...)
+	}
+	if nics {
+		classes = append(classes, fakenic.DeviceClasses()...)
+	}
+	if len(classes) == 0 {
 		return nil
 	}
 	client, err := kubeclient.New(dir.Kubeconfig())
 	if err != nil {
 		return err
 	}
-	for _, class := range gpu.DeviceClasses() {
+	for _, class := range classes {
 		// A lab resumed on its etcd data has them already.
 		if _, err := client.ResourceV1().DeviceClasses().Create(ctx, &class, metav1.CreateOptions{FieldManager: "dralab"}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating DeviceClass %s: %w", class.Name, err)

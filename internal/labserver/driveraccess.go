@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/fakenic"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/atomicfile"
 	"github.com/dralab/dralab/internal/driverauth"
@@ -53,34 +54,49 @@ func (a driverAccess) serviceAccount() string {
 	return name
 }
 
-// accessOf is the access of node n's driver, if it runs one.
-func accessOf(cfg *config.Config, n config.Node) (driverAccess, bool) {
+// nodeDriver is one driver the lab runs on a node: its access, and the
+// file its token goes to.
+type nodeDriver struct {
+	access driverAccess
+	token  string
+}
+
+// driversOf are the drivers node n runs: the outside driver or the GPU
+// driver, and the NIC driver.
+func driversOf(dir labstate.Dir, cfg *config.Config, n config.Node) []nodeDriver {
+	var out []nodeDriver
+	nd := dir.Node(n.Name)
 	switch {
 	case cfg.Driver != nil:
-		return driverAccess{cfg.Driver.Name, driverauth.ModeDRA}, true
+		out = append(out, nodeDriver{driverAccess{cfg.Driver.Name, driverauth.ModeDRA}, nd.DriverToken()})
 	case n.GPUs != nil:
-		return driverAccess{gpu.DriverName, n.GPUs.Mode}, true
+		out = append(out, nodeDriver{driverAccess{gpu.DriverName, n.GPUs.Mode}, nd.DriverToken()})
 	}
-	return driverAccess{}, false
+	if n.NICs != nil {
+		out = append(out, nodeDriver{driverAccess{fakenic.DriverName, driverauth.ModeDRA}, nd.NICDriverToken()})
+	}
+	return out
 }
 
 // grantDrivers creates the ServiceAccounts of the lab's drivers, their
 // roles and, for drivers that publish slices, the policy that pins their
 // writes to their own node.
-func grantDrivers(ctx context.Context, client kubernetes.Interface, cfg *config.Config) error {
+func grantDrivers(ctx context.Context, client kubernetes.Interface, dir labstate.Dir, cfg *config.Config) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: labstate.DriversNamespace}}
 	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", ns.Name, err)
 	}
 	seen := map[driverAccess]bool{}
 	for _, n := range cfg.Nodes {
-		a, ok := accessOf(cfg, n)
-		if !ok || seen[a] {
-			continue
-		}
-		seen[a] = true
-		if err := grant(ctx, client, a); err != nil {
-			return fmt.Errorf("granting driver %s (%s mode): %w", a.driver, a.mode, err)
+		for _, d := range driversOf(dir, cfg, n) {
+			a := d.access
+			if seen[a] {
+				continue
+			}
+			seen[a] = true
+			if err := grant(ctx, client, a); err != nil {
+				return fmt.Errorf("granting driver %s (%s mode): %w", a.driver, a.mode, err)
+			}
 		}
 	}
 	return nil
@@ -148,9 +164,10 @@ func createOrUpdate[T interface {
 	return nil
 }
 
-// issueDriverToken writes node's driver a token of its ServiceAccount,
+// issueDriverToken writes node's driver d a token of its ServiceAccount,
 // bound to the node's Node object, once the node has registered it.
-func issueDriverToken(ctx context.Context, client kubernetes.Interface, dir labstate.Dir, a driverAccess, node string) error {
+func issueDriverToken(ctx context.Context, client kubernetes.Interface, d nodeDriver, node string) error {
+	a := d.access
 	var n *corev1.Node
 	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		var err error
@@ -171,7 +188,7 @@ func issueDriverToken(ctx context.Context, client kubernetes.Interface, dir labs
 	if err != nil {
 		return fmt.Errorf("node %s: a token for its driver's ServiceAccount %s/%s: %w", node, labstate.DriversNamespace, a.serviceAccount(), err)
 	}
-	if err := atomicfile.Write(dir.Node(node).DriverToken(), []byte(tr.Status.Token), 0o600); err != nil {
+	if err := atomicfile.Write(d.token, []byte(tr.Status.Token), 0o600); err != nil {
 		return fmt.Errorf("node %s: writing its driver's token: %w", node, err)
 	}
 	return nil
@@ -191,13 +208,13 @@ func renewDriverTokens(ctx context.Context, client kubernetes.Interface, dir lab
 		case <-ticker.C:
 		}
 		for _, n := range cfg.Nodes {
-			if a, ok := accessOf(cfg, n); ok {
+			for _, d := range driversOf(dir, cfg, n) {
 				// A node deleted meanwhile is not waited for.
 				renewCtx, cancel := context.WithTimeout(ctx, time.Minute)
-				err := issueDriverToken(renewCtx, client, dir, a, n.Name)
+				err := issueDriverToken(renewCtx, client, d, n.Name)
 				cancel()
 				if err != nil && ctx.Err() == nil {
-					logger.Error(err, "Renewing a driver's token", "node", n.Name)
+					logger.Error(err, "Renewing a driver's token", "node", n.Name, "driver", d.access.driver)
 				}
 			}
 		}

@@ -248,7 +248,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := grantDrivers(ctx, admin, cfg); err != nil {
+	if err := grantDrivers(ctx, admin, dir, cfg); err != nil {
 		return err
 	}
 	if err := applyDeviceClasses(ctx, dir, cfg); err != nil {
@@ -260,8 +260,8 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		}
 	}
 	for _, n := range cfg.Nodes {
-		if a, ok := accessOf(cfg, n); ok {
-			if err := issueDriverToken(ctx, admin, dir, a, n.Name); err != nil {
+		for _, d := range driversOf(dir, cfg, n) {
+			if err := issueDriverToken(ctx, admin, d, n.Name); err != nil {
 				return err
 			}
 		}
@@ -274,6 +274,9 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 			}
 		case n.GPUs != nil:
 			err = procs.start(ctx, labstate.RoleDriver, n.Name, driverArgs(dir, n, o.Verbosity), true)
+		}
+		if err == nil && n.NICs != nil {
+			err = procs.start(ctx, labstate.RoleNICDriver, n.Name, nicDriverArgs(dir, n, o.Verbosity), true)
 		}
 		if err != nil {
 			return err
@@ -320,6 +323,7 @@ func shutdown(ctx context.Context, procs *supervisor, dir labstate.Dir, cfg *con
 	const grace = 10 * time.Second
 	bg := context.WithoutCancel(ctx)
 	procs.stop(bg, grace, labstate.RoleDriver)
+	procs.stop(bg, grace, labstate.RoleNICDriver)
 	procs.stop(bg, grace, labstate.RoleNode)
 	logger.Info("Stopped the lab's drivers and nodes")
 	if cp != nil {

@@ -91,9 +91,14 @@ func writePKI(dir labstate.Dir, server, lab string, nodes []string) (controlplan
 		ids = append(ids,
 			identity{dir.Node(n).Kubeconfig(), "system:node:" + n, []string{"system:nodes"}})
 		// A driver's token is issued once its node has registered.
-		driver := &clientcmdapi.AuthInfo{TokenFile: dir.Node(n).DriverToken()}
-		if err := writeKubeconfig(dir.Node(n).DriverKubeconfig(), labstate.ContextName(lab), server, ca.CertPEM(), driver); err != nil {
-			return files, err
+		for _, d := range []struct{ kubeconfig, token string }{
+			{dir.Node(n).DriverKubeconfig(), dir.Node(n).DriverToken()},
+			{dir.Node(n).NICDriverKubeconfig(), dir.Node(n).NICDriverToken()},
+		} {
+			driver := &clientcmdapi.AuthInfo{TokenFile: d.token}
+			if err := writeKubeconfig(d.kubeconfig, labstate.ContextName(lab), server, ca.CertPEM(), driver); err != nil {
+				return files, err
+			}
 		}
 	}
 	for _, id := range ids {

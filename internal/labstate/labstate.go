@@ -240,6 +240,14 @@ func (n NodeDir) DriverKubeconfig() string { return n.path("driver.kubeconfig") 
 // renews while it runs.
 func (n NodeDir) DriverToken() string { return n.path("driver.token") }
 
+// NICDriverKubeconfig, NICDriverToken and NICDriverCheckpoint are the NIC
+// driver's, as DriverKubeconfig, DriverToken and DriverCheckpoint are the
+// GPU driver's (or an outside driver's): each driver of a node has its own
+// ServiceAccount, token and state.
+func (n NodeDir) NICDriverKubeconfig() string { return n.path("nic-driver.kubeconfig") }
+func (n NodeDir) NICDriverToken() string      { return n.path("nic-driver.token") }
+func (n NodeDir) NICDriverCheckpoint() string { return n.path("nic-driver") }
+
 // DriversNamespace is the namespace of the lab drivers' ServiceAccounts.
 const DriversNamespace = "dralab-drivers"
 
@@ -286,6 +294,8 @@ type Status struct {
 const (
 	RoleNode   = "node"
 	RoleDriver = "driver"
+	// RoleNICDriver is a node's NIC driver, beside its GPU driver.
+	RoleNICDriver = "nic-driver"
 	// RoleContainerd is the container runtime of a real node.
 	RoleContainerd = "containerd"
 )

@@ -238,6 +238,32 @@ type Node struct {
 	Topology *Topology `json:"topology,omitempty"`
 	// GPUs are the devices the node's GPU driver publishes; none for a CPU-only node.
 	GPUs *GPUs `json:"gpus,omitempty"`
+	// NICs are the network adapters the node's NIC driver (nic.dralab.dev)
+	// publishes: NIC i under the PCIe root of GPU i (docs/gpu-nic.md).
+	NICs *NICs `json:"nics,omitempty"`
+}
+
+// NICs say what network adapters a node carries: Count fake NICs of a
+// Profile, e.g. {profile: cx7-400g, count: 8}.
+type NICs struct {
+	// Profile names the NIC model, e.g. "cx7-400g".
+	Profile string `json:"profile"`
+	// Count is the number of NICs.
+	Count int `json:"count"`
+}
+
+// MaxNICsPerNode bounds a node's NICs, as MaxGPUsPerNode its GPUs.
+const MaxNICsPerNode = 64
+
+func (n *NICs) validate(np *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if n.Profile == "" {
+		errs = append(errs, field.Required(np.Child("profile"), "name a NIC profile, e.g. cx7-400g"))
+	}
+	if n.Count < 1 || n.Count > MaxNICsPerNode {
+		errs = append(errs, field.Invalid(np.Child("count"), n.Count, fmt.Sprintf("must be between 1 and %d", MaxNICsPerNode)))
+	}
+	return errs
 }
 
 // Topology is where a node sits. Each place becomes a node label and an
@@ -538,6 +564,19 @@ func (c *Config) validate() field.ErrorList {
 		if n.GPUs != nil && c.Backend == BackendKind && n.GPUs.Attach != "" {
 			errs = append(errs, field.Forbidden(p.Child("gpus", "attach"), "fabric attach runs on the embedded backend only, so far: its attach controller is part of the embedded lab process"))
 		}
+		if n.NICs != nil {
+			np := p.Child("nics")
+			switch {
+			case c.Driver != nil:
+				errs = append(errs, field.Forbidden(np, "the lab runs driver.command on every node instead of dralab's drivers: its devices are the outside driver's"))
+			case c.Backend == BackendKind:
+				errs = append(errs, field.Forbidden(np, "NICs run on the embedded backend only, so far: the kind backend's chart has no NIC driver yet"))
+			case n.Kind == NodeReal:
+				errs = append(errs, field.Forbidden(np, "NICs run on hollow nodes only, so far: a real node's NIC driver needs a network interface in each pod"))
+			default:
+				errs = append(errs, n.NICs.validate(np)...)
+			}
+		}
 		if n.GPUs != nil {
 			if c.Driver != nil {
 				errs = append(errs, field.Forbidden(p.Child("gpus"), "the lab runs driver.command on every node instead of dralab's GPU driver: its devices are the outside driver's"))
@@ -658,6 +697,9 @@ type GPUCatalog interface {
 	MIGProfiles() []string
 	// NVMLMocks are go-nvml's mock servers.
 	NVMLMocks() []string
+	// NICProfiles are the NIC driver's profiles: the catalog of the
+	// lab's drivers, the NIC driver's beside the GPU driver's.
+	NICProfiles() []string
 }
 
 // CheckGPUs checks the names of every GPUs section against the driver's
@@ -666,6 +708,9 @@ type GPUCatalog interface {
 func (c *Config) CheckGPUs(cat GPUCatalog) error {
 	var errs field.ErrorList
 	for i, n := range c.Nodes {
+		if n.NICs != nil && n.NICs.Profile != "" && !slices.Contains(cat.NICProfiles(), n.NICs.Profile) {
+			errs = append(errs, field.NotSupported(field.NewPath("nodes").Index(i).Child("nics", "profile"), n.NICs.Profile, cat.NICProfiles()))
+		}
 		g := n.GPUs
 		if g == nil {
 			continue

@@ -126,6 +126,12 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"zero percentage of nodes", head + "controlPlane: {percentageOfNodesToScore: 0}\nnodes: []\n", []string{"controlPlane.percentageOfNodesToScore", "between 1 and 100"}},
 		{"misspelt control plane field", head + "controlPlane: {paralelism: 4}\nnodes: []\n", []string{`unknown field "controlPlane.paralelism"`}},
 		{"label of Kubernetes' domain", head + "nodes: [{name: a, labels: {topology.kubernetes.io/rack: r1}}]\n", []string{"nodes[0].labels[topology.kubernetes.io/rack]", "NodeRestriction"}},
+		{"zero NICs", head + "nodes: [{name: a, nics: {profile: cx7-400g, count: 0}}]\n", []string{"nodes[0].nics.count", "between 1 and 64"}},
+		{"NICs without profile", head + "nodes: [{name: a, nics: {count: 2}}]\n", []string{"nodes[0].nics.profile: Required"}},
+		{"misspelt NIC field", head + "nodes: [{name: a, nics: {profile: cx7-400g, cuont: 2}}]\n", []string{`unknown field "nodes[0].nics.cuont"`}},
+		{"NICs on kind", head + "backend: kind\nnodes: [{name: a, nics: {profile: cx7-400g, count: 2}}]\n", []string{"nodes[0].nics: Forbidden", "embedded backend only"}},
+		{"NICs on a real node", head + "nodes: [{name: a, kind: real, nics: {profile: cx7-400g, count: 2}}]\n", []string{"nodes[0].nics: Forbidden", "hollow nodes only"}},
+		{"outside driver and NICs", head + "driver: {name: gpu.example.com, command: [plugin]}\nnodes: [{name: a, nics: {profile: cx7-400g, count: 1}}]\n", []string{"nodes[0].nics: Forbidden"}},
 		{"empty topology", head + "nodes: [{name: a, topology: {}}]\n", []string{"nodes[0].topology: Required", "rack, an nvlinkDomain"}},
 		{"bad rack", head + "nodes: [{name: a, topology: {rack: 'rack 1'}}]\n", []string{"nodes[0].topology.rack", `"rack 1"`, "topology.dralab.dev/rack"}},
 		{"misspelt topology field", head + "nodes: [{name: a, topology: {nvlinkdomain: nvl-1}}]\n", []string{`unknown field "nodes[0].topology.nvlinkdomain"`}},
@@ -242,17 +248,18 @@ func TestFabricAttachedNodes(t *testing.T) {
 }
 
 // catalog is a GPU driver's names, as the lab's is.
-type catalog struct{ profiles, mig, mocks []string }
+type catalog struct{ profiles, mig, mocks, nics []string }
 
 func (c catalog) Profiles() []string    { return c.profiles }
 func (c catalog) MIGProfiles() []string { return c.mig }
 func (c catalog) NVMLMocks() []string   { return c.mocks }
+func (c catalog) NICProfiles() []string { return c.nics }
 
 // The names only the driver knows are checked against its catalog, after
 // Parse: errors name the file and the field, and list what there is.
 func TestCheckGPUs(t *testing.T) {
 	const head = "apiVersion: lab.dralab.dev/v1alpha1\nkind: Lab\n"
-	cat := catalog{profiles: []string{"h100-80gb", "l4-24gb"}, mig: []string{"h100-80gb"}, mocks: []string{"dgxh100", "mixed"}}
+	cat := catalog{profiles: []string{"h100-80gb", "l4-24gb"}, mig: []string{"h100-80gb"}, mocks: []string{"dgxh100", "mixed"}, nics: []string{"cx7-400g", "e810-100g"}}
 	cases := []struct {
 		name, yaml string
 		want       []string
@@ -261,6 +268,7 @@ func TestCheckGPUs(t *testing.T) {
 		{"unknown NVML mock", head + "nodes: [{name: a, gpus: {nvml: 'mock:dgx1'}}]\n", []string{"nodes[0].gpus.nvml", `"mock:dgx1"`, "mock:dgxh100"}},
 		{"MIG without geometry", head + "nodes: [{name: a, gpus: {profile: l4-24gb, count: 1, partitioning: mig}}]\n", []string{"nodes[0].gpus.partitioning", "GPU profile l4-24gb has no MIG geometry", "h100-80gb"}},
 		{"several at once", head + "nodes: [{name: a, gpus: {profile: x, count: 1}}, {name: b, gpus: {nvml: 'mock:y'}}]\n", []string{"nodes[0].gpus.profile", "nodes[1].gpus.nvml", `"mock:y"`}},
+		{"unknown NIC profile", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 8}, nics: {profile: cx9-800g, count: 8}}]\n", []string{"nodes[0].nics.profile", `"cx9-800g"`, "cx7-400g", "e810-100g"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -281,6 +289,7 @@ func TestCheckGPUs(t *testing.T) {
 	}
 	for _, ok := range []string{
 		head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, partitioning: mig}}, {name: b, gpus: {nvml: 'mock:mixed'}}, {name: c, gpus: {nvml: host}}, {name: d}]\n",
+		head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 8}, nics: {profile: cx7-400g, count: 8}}, {name: b, nics: {profile: e810-100g, count: 2}}]\n",
 	} {
 		cfg, err := Parse("ok.yaml", []byte(ok))
 		if err != nil {

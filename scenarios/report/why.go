@@ -109,6 +109,9 @@ func (s *Snapshot) whyPod(ctx context.Context, pod *v1.Pod) (string, string, err
 				return code, msg, err
 			}
 		}
+		if code, msg, err := s.whyTogether(ctx, claim, holders); err != nil || code != "" {
+			return code, msg, err
+		}
 	}
 	return "", message, nil
 }
@@ -169,6 +172,100 @@ func (s *Snapshot) whyRequest(ctx context.Context, claim *resourceapi.ResourceCl
 	return s.whyAlternatives(ctx, claim.Namespace, fmt.Sprintf("request %q of claim %s", req.Name, claim.Name), alts, holders)
 }
 
+// whyTogether explains a claim whose requests each fit on their own but
+// not together: a matchAttribute constraint over several requests (a GPU
+// and a NIC under one PCIe root, of two drivers) that no node's free
+// devices meet. For each node and value of the attribute that some
+// request could use, it says what each request has free there and, where
+// a request has too little, who holds the rest: "h100-0 pci0000:15: gpu:
+// gpu-1 free; nic: none free (nic-0 to pair-0)". Requests with
+// alternatives (firstAvailable) are left to the scheduler's message.
+func (s *Snapshot) whyTogether(ctx context.Context, claim *resourceapi.ResourceClaim, holders map[string]string) (string, string, error) {
+	byName := map[string]resourceapi.DeviceRequest{}
+	for _, r := range claim.Spec.Devices.Requests {
+		byName[r.Name] = r
+	}
+	for _, c := range claim.Spec.Devices.Constraints {
+		if c.MatchAttribute == nil {
+			continue
+		}
+		names := c.Requests
+		if len(names) == 0 {
+			for _, r := range claim.Spec.Devices.Requests {
+				names = append(names, r.Name)
+			}
+		}
+		if len(names) < 2 {
+			continue
+		}
+		attr := string(*c.MatchAttribute)
+		type side struct {
+			request string
+			count   int
+			// free and busy are a place's (node and value) free devices,
+			// and why the others are not.
+			free, busy map[string][]string
+		}
+		var sides []side
+		places := map[string]bool{}
+		for _, name := range names {
+			req, ok := byName[name]
+			if !ok || req.Exactly == nil {
+				return "", "", nil
+			}
+			alt := alternatives(req)[0]
+			candidates, err := s.matching(ctx, alt)
+			if err != nil {
+				return "", "", nil // whyRequest has said what it could
+			}
+			sd := side{request: name, count: alt.count, free: map[string][]string{}, busy: map[string][]string{}}
+			for _, d := range candidates {
+				v, ok := devices.Attribute(d.driver, d.dev.Attributes, attr)
+				if !ok {
+					continue // meets no matchAttribute
+				}
+				place := d.pool + " " + v
+				state, detail := s.classify(d, alt, claim.Namespace, holders)
+				switch state {
+				case available:
+					sd.free[place] = append(sd.free[place], d.dev.Name)
+					places[place] = true
+				case heldByClaim, noRoom, tainted, noCounter:
+					sd.busy[place] = append(sd.busy[place], strings.TrimPrefix(detail, d.pool+"/"))
+				}
+			}
+			sides = append(sides, sd)
+		}
+		var parts []string
+		for _, place := range slices.Sorted(maps.Keys(places)) {
+			fits := true
+			var what []string
+			for _, sd := range sides {
+				if n := len(sd.free[place]); n >= sd.count {
+					what = append(what, fmt.Sprintf("%s: %s free", sd.request, strings.Join(sd.free[place], ", ")))
+					continue
+				}
+				fits = false
+				w := fmt.Sprintf("%s: %d free of %d needed", sd.request, len(sd.free[place]), sd.count)
+				if busy := sd.busy[place]; len(busy) > 0 {
+					w += " (" + strings.Join(busy, "; ") + ")"
+				}
+				what = append(what, w)
+			}
+			if fits {
+				return "", "", nil
+			}
+			parts = append(parts, place+": "+strings.Join(what, "; "))
+		}
+		msg := fmt.Sprintf("claim %s: requests %s must share %s on one node, and no node has enough of each free under one value", claim.Name, strings.Join(names, " and "), attr)
+		if len(parts) > 0 {
+			msg += ": " + strings.Join(parts, " | ")
+		}
+		return ConstraintUnmet, msg, nil
+	}
+	return "", "", nil
+}
+
 // sharing groups devices by node (pool) and the value of an attribute,
 // and returns the largest group's size and a description of the groups;
 // a device without the attribute is a group of its own.
@@ -190,6 +287,56 @@ func sharing(devs []deviceRef, attr resourceapi.FullyQualifiedName) (int, string
 		parts = append(parts, fmt.Sprintf("%s: %s on %s", pool, strings.Join(groups[k], ", "), v))
 	}
 	return largest, strings.Join(parts, "; ")
+}
+
+// deviceState is whether a request could have a device now, and why not.
+type deviceState int
+
+const (
+	available deviceState = iota
+	// tooBig: the request asks more of a shared device than one share
+	// may ever take; noRoom: too little is left of it.
+	tooBig
+	noRoom
+	// heldByClaim: another claim has the device to itself.
+	heldByClaim
+	// tainted: a taint the request does not tolerate.
+	tainted
+	// noCounter: allocated partitions hold its counters.
+	noCounter
+)
+
+// classify says whether alt could have device c now and, if not, why, in
+// words that name the device and what holds it.
+func (s *Snapshot) classify(c deviceRef, alt alternative, namespace string, holders map[string]string) (deviceState, string) {
+	holder, held := holders[c.driver+"/"+c.String()]
+	shared := c.dev.AllowMultipleAllocations != nil && *c.dev.AllowMultipleAllocations
+	var never, short string
+	if shared && !alt.adminAccess {
+		never, short = s.capacityShortage(c, alt, namespace)
+	}
+	if never != "" {
+		return tooBig, never
+	}
+	// The allocator checks counters for admin access too: an admin claim
+	// for a partitioned GPU whose counters another claim holds is
+	// refused.
+	var counters string
+	if !shared && (!held || alt.adminAccess) {
+		counters = s.counterShortage(c, namespace)
+	}
+	blocking := s.blockingTaints(c, alt.tolerations)
+	switch {
+	case short != "":
+		return noRoom, short
+	case held && !shared && !alt.adminAccess:
+		return heldByClaim, fmt.Sprintf("%s to %s", c, strings.TrimPrefix(holder, namespace+"/"))
+	case len(blocking) > 0:
+		return tainted, fmt.Sprintf("%s (%s)", c, strings.Join(blocking, ", "))
+	case counters != "":
+		return noCounter, counters
+	}
+	return available, ""
 }
 
 // whyAlternatives explains why none of a request's alternatives can be
@@ -221,35 +368,21 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 		}
 		var free []deviceRef
 		for _, c := range candidates {
-			key := c.driver + "/" + c.String()
-			holder, held := holders[key]
-			shared := c.dev.AllowMultipleAllocations != nil && *c.dev.AllowMultipleAllocations
-			var tooBig, noRoom string
-			if shared && !alt.adminAccess {
-				tooBig, noRoom = s.capacityShortage(c, alt, namespace)
-			}
-			if tooBig != "" {
-				never = append(never, tooBig)
+			state, detail := s.classify(c, alt, namespace, holders)
+			if state == tooBig {
+				never = append(never, detail)
 				continue
 			}
 			anyMatch = true
-			// The allocator checks counters for admin access too: an
-			// admin claim for a partitioned GPU whose counters another
-			// claim holds is refused.
-			var noCounter string
-			if !shared && (!held || alt.adminAccess) {
-				noCounter = s.counterShortage(c, namespace)
-			}
-			blocking := s.blockingTaints(c, alt.tolerations)
-			switch {
-			case noRoom != "":
-				shares = append(shares, noRoom)
-			case held && !shared && !alt.adminAccess:
-				allocated = append(allocated, fmt.Sprintf("%s to %s", c, strings.TrimPrefix(holder, namespace+"/")))
-			case len(blocking) > 0:
-				taint = append(taint, fmt.Sprintf("%s (%s)", c, strings.Join(blocking, ", ")))
-			case noCounter != "":
-				counters = append(counters, noCounter)
+			switch state {
+			case noRoom:
+				shares = append(shares, detail)
+			case heldByClaim:
+				allocated = append(allocated, detail)
+			case tainted:
+				taint = append(taint, detail)
+			case noCounter:
+				counters = append(counters, detail)
 			default:
 				free = append(free, c)
 			}

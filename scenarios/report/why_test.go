@@ -6,7 +6,9 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 )
 
@@ -110,5 +112,74 @@ func TestWhyAdminAccessNeedsCounters(t *testing.T) {
 	code, msg, err := s.whyAlternatives(context.Background(), "ns", "monitor", []alternative{admin}, s.AllocatedDevices())
 	if err != nil || code != CounterExhausted || !strings.Contains(msg, "trainer") {
 		t.Errorf("got %q %q %v; want CounterExhausted naming the trainer's hold", code, msg, err)
+	}
+}
+
+// A GPU and a NIC of two drivers that must share a PCIe root: each request
+// fits on its own, but no root has both free. The explanation names, per
+// node and root, what each request has free there and who holds the rest;
+// with a free NIC beside a free GPU there is nothing to explain.
+func TestWhyTogether(t *testing.T) {
+	const nicDriver = "nic.dralab.dev"
+	root := func(d resourceapi.Device, r string) resourceapi.Device {
+		d.Attributes = map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"resource.kubernetes.io/pcieRoot": {StringValue: ptr.To(r)}}
+		return d
+	}
+	link := resource.MustParse("400G")
+	nic := func(name, r string) resourceapi.Device {
+		d := root(resourceapi.Device{Name: name, AllowMultipleAllocations: ptr.To(true)}, r)
+		d.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"bandwidth": {Value: link, RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: &link}}}
+		return d
+	}
+	pairOn := func(name, gpu, nicDev string) resourceapi.ResourceClaim {
+		c := claimOn(name, gpu, nil)
+		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results, resourceapi.DeviceRequestAllocationResult{
+			Request: "nic", Driver: nicDriver, Pool: "n", Device: nicDev, ShareID: ptr.To[types.UID]("s-" + types.UID(name)),
+			ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"bandwidth": link}})
+		return c
+	}
+	build := func(nics []resourceapi.Device, claims ...resourceapi.ResourceClaim) *Snapshot {
+		s := snapshot([]resourceapi.Device{root(resourceapi.Device{Name: "gpu-0"}, "pci0000:15"), root(resourceapi.Device{Name: "gpu-1"}, "pci0000:15"), root(resourceapi.Device{Name: "gpu-2"}, "pci0000:37")}, claims...)
+		s.Slices = append(s.Slices, resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: nicDriver, Pool: resourceapi.ResourcePool{Name: "n"}, Devices: nics}})
+		s.Classes["gpu"] = &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu"}, Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + drv + `"`}}}}}
+		s.Classes["nic"] = &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "nic"}, Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + nicDriver + `"`}}}}}
+		return s
+	}
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pair-2"}, Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+		Requests: []resourceapi.DeviceRequest{
+			{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}},
+			{Name: "nic", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "nic", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}},
+		},
+		Constraints: []resourceapi.DeviceConstraint{{Requests: []string{"gpu", "nic"}, MatchAttribute: ptr.To[resourceapi.FullyQualifiedName]("resource.kubernetes.io/pcieRoot")}},
+	}}}
+	ctx := context.Background()
+
+	// gpu-1 free under pci0000:15, whose NICs pair-0 and pair-1 hold;
+	// gpu-2 free under pci0000:37, which has no NIC; a free NIC on node
+	// m, which has no GPU.
+	s := build([]resourceapi.Device{nic("nic-0", "pci0000:15"), nic("nic-1", "pci0000:15")}, pairOn("pair-0", "gpu-0", "nic-0"), pairOn("pair-1", "gpu-9", "nic-1"))
+	s.Slices = append(s.Slices, resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: nicDriver, Pool: resourceapi.ResourcePool{Name: "m"}, Devices: []resourceapi.Device{nic("nic-0", "pci0000:15")}}})
+	code, msg, err := s.whyTogether(ctx, claim, s.AllocatedDevices())
+	for _, want := range []string{
+		"requests gpu and nic must share resource.kubernetes.io/pcieRoot on one node",
+		"n pci0000:15: gpu: gpu-1 free; nic: 0 free of 1 needed (nic-0 has 400G of bandwidth, 400G consumed by pair-0",
+		"nic-1 has 400G of bandwidth, 400G consumed by pair-1",
+		"n pci0000:37: gpu: gpu-2 free; nic: 0 free of 1 needed",
+		"m pci0000:15: gpu: 0 free of 1 needed; nic: nic-0 free",
+	} {
+		if err != nil || code != ConstraintUnmet || !strings.Contains(msg, want) {
+			t.Errorf("no free NIC beside a free GPU: %q %q %v; want ConstraintUnmet with %q", code, msg, err, want)
+		}
+	}
+	// Each request fits on its own: whyRequest finds nothing to say.
+	for _, req := range claim.Spec.Devices.Requests {
+		if code, msg, _ := s.whyRequest(ctx, claim, req, s.AllocatedDevices()); code != "" {
+			t.Errorf("request %s alone: %q %q, want no reason", req.Name, code, msg)
+		}
+	}
+
+	s = build([]resourceapi.Device{nic("nic-0", "pci0000:15"), nic("nic-1", "pci0000:15"), nic("nic-2", "pci0000:37")}, pairOn("pair-0", "gpu-0", "nic-0"), pairOn("pair-1", "gpu-9", "nic-1"))
+	if code, msg, err := s.whyTogether(ctx, claim, s.AllocatedDevices()); err != nil || code != "" {
+		t.Errorf("gpu-2 and nic-2 free under one root: %q %q %v, want no reason", code, msg, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -78,6 +79,13 @@ func (b *Backend) Status(ctx context.Context, name string) (*status.Status, erro
 		case n.GPUs != nil:
 			ns.Profile = fmt.Sprintf("%d× %s (%s)", n.GPUs.Count, n.GPUs.Profile, n.GPUs.Mode)
 			ns.Driver, ns.DriverPID, driverOK = processState(s, labstate.RoleDriver, n.Name)
+		}
+		if n.NICs != nil {
+			nics := fmt.Sprintf("%d× %s NICs", n.NICs.Count, n.NICs.Profile)
+			state, _, ok := processState(s, labstate.RoleNICDriver, n.Name)
+			ns.Profile = strings.TrimPrefix(ns.Profile+", "+nics, ", ")
+			ns.Driver = strings.TrimPrefix(ns.Driver+"; NIC driver "+state, "; ")
+			driverOK = driverOK && ok
 		}
 		ns.Healthy = nodeOK && runtimeOK && driverOK
 		if !ns.Healthy {
