@@ -126,6 +126,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	ko := o.Options(fakenic.DriverName, client)
 	ko.CDIKind, ko.EnvPrefix, ko.Inventory, ko.Metrics = fakenic.CDIKind, fakenic.EnvPrefix, inv, metrics
+	// Fake NICs never fail: the kubelet hears they are healthy, rather
+	// than that their health is unknown.
+	ko.ReportHealth = true
 	d, err := kit.Start(ctx, ko)
 	if err != nil {
 		return err

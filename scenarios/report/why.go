@@ -202,9 +202,11 @@ func (s *Snapshot) whyTogether(ctx context.Context, claim *resourceapi.ResourceC
 		type side struct {
 			request string
 			count   int
-			// free and busy are a place's (node and value) free devices,
-			// and why the others are not.
+			// free and busy are a place's (node and value) free devices
+			// and why the others are not; pools are the nodes with any
+			// device for the request.
 			free, busy map[string][]string
+			pools      map[string]bool
 		}
 		var sides []side
 		places := map[string]bool{}
@@ -218,44 +220,66 @@ func (s *Snapshot) whyTogether(ctx context.Context, claim *resourceapi.ResourceC
 			if err != nil {
 				return "", "", nil // whyRequest has said what it could
 			}
-			sd := side{request: name, count: alt.count, free: map[string][]string{}, busy: map[string][]string{}}
+			sd := side{request: name, count: alt.count, free: map[string][]string{}, busy: map[string][]string{}, pools: map[string]bool{}}
 			for _, d := range candidates {
+				sd.pools[d.pool] = true
 				v, ok := devices.Attribute(d.driver, d.dev.Attributes, attr)
 				if !ok {
 					continue // meets no matchAttribute
 				}
 				place := d.pool + " " + v
-				state, detail := s.classify(d, alt, claim.Namespace, holders)
-				switch state {
+				places[place] = true
+				switch state, detail := s.classify(d, alt, claim.Namespace, holders); state {
 				case available:
 					sd.free[place] = append(sd.free[place], d.dev.Name)
-					places[place] = true
 				case heldByClaim, noRoom, tainted, noCounter:
 					sd.busy[place] = append(sd.busy[place], strings.TrimPrefix(detail, d.pool+"/"))
 				}
 			}
 			sides = append(sides, sd)
 		}
+		// Only nodes with devices for every request can hold the claim;
+		// the others are named once.
+		lacking := map[string][]string{}
 		var parts []string
 		for _, place := range slices.Sorted(maps.Keys(places)) {
-			fits := true
+			pool, value, _ := strings.Cut(place, " ")
+			fits, everywhere := true, true
 			var what []string
 			for _, sd := range sides {
-				if n := len(sd.free[place]); n >= sd.count {
-					what = append(what, fmt.Sprintf("%s: %s free", sd.request, strings.Join(sd.free[place], ", ")))
+				if !sd.pools[pool] {
+					everywhere = false
+					if !slices.Contains(lacking[sd.request], pool) {
+						lacking[sd.request] = append(lacking[sd.request], pool)
+					}
 					continue
 				}
-				fits = false
-				w := fmt.Sprintf("%s: %d free of %d needed", sd.request, len(sd.free[place]), sd.count)
-				if busy := sd.busy[place]; len(busy) > 0 {
-					w += " (" + strings.Join(busy, "; ") + ")"
+				free, busy := sd.free[place], sd.busy[place]
+				switch {
+				case len(free) >= sd.count:
+					what = append(what, fmt.Sprintf("%s: %s free", sd.request, strings.Join(free, ", ")))
+					continue
+				case len(free) == 0 && len(busy) == 0:
+					what = append(what, fmt.Sprintf("%s: none under %s", sd.request, value))
+				case len(busy) > 0:
+					what = append(what, fmt.Sprintf("%s: %d free of %d needed (%s)", sd.request, len(free), sd.count, strings.Join(busy, "; ")))
+				default:
+					what = append(what, fmt.Sprintf("%s: %d free of %d needed", sd.request, len(free), sd.count))
 				}
-				what = append(what, w)
+				fits = false
+			}
+			if !everywhere {
+				continue
 			}
 			if fits {
 				return "", "", nil
 			}
 			parts = append(parts, place+": "+strings.Join(what, "; "))
+		}
+		for _, sd := range sides {
+			if pools := lacking[sd.request]; len(pools) > 0 {
+				parts = append(parts, fmt.Sprintf("no device for request %s on %s", sd.request, strings.Join(pools, ", ")))
+			}
 		}
 		msg := fmt.Sprintf("claim %s: requests %s must share %s on one node, and no node has enough of each free under one value", claim.Name, strings.Join(names, " and "), attr)
 		if len(parts) > 0 {

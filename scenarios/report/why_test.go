@@ -156,7 +156,7 @@ func TestWhyTogether(t *testing.T) {
 
 	// gpu-1 free under pci0000:15, whose NICs pair-0 and pair-1 hold;
 	// gpu-2 free under pci0000:37, which has no NIC; a free NIC on node
-	// m, which has no GPU.
+	// m, which has no GPU: named once, not root by root.
 	s := build([]resourceapi.Device{nic("nic-0", "pci0000:15"), nic("nic-1", "pci0000:15")}, pairOn("pair-0", "gpu-0", "nic-0"), pairOn("pair-1", "gpu-9", "nic-1"))
 	s.Slices = append(s.Slices, resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: nicDriver, Pool: resourceapi.ResourcePool{Name: "m"}, Devices: []resourceapi.Device{nic("nic-0", "pci0000:15")}}})
 	code, msg, err := s.whyTogether(ctx, claim, s.AllocatedDevices())
@@ -164,12 +164,15 @@ func TestWhyTogether(t *testing.T) {
 		"requests gpu and nic must share resource.kubernetes.io/pcieRoot on one node",
 		"n pci0000:15: gpu: gpu-1 free; nic: 0 free of 1 needed (nic-0 has 400G of bandwidth, 400G consumed by pair-0",
 		"nic-1 has 400G of bandwidth, 400G consumed by pair-1",
-		"n pci0000:37: gpu: gpu-2 free; nic: 0 free of 1 needed",
-		"m pci0000:15: gpu: 0 free of 1 needed; nic: nic-0 free",
+		"n pci0000:37: gpu: gpu-2 free; nic: none under pci0000:37",
+		"no device for request gpu on m",
 	} {
 		if err != nil || code != ConstraintUnmet || !strings.Contains(msg, want) {
 			t.Errorf("no free NIC beside a free GPU: %q %q %v; want ConstraintUnmet with %q", code, msg, err, want)
 		}
+	}
+	if strings.Contains(msg, "m pci0000:15") {
+		t.Errorf("node m has no GPU, but its roots are listed: %s", msg)
 	}
 	// Each request fits on its own: whyRequest finds nothing to say.
 	for _, req := range claim.Spec.Devices.Requests {

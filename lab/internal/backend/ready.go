@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/fakenic"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/kubeclient"
 	"github.com/dralab/dralab/lab/config"
@@ -41,6 +42,8 @@ const (
 	LogNode = "node"
 	// LogDriver is the log of the node's DRA driver (plugin).
 	LogDriver = "driver"
+	// LogNICDriver is the log of the node's NIC driver.
+	LogNICDriver = "nic-driver"
 )
 
 // WaitReady waits until every configured node is registered and
@@ -77,7 +80,10 @@ func WaitReadySince(ctx context.Context, kubeconfig string, cfg *config.Config, 
 		var msgs []string
 		for name, why := range missing {
 			component := LogNode
-			if why.driver {
+			switch {
+			case why.nicDriver:
+				component = LogNICDriver
+			case why.driver:
 				component = LogDriver
 			}
 			msgs = append(msgs, fmt.Sprintf("node %s %s (log: %s)", name, why.why, logOf(name, component)))
@@ -88,10 +94,12 @@ func WaitReadySince(ctx context.Context, kubeconfig string, cfg *config.Config, 
 	return nil
 }
 
-// notReady is what a node lacks, and whether its driver is to explain.
+// notReady is what a node lacks, and whether its driver (or its NIC
+// driver) is to explain.
 type notReady struct {
-	why    string
-	driver bool
+	why       string
+	driver    bool
+	nicDriver bool
 }
 
 // nodesNotReady says, per configured node, what it still lacks.
@@ -114,6 +122,18 @@ func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.Resourc
 		driver = cfg.Driver.Name
 	}
 	complete := completeNodes(driver, rs)
+	completeNICs := completeNodes(fakenic.DriverName, rs)
+	nics := map[string]int{}
+	for _, s := range rs {
+		if s.Spec.Driver != fakenic.DriverName {
+			continue
+		}
+		for name, n := range byName {
+			if n.Name == s.Spec.Pool.Name {
+				nics[name] += len(s.Spec.Devices)
+			}
+		}
+	}
 	for _, s := range rs {
 		if s.Spec.Driver != driver {
 			continue
@@ -171,6 +191,9 @@ func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.Resourc
 			if q.Value() != int64(n.GPUs.Count) {
 				missing[n.Name] = notReady{why: fmt.Sprintf("has %d of its %d GPUs allocatable as %s", q.Value(), n.GPUs.Count, gpu.ExtendedResource), driver: true}
 			}
+		}
+		if _, gpusMissing := missing[n.Name]; !gpusMissing && ok && n.NICs != nil && (nics[n.Name] != n.NICs.Count || !completeNICs[node.Name]) {
+			missing[n.Name] = notReady{why: fmt.Sprintf("has %d of its %d NICs in ResourceSlices", nics[n.Name], n.NICs.Count), nicDriver: true}
 		}
 	}
 	return missing

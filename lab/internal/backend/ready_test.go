@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/fakenic"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/lab/config"
 )
@@ -128,5 +129,36 @@ func TestNodeWaitsForWhatItsConfigurationPromises(t *testing.T) {
 		if !tc.ready && !strings.Contains(missing["n1"].why, "published as its configuration says") {
 			t.Errorf("%s: %q does not say what the configuration promised", tc.name, missing["n1"].why)
 		}
+	}
+}
+
+// A node with NICs is ready once its NIC driver has published all of
+// them too, beside its GPUs; until then the NIC driver's log is the one
+// to read.
+func TestNodeWaitsForItsNICs(t *testing.T) {
+	cfg := &config.Config{Nodes: []config.Node{{Name: "n", GPUs: &config.GPUs{Profile: "l4-24gb", Count: 1, Mode: config.GPUModeDRA}, NICs: &config.NICs{Profile: "cx7-400g", Count: 2}}}}
+	node := v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}}}
+	slice := func(driver string, devices ...resourceapi.Device) resourceapi.ResourceSlice {
+		return resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{
+			Driver: driver, NodeName: ptr.To("n"), Pool: resourceapi.ResourcePool{Name: "n", Generation: 1, ResourceSliceCount: 1}, Devices: devices,
+		}}
+	}
+	gpus := slice(gpu.DriverName, resourceapi.Device{Name: "gpu-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{gpu.AttrType: {StringValue: ptr.To(gpu.TypeGPU)}}})
+	one := slice(fakenic.DriverName, resourceapi.Device{Name: "nic-0"})
+	both := slice(fakenic.DriverName, resourceapi.Device{Name: "nic-0"}, resourceapi.Device{Name: "nic-1"})
+
+	missing := nodesNotReady(cfg, []v1.Node{node}, []resourceapi.ResourceSlice{gpus}, time.Time{}, SameName)
+	if w := missing["n"]; !w.nicDriver || w.why != "has 0 of its 2 NICs in ResourceSlices" {
+		t.Errorf("GPUs without NICs: %+v, want the NICs missing, the NIC driver's log named", w)
+	}
+	missing = nodesNotReady(cfg, []v1.Node{node}, []resourceapi.ResourceSlice{gpus, one}, time.Time{}, SameName)
+	if w := missing["n"]; w.why != "has 1 of its 2 NICs in ResourceSlices" {
+		t.Errorf("one NIC of two: %+v", w)
+	}
+	if missing = nodesNotReady(cfg, []v1.Node{node}, []resourceapi.ResourceSlice{gpus, both}, time.Time{}, SameName); len(missing) != 0 {
+		t.Errorf("GPUs and NICs published: %v, want ready", missing)
+	}
+	if missing = nodesNotReady(cfg, []v1.Node{node}, []resourceapi.ResourceSlice{both}, time.Time{}, SameName); missing["n"].nicDriver || !missing["n"].driver {
+		t.Errorf("NICs without GPUs: %+v, want the GPU driver named", missing["n"])
 	}
 }
