@@ -267,6 +267,7 @@ func Describe(e Expectation, inv Inventory) string {
 	}
 	add("every GPU of its node of tier", e.AllOfNode)
 	add("same", e.SameAttribute)
+	add("distinct", e.DistinctAttribute)
 	for _, d := range slices.Sorted(maps.Keys(e.DriverDevices)) {
 		what = append(what, fmt.Sprintf("%d of %s", e.DriverDevices[d], d))
 	}
@@ -336,7 +337,7 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 			mismatch("MIG profile", e.Profile, orNone(d.Profile), d.DeviceRef())
 		}
 		if e.Consumed != "" && (d.ShareID == "" || !sameQuantity(d.Consumed, e.Consumed)) {
-			mismatch("consumed memory of a share", e.Consumed, orNone(d.Consumed)+" share "+orNone(d.ShareID), d.DeviceRef())
+			mismatch("consumed capacity of a share", e.Consumed, orNone(d.Consumed)+" share "+orNone(d.ShareID), d.DeviceRef())
 		}
 		if e.AdminAccess != nil && d.AdminAccess != *e.AdminAccess {
 			mismatch("admin access", *e.AdminAccess, d.AdminAccess, d.DeviceRef())
@@ -393,6 +394,20 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 		}
 		if !maps.Equal(got, e.DriverDevices) {
 			mismatch("devices by driver", e.DriverDevices, got, refs(devs))
+		}
+	}
+	if e.DistinctAttribute != "" && len(devs) > 0 {
+		seen := map[string]string{}
+		for _, d := range devs {
+			v, ok := d.Attributes[e.DistinctAttribute]
+			if !ok {
+				mismatch(e.DistinctAttribute, "an attribute of every device", "none", d.DeviceRef())
+				continue
+			}
+			if other, dup := seen[v]; dup {
+				mismatch(e.DistinctAttribute, "a value of its own for each device", v+" for both "+other+" and "+d.DeviceRef(), refs(devs))
+			}
+			seen[v] = d.DeviceRef()
 		}
 	}
 	if e.NodeTier != "" && o.Rows[0].NodeTier != e.NodeTier {

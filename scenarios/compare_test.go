@@ -117,7 +117,7 @@ func TestCheckProfileAndShare(t *testing.T) {
 		t.Errorf("unexpected failures: %v", f)
 	}
 	f := strings.Join(Check([]Expectation{{Pods: "m", Profile: "3g.40gb"}, {Pods: "w", Consumed: "7Gi"}}, outcomes, Inventory{}), "\n")
-	for _, want := range []string{"MIG profile: expected 3g.40gb, got 1g.10gb", "consumed memory of a share: expected 7Gi, got none share none"} {
+	for _, want := range []string{"MIG profile: expected 3g.40gb, got 1g.10gb", "consumed capacity of a share: expected 7Gi, got none share none"} {
 		if !strings.Contains(f, want) {
 			t.Errorf("failures lack %q:\n%s", want, f)
 		}
@@ -174,5 +174,39 @@ func TestCheckEachPerExpectation(t *testing.T) {
 	}
 	if f := res[1].Failures; len(f) == 0 || !strings.Contains(f[0], "pod worker-1: chosen subrequest: expected a100, got l4") {
 		t.Errorf("expect[1]'s failures %q do not show the mismatch", f)
+	}
+}
+
+// A pod's devices by driver, and an attribute each device must have a
+// value of its own of: a GPU and a NIC; two NICs, or one NIC twice.
+func TestCheckDriversAndDistinct(t *testing.T) {
+	nic := func(pod, device, bus string) report.Row {
+		r := running(pod, "", "", device)
+		r.Driver, r.Attributes = "nic.dralab.dev", map[string]string{"resource.kubernetes.io/pciBusID": bus}
+		return r
+	}
+	gpuRow := running("pair", "", "l4", "gpu-0")
+	gpuRow.Attributes = map[string]string{"resource.kubernetes.io/pciBusID": "0000:16:00.0"}
+	outcomes := Outcomes([]report.Row{gpuRow, nic("pair", "nic-0", "0000:18:00.0"), nic("spread", "nic-0", "0000:18:00.0"), nic("spread", "nic-1", "0000:19:00.0"), nic("both", "nic-0", "0000:18:00.0"), nic("both", "nic-0", "0000:18:00.0")})
+	pass := []Expectation{
+		{Pods: "pair", DriverDevices: map[string]int{"gpu.dralab.dev": 1, "nic.dralab.dev": 1}},
+		{Pods: "spread", DriverDevices: map[string]int{"nic.dralab.dev": 2}, DistinctAttribute: "resource.kubernetes.io/pciBusID"},
+		{Pods: "both", SameAttribute: "resource.kubernetes.io/pciBusID"},
+	}
+	if f := Check(pass, outcomes, Inventory{}); len(f) > 0 {
+		t.Errorf("unexpected failures: %v", f)
+	}
+	fail := []Expectation{
+		{Pods: "pair", DriverDevices: map[string]int{"gpu.dralab.dev": 1}},
+		{Pods: "both", DistinctAttribute: "resource.kubernetes.io/pciBusID"},
+	}
+	f := strings.Join(Check(fail, outcomes, Inventory{}), "\n")
+	for _, want := range []string{
+		"devices by driver: expected map[gpu.dralab.dev:1], got map[gpu.dralab.dev:1 nic.dralab.dev:1]",
+		"resource.kubernetes.io/pciBusID: expected a value of its own for each device, got 0000:18:00.0 for both",
+	} {
+		if !strings.Contains(f, want) {
+			t.Errorf("failures lack %q:\n%s", want, f)
+		}
 	}
 }

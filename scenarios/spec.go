@@ -365,9 +365,10 @@ type Expectation struct {
 	Request    string `json:"request,omitempty"`
 	Subrequest string `json:"subrequest,omitempty"`
 	Tier       string `json:"tier,omitempty"`
-	// Profile is the MIG profile of every device (1g.10gb); Consumed the
-	// memory every share consumes of its device (7Gi), which also needs
-	// a share ID.
+	// Profile is the MIG profile of every device (1g.10gb); Consumed what
+	// every share consumes of its device, which also needs a share ID: a
+	// GPU's memory (7Gi), else the one capacity it consumes (a NIC's
+	// bandwidth, 30G).
 	Profile  string `json:"profile,omitempty"`
 	Consumed string `json:"consumed,omitempty"`
 	// NodeTier is the tier of the GPUs of the pod's node (for counted GPUs,
@@ -378,7 +379,10 @@ type Expectation struct {
 	// its node, in use or not, as a claim with allocationMode All does.
 	AllOfNode     string `json:"allOfNode,omitempty"`
 	SameAttribute string `json:"sameAttribute,omitempty"`
-	AdminAccess   *bool  `json:"adminAccess,omitempty"`
+	// DistinctAttribute: every device of the pod has its own value of the
+	// attribute (what a claim's distinctAttribute constraint asks).
+	DistinctAttribute string `json:"distinctAttribute,omitempty"`
+	AdminAccess       *bool  `json:"adminAccess,omitempty"`
 	// ExtendedResourceClaim: the pod's extended resources are backed by a
 	// claim (status.extendedResourceClaimStatus).
 	ExtendedResourceClaim bool `json:"extendedResourceClaim,omitempty"`

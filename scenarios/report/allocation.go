@@ -17,6 +17,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/cel"
@@ -239,9 +240,7 @@ func (s *Snapshot) Rows(ctx context.Context) ([]Row, error) {
 				if r.ShareID != nil {
 					row.ShareID = string(*r.ShareID)
 				}
-				if q, ok := r.ConsumedCapacity[gpu.CapacityMemory]; ok {
-					row.Consumed = q.String()
-				}
+				row.Consumed = consumed(r.ConsumedCapacity)
 				row.Health, row.HealthMessage = podHealth(pod, ref.podName, row.Request, r.Device)
 				row.Conditions, row.Data = deviceStatus(claim, r)
 				if dev := s.device(r.Driver, r.Pool, r.Device); dev != nil {
@@ -352,6 +351,20 @@ func (s *Snapshot) device(driver, pool, name string) *resourceapi.Device {
 		}
 	}
 	return nil
+}
+
+// consumed is what a share consumes of its device: its memory (a GPU's),
+// else the one capacity it consumes (a NIC's bandwidth), else "".
+func consumed(c map[resourceapi.QualifiedName]resource.Quantity) string {
+	if q, ok := c[gpu.CapacityMemory]; ok {
+		return q.String()
+	}
+	if len(c) == 1 {
+		for _, q := range c {
+			return q.String()
+		}
+	}
+	return ""
 }
 
 func stringAttrs(dev *resourceapi.Device) map[string]string {
