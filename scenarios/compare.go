@@ -268,6 +268,7 @@ func Describe(e Expectation, inv Inventory) string {
 	add("every GPU of its node of tier", e.AllOfNode)
 	add("same", e.SameAttribute)
 	add("distinct", e.DistinctAttribute)
+	add("node operations", e.NodeOperations)
 	for _, d := range slices.Sorted(maps.Keys(e.DriverDevices)) {
 		what = append(what, fmt.Sprintf("%d of %s", e.DriverDevices[d], d))
 	}
@@ -351,6 +352,16 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 		if e.Health != "" && d.Health != e.Health {
 			mismatch("device health in the pod's status", e.Health, orNone(d.Health), strings.TrimSpace(d.DeviceRef()+" "+d.HealthMessage))
 		}
+		if e.NodeOperations != "" {
+			skipsPrepare := slices.Contains(d.SkipNodeOperations, "*") || slices.Contains(d.SkipNodeOperations, "NodePrepareResources")
+			ready := slices.Contains(d.Conditions, "Ready")
+			switch {
+			case e.NodeOperations == NodeOperationsSkipped && (!skipsPrepare || len(d.Conditions) > 0):
+				mismatch("node operations", "prepare skipped and no status from the driver", fmt.Sprintf("skipNodeOperations %v, status conditions %v", d.SkipNodeOperations, d.Conditions), d.DeviceRef())
+			case e.NodeOperations == NodeOperationsPrepared && (skipsPrepare || !ready):
+				mismatch("node operations", "prepared, and Ready in the claim's status", fmt.Sprintf("skipNodeOperations %v, status conditions %v", d.SkipNodeOperations, d.Conditions), d.DeviceRef())
+			}
+		}
 		for _, c := range e.DeviceStatus {
 			if !slices.Contains(d.Conditions, c) {
 				mismatch("condition in the claim's device status", c+" True", orNone(strings.Join(d.Conditions, ", ")), d.DeviceRef())
@@ -362,7 +373,7 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 			}
 		}
 	}
-	if (e.Request != "" || e.Subrequest != "" || e.Tier != "" || e.Profile != "" || e.Consumed != "" || e.ExtendedResourceClaim || e.AdminAccess != nil || e.Health != "" || len(e.DeviceStatus) > 0 || len(e.StatusData) > 0) && len(devs) == 0 && e.Phase != "Pending" {
+	if (e.Request != "" || e.Subrequest != "" || e.Tier != "" || e.Profile != "" || e.Consumed != "" || e.ExtendedResourceClaim || e.AdminAccess != nil || e.Health != "" || len(e.DeviceStatus) > 0 || len(e.StatusData) > 0 || e.NodeOperations != "") && len(devs) == 0 && e.Phase != "Pending" {
 		mismatch("allocated devices", "at least one", 0, o.Rows[0].Reason)
 	}
 	if e.Devices != nil && len(devs) != inv.Resolve(e.Devices) {

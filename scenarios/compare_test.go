@@ -210,3 +210,32 @@ func TestCheckDriversAndDistinct(t *testing.T) {
 		}
 	}
 }
+
+// What the node did for a device: skipped (the allocation says so and no
+// driver wrote a status) or prepared (Ready in the claim's status).
+func TestCheckNodeOperations(t *testing.T) {
+	skipped := running("quiet", "", "", "nic-0")
+	skipped.SkipNodeOperations = []string{"*"}
+	prepared := running("busy", "", "", "nic-1")
+	prepared.Conditions = []string{"Ready"}
+	sneaky := running("sneaky", "", "", "nic-2")
+	sneaky.SkipNodeOperations, sneaky.Conditions = []string{"*"}, []string{"Ready"}
+	outcomes := Outcomes([]report.Row{skipped, prepared, sneaky})
+	if f := Check([]Expectation{{Pods: "quiet", NodeOperations: NodeOperationsSkipped}, {Pods: "busy", NodeOperations: NodeOperationsPrepared}}, outcomes, Inventory{}); len(f) > 0 {
+		t.Errorf("unexpected failures: %v", f)
+	}
+	f := strings.Join(Check([]Expectation{
+		{Pods: "quiet", NodeOperations: NodeOperationsPrepared},
+		{Pods: "busy", NodeOperations: NodeOperationsSkipped},
+		{Pods: "sneaky", NodeOperations: NodeOperationsSkipped},
+	}, outcomes, Inventory{}), "\n")
+	for _, want := range []string{
+		"pod quiet: node operations: expected prepared, and Ready in the claim's status, got skipNodeOperations [*], status conditions []",
+		"pod busy: node operations: expected prepare skipped and no status from the driver, got skipNodeOperations [], status conditions [Ready]",
+		"pod sneaky: node operations: expected prepare skipped and no status from the driver, got skipNodeOperations [*], status conditions [Ready]",
+	} {
+		if !strings.Contains(f, want) {
+			t.Errorf("failures lack %q:\n%s", want, f)
+		}
+	}
+}

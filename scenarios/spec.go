@@ -379,6 +379,11 @@ type Expectation struct {
 	// its node, in use or not, as a claim with allocationMode All does.
 	AllOfNode     string `json:"allOfNode,omitempty"`
 	SameAttribute string `json:"sameAttribute,omitempty"`
+	// NodeOperations is what the node did for each device: "skipped" (the
+	// allocation skips NodePrepareResources, as the device's slice says,
+	// and no driver wrote the device's status: it was never asked to
+	// prepare it) or "prepared" (it was, and its driver marked it Ready).
+	NodeOperations string `json:"nodeOperations,omitempty"`
 	// DistinctAttribute: every device of the pod has its own value of the
 	// attribute (what a claim's distinctAttribute constraint asks).
 	DistinctAttribute string `json:"distinctAttribute,omitempty"`
@@ -416,6 +421,12 @@ type Expectation struct {
 	// their node's GPUs); every tier not named must have none.
 	TierCounts map[string]Count `json:"tierCounts,omitempty"`
 }
+
+// What the node did for a device (Expectation.NodeOperations).
+const (
+	NodeOperationsSkipped  = "skipped"
+	NodeOperationsPrepared = "prepared"
+)
 
 // Pending reasons.
 const (
@@ -714,6 +725,9 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 			for t, c := range e.TierCounts {
 				checkTier(ep.Child("tierCounts").Key(t), t)
 				checkCount(ep.Child("tierCounts").Key(t), &c)
+			}
+			if op := e.NodeOperations; op != "" && op != NodeOperationsSkipped && op != NodeOperationsPrepared {
+				errs = append(errs, field.NotSupported(ep.Child("nodeOperations"), op, []string{NodeOperationsSkipped, NodeOperationsPrepared}))
 			}
 			if h := e.Health; h != "" && !slices.Contains(healths, h) {
 				errs = append(errs, field.NotSupported(ep.Child("health"), h, healths))

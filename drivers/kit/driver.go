@@ -160,6 +160,14 @@ type Options struct {
 	RollingUpdateUID types.UID
 	// Metrics, if set, count the driver's prepares and unprepares.
 	Metrics *Metrics
+	// SkipNodeOperations publishes the node's slices as needing no work
+	// on the node (skipNodeOperations: ["*"], Kubernetes 1.37's
+	// DRAOptionalNodeOperations): the kubelet then calls neither
+	// NodePrepareResources nor NodeUnprepareResources for a claim of only
+	// these devices, and its containers get no CDI edits from them. An API
+	// server without the gate drops the field, which the slice controller
+	// reports as an error.
+	SkipNodeOperations bool
 	// ReportHealth serves the kubelet's device health stream: every device
 	// is healthy until the driver's monitor says otherwise through
 	// SetDeviceHealth. Without it the driver declines the stream.
@@ -307,8 +315,15 @@ func (d *Driver) Stop() {
 func (d *Driver) resources() resourceslice.DriverResources {
 	d.slicesMu.Lock()
 	defer d.slicesMu.Unlock()
+	pool := d.slices
+	if d.opts.SkipNodeOperations {
+		pool = slices.Clone(pool)
+		for i := range pool {
+			pool[i].SkipNodeOperations = []resourceapi.SkipNodeOperation{resourceapi.SkipNodeOperationAll}
+		}
+	}
 	return resourceslice.DriverResources{
-		Pools: map[string]resourceslice.Pool{d.opts.NodeName: {Slices: d.slices}},
+		Pools: map[string]resourceslice.Pool{d.opts.NodeName: {Slices: pool}},
 	}
 }
 

@@ -413,7 +413,30 @@ func TestConcurrentPrepares(t *testing.T) {
 // A prepare must publish the node's devices too; the fake API server shows
 // the ResourceSlice the driver wrote.
 func TestPublishesNodeSlice(t *testing.T) {
-	h := newHarness(t, 3)
+	s := publishedSlice(t, newHarness(t, 3))
+	if s.Spec.Driver != testDriver || s.Spec.Pool.Name != testNode || ptr.Deref(s.Spec.NodeName, "") != testNode || len(s.Spec.Devices) != 3 {
+		t.Errorf("slice = %+v", s.Spec)
+	}
+	if s.Spec.Devices[0].Name != "gpu-0" || s.Spec.Devices[2].Name != "gpu-2" {
+		t.Errorf("devices out of order: %v", s.Spec.Devices)
+	}
+	if len(s.Spec.SkipNodeOperations) != 0 {
+		t.Errorf("a driver that prepares its devices publishes skipNodeOperations %v", s.Spec.SkipNodeOperations)
+	}
+}
+
+// A driver whose devices need no work on the node says so in its slices:
+// the kubelet then skips NodePrepareResources and NodeUnprepareResources.
+func TestPublishesSkipNodeOperations(t *testing.T) {
+	s := publishedSlice(t, newHarness(t, 2, func(o *Options) { o.SkipNodeOperations = true }))
+	if !slices.Equal(s.Spec.SkipNodeOperations, []resourceapi.SkipNodeOperation{resourceapi.SkipNodeOperationAll}) || len(s.Spec.Devices) != 2 {
+		t.Errorf("slice = %+v, want skipNodeOperations [*] and both devices", s.Spec)
+	}
+}
+
+// publishedSlice waits for the harness driver's one ResourceSlice.
+func publishedSlice(t *testing.T, h *harness) resourceapi.ResourceSlice {
+	t.Helper()
 	var slices *resourceapi.ResourceSliceList
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
@@ -427,13 +450,7 @@ func TestPublishesNodeSlice(t *testing.T) {
 	if slices == nil || len(slices.Items) != 1 {
 		t.Fatalf("slices = %v", slices)
 	}
-	s := slices.Items[0]
-	if s.Spec.Driver != testDriver || s.Spec.Pool.Name != testNode || ptr.Deref(s.Spec.NodeName, "") != testNode || len(s.Spec.Devices) != 3 {
-		t.Errorf("slice = %+v", s.Spec)
-	}
-	if s.Spec.Devices[0].Name != "gpu-0" || s.Spec.Devices[2].Name != "gpu-2" {
-		t.Errorf("devices out of order: %v", s.Spec.Devices)
-	}
+	return slices.Items[0]
 }
 
 // Opaque configuration addressed to the driver reaches the devices of the

@@ -27,6 +27,9 @@ type Options struct {
 	// Rack and NVLinkDomain place the node: every NIC carries them under
 	// the names the GPUs carry them (TopologyAttributes).
 	Rack, NVLinkDomain string
+	// SkipNodeOperations publishes the NICs as needing no work on the
+	// node: the kubelet never asks the driver to prepare their claims.
+	SkipNodeOperations bool
 }
 
 // The topology attributes a NIC shares with the node's GPUs: one
@@ -71,6 +74,7 @@ Every flag can also be set through the environment variable named in brackets.`,
 	o.AddFlags(f, "/var/lib/dralab-nic-driver")
 	f.StringVar(&o.Profile, "profile", "", "NIC profile: "+strings.Join(fakenic.ProfileNames(), ", "))
 	f.IntVar(&o.NICs, "nics", 0, "number of NICs")
+	f.BoolVar(&o.SkipNodeOperations, "skip-node-operations", false, "publish the NICs as needing no work on the node (skipNodeOperations: [\"*\"], which needs the DRAOptionalNodeOperations gate): the kubelet skips NodePrepareResources and NodeUnprepareResources for their claims, and containers get no CDI edits from them")
 	f.StringVar(&o.Rack, "rack", "", "the node's rack: every NIC carries it as the attribute "+AttrRack+"; empty: unknown")
 	f.StringVar(&o.NVLinkDomain, "nvlink-domain", "", "the node's NVLink domain: every NIC carries it as the attribute "+AttrNVLinkDomain+"; empty: unknown")
 	env.Document(f)
@@ -129,6 +133,7 @@ func Run(ctx context.Context, o Options) error {
 	// Fake NICs never fail: the kubelet hears they are healthy, rather
 	// than that their health is unknown.
 	ko.ReportHealth = true
+	ko.SkipNodeOperations = o.SkipNodeOperations
 	d, err := kit.Start(ctx, ko)
 	if err != nil {
 		return err

@@ -89,6 +89,9 @@ func nicDriverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
 		"--checkpoint-dir=" + nd.NICDriverCheckpoint(),
 		"--v=" + strconv.Itoa(verbosity),
 	}
+	if n.NICs.SkipNodeOperations {
+		args = append(args, "--skip-node-operations")
+	}
 	if t := n.Topology; t != nil {
 		if t.Rack != "" {
 			args = append(args, "--rack="+t.Rack)

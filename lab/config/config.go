@@ -250,6 +250,11 @@ type NICs struct {
 	Profile string `json:"profile"`
 	// Count is the number of NICs.
 	Count int `json:"count"`
+	// SkipNodeOperations publishes the NICs as needing no work on the
+	// node (Kubernetes 1.37's DRAOptionalNodeOperations, alpha: the
+	// featureGates must switch it on): the kubelet never asks the NIC
+	// driver to prepare their claims.
+	SkipNodeOperations bool `json:"skipNodeOperations,omitempty"`
 }
 
 // MaxNICsPerNode bounds a node's NICs, as MaxGPUsPerNode its GPUs.
@@ -575,6 +580,9 @@ func (c *Config) validate() field.ErrorList {
 				errs = append(errs, field.Forbidden(np, "NICs run on hollow nodes only, so far: a real node's NIC driver needs a network interface in each pod"))
 			default:
 				errs = append(errs, n.NICs.validate(np)...)
+				if n.NICs.SkipNodeOperations && !c.GateEnabled(GateOptionalNodeOperations) {
+					errs = append(errs, field.Invalid(np.Child("skipNodeOperations"), true, "needs featureGates: {"+GateOptionalNodeOperations+": true} (alpha, off by default): without it the API server drops the field from the NICs' ResourceSlices"))
+				}
 			}
 		}
 		if n.GPUs != nil {

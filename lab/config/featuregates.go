@@ -128,6 +128,9 @@ const (
 	GateGenericWorkload           = "GenericWorkload"
 	GateDRAWorkloadResourceClaims = "DRAWorkloadResourceClaims"
 	WorkloadAPIVersion            = "scheduling.k8s.io/v1beta1"
+	// GateOptionalNodeOperations lets a slice's devices skip the node's
+	// prepare and unprepare calls (nics.skipNodeOperations).
+	GateOptionalNodeOperations = "DRAOptionalNodeOperations"
 )
 
 // EnableGroupClaims switches on, beside the configuration's own gates, the

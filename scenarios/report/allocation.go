@@ -56,6 +56,9 @@ type Row struct {
 	Consumed string
 	// Attributes are the device's string and version attributes.
 	Attributes map[string]string
+	// SkipNodeOperations are the node operations the allocation skips
+	// for the device (a copy of its slice's skipNodeOperations).
+	SkipNodeOperations []string
 	// Tainted: a taint with an effect applies to the device.
 	Tainted bool
 	// Taints are the device's taints with an effect, from its slice and
@@ -243,6 +246,9 @@ func (s *Snapshot) Rows(ctx context.Context) ([]Row, error) {
 				row.Consumed = consumed(r.ConsumedCapacity)
 				row.Health, row.HealthMessage = podHealth(pod, ref.podName, row.Request, r.Device)
 				row.Conditions, row.Data = deviceStatus(claim, r)
+				for _, op := range r.SkipNodeOperations {
+					row.SkipNodeOperations = append(row.SkipNodeOperations, string(op))
+				}
 				if dev := s.device(r.Driver, r.Pool, r.Device); dev != nil {
 					row.Product = stringAttr(dev, "productName")
 					row.Profile = stringAttr(dev, gpu.AttrProfile)
