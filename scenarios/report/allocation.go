@@ -541,8 +541,10 @@ func Cells(rows []Row) (header []string, body [][]string) {
 		if r.Tainted {
 			status += " (device tainted " + strings.Join(r.Taints, ", ") + ")"
 		}
+		// A counted GPU names no device: the node's tier says what it is.
+		// A device of no tier (another driver's NIC) has none.
 		tier := r.Tier
-		if tier == "" && r.NodeTier != "" {
+		if tier == "" && r.NodeTier != "" && r.Device == "" {
 			tier = "(node: " + r.NodeTier + ")"
 		}
 		cells := []string{r.Pod, dash(r.Claim), dash(req), dash(r.DeviceRef()), dash(tier), dash(r.Node), status}

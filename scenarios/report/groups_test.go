@@ -2,6 +2,7 @@ package report
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -99,5 +100,22 @@ func TestWhyGroup(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The TIER cell: a GPU's tier; for a counted GPU, which names no device,
+// its node's tier; for a device of no tier (a NIC beside the node's
+// GPUs), none.
+func TestTierCells(t *testing.T) {
+	rows := []Row{
+		{Pod: "gpu", Driver: "gpu.dralab.dev", Pool: "n", Device: "gpu-0", Tier: "l4", NodeTier: "l4", Node: "n"},
+		{Pod: "counted", NodeTier: "l4", Node: "n"},
+		{Pod: "nic", Driver: "nic.dralab.dev", Pool: "n", Device: "nic-0", NodeTier: "l4", Node: "n"},
+	}
+	header, body := Cells(rows)
+	col := slices.Index(header, "TIER")
+	got := []string{body[0][col], body[1][col], body[2][col]}
+	if want := []string{"l4", "(node: l4)", "-"}; !slices.Equal(got, want) {
+		t.Errorf("TIER cells = %q, want %q", got, want)
 	}
 }

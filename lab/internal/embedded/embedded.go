@@ -153,7 +153,7 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 	err = b.start(ctx, dir, cfg, bin)
 	done(err)
 	if err == nil {
-		done = progress(fmt.Sprintf("Waiting for %d node(s) to be Ready with their GPUs published", len(cfg.Nodes)))
+		done = progress(fmt.Sprintf("Waiting for %d node(s) to be Ready with their devices published", len(cfg.Nodes)))
 		// A resumed lab's etcd has its nodes Ready from before: only what
 		// their kubelets report from now on counts.
 		err = backend.WaitReadySince(ctx, dir.Kubeconfig(), cfg, started, backend.SameName, b.nodeLogHint(dir))

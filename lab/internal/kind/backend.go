@@ -110,7 +110,7 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 			return status.UpResult{Reused: reused}, err
 		}
 	}
-	done = progress(fmt.Sprintf("Waiting for %d node(s) to be Ready with their GPUs published", len(cfg.Nodes)))
+	done = progress(fmt.Sprintf("Waiting for %d node(s) to be Ready with their devices published", len(cfg.Nodes)))
 	err = backend.WaitReady(ctx, kubeconfig, cfg, func(n *v1.Node) string { return n.Labels[LabelLabNode] },
 		func(string, string) string {
 			return "kubectl -n " + DriverNamespace + " logs daemonset/" + ReleaseName(config.GPUModeDRA) + "-dralab-driver"
