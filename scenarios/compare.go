@@ -268,6 +268,9 @@ func Describe(e Expectation, inv Inventory) string {
 	add("every GPU of its node of tier", e.AllOfNode)
 	add("same", e.SameAttribute)
 	add("distinct", e.DistinctAttribute)
+	if len(e.SameValueOf) > 0 {
+		what = append(what, "one value of "+strings.Join(e.SameValueOf, " or "))
+	}
 	add("node operations", e.NodeOperations)
 	for _, d := range slices.Sorted(maps.Keys(e.DriverDevices)) {
 		what = append(what, fmt.Sprintf("%d of %s", e.DriverDevices[d], d))
@@ -405,6 +408,24 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 		}
 		if !maps.Equal(got, e.DriverDevices) {
 			mismatch("devices by driver", e.DriverDevices, got, refs(devs))
+		}
+	}
+	if len(e.SameValueOf) > 0 && len(devs) > 0 {
+		values := map[string]bool{}
+		for _, d := range devs {
+			found := false
+			for _, name := range e.SameValueOf {
+				if v, ok := d.Attribute(name); ok {
+					values[v], found = true, true
+					break
+				}
+			}
+			if !found {
+				mismatch(strings.Join(e.SameValueOf, " or "), "an attribute of every device", "none", d.DeviceRef())
+			}
+		}
+		if len(values) > 1 {
+			mismatch(strings.Join(e.SameValueOf, " or "), "one value for all devices", keys(values), refs(devs))
 		}
 	}
 	if e.DistinctAttribute != "" && len(devs) > 0 {

@@ -239,3 +239,33 @@ func TestCheckNodeOperations(t *testing.T) {
 		}
 	}
 }
+
+// One value across attributes that two drivers name differently: a GPU's
+// own numa and a NIC's standard numaNode.
+func TestCheckSameValueOf(t *testing.T) {
+	row := func(pod, driver, device string, attrs map[string]string) report.Row {
+		r := running(pod, "", "", device)
+		r.Driver, r.Attributes = driver, attrs
+		return r
+	}
+	outcomes := Outcomes([]report.Row{
+		row("aligned", "gpu.dralab.dev", "gpu-4", map[string]string{"numa": "1"}),
+		row("aligned", "nic.dralab.dev", "nic-4", map[string]string{"resource.kubernetes.io/numaNode": "1"}),
+		row("apart", "gpu.dralab.dev", "gpu-0", map[string]string{"numa": "0"}),
+		row("apart", "nic.dralab.dev", "nic-4", map[string]string{"resource.kubernetes.io/numaNode": "1"}),
+		row("blind", "gpu.dralab.dev", "gpu-0", map[string]string{}),
+	})
+	numa := []string{"gpu.dralab.dev/numa", "resource.kubernetes.io/numaNode"}
+	if f := Check([]Expectation{{Pods: "aligned", SameValueOf: numa}}, outcomes, Inventory{}); len(f) > 0 {
+		t.Errorf("unexpected failures: %v", f)
+	}
+	f := strings.Join(Check([]Expectation{{Pods: "apart", SameValueOf: numa}, {Pods: "blind", SameValueOf: numa}}, outcomes, Inventory{}), "\n")
+	for _, want := range []string{
+		"pod apart: gpu.dralab.dev/numa or resource.kubernetes.io/numaNode: expected one value for all devices, got [0 1]",
+		"pod blind: gpu.dralab.dev/numa or resource.kubernetes.io/numaNode: expected an attribute of every device, got none",
+	} {
+		if !strings.Contains(f, want) {
+			t.Errorf("failures lack %q:\n%s", want, f)
+		}
+	}
+}

@@ -384,6 +384,12 @@ type Expectation struct {
 	// and no driver wrote the device's status: it was never asked to
 	// prepare it) or "prepared" (it was, and its driver marked it Ready).
 	NodeOperations string `json:"nodeOperations,omitempty"`
+	// SameValueOf: every device of the pod has one of the attributes
+	// (fully qualified; a driver publishes its own unqualified) and all
+	// have one value: [gpu.dralab.dev/numa, resource.kubernetes.io/numaNode]
+	// for a GPU and a NIC on one NUMA node though the drivers name it
+	// differently.
+	SameValueOf []string `json:"sameValueOf,omitempty"`
 	// DistinctAttribute: every device of the pod has its own value of the
 	// attribute (what a claim's distinctAttribute constraint asks).
 	DistinctAttribute string `json:"distinctAttribute,omitempty"`

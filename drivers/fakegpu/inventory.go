@@ -171,6 +171,7 @@ func (inv *Inventory) Devices(context.Context) ([]kit.Device, error) {
 			"driverVersion":                   {VersionValue: ptr.To(driverVersion)},
 			"cudaDriverVersion":               {VersionValue: ptr.To(cudaVersion)},
 			"resource.kubernetes.io/pcieRoot": {StringValue: ptr.To(pcieRoot)},
+			gpu.AttrNUMA:                      {IntValue: ptr.To(int64(slot.NUMANode))},
 		}
 		maps.Copy(product, inv.Topology.Attributes())
 		whole := kit.Device{

@@ -85,6 +85,12 @@ const (
 	AttrUUID = "uuid"
 	// AttrParentUUID is a MIG device's GPU's UUID.
 	AttrParentUUID = "parentUUID"
+	// AttrNUMA is the NUMA node of a GPU (and of its MIG devices), under
+	// the driver's own name, as GPU vendors' drivers publish it, not the
+	// standard resource.kubernetes.io/numaNode: a claim that aligns a GPU
+	// with another driver's device by NUMA node normalises the two names
+	// with a derived attribute (docs/gpu-nic.md).
+	AttrNUMA = "numa"
 	// AttrPartitioning is PartitioningMIG on a whole GPU published with its
 	// MIG devices beside it, unset on the others: a claim for a GPU that
 	// may be cut selects it with

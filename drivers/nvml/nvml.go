@@ -62,6 +62,9 @@ type GPU struct {
 	// are invented and must not be looked up in the host's sysfs, where
 	// they may name some other device.
 	PCIeRoot string
+	// NUMANode is the GPU's NUMA node when the backend knows it without
+	// sysfs (mock backends); nil: read from sysfs.
+	NUMANode *int
 }
 
 // Lister enumerates a machine's GPUs.
@@ -247,6 +250,9 @@ func (inv *Inventory) device(logger klog.Logger, g GPU) kit.Device {
 		} else {
 			setString(deviceattribute.StandardDeviceAttributePCIBusID, busID)
 			setString(deviceattribute.StandardDeviceAttributePCIeRoot, inv.pcieRoot(logger, g, busID))
+			if numa, ok := inv.numaNode(logger, g, busID); ok {
+				attrs[gpu.AttrNUMA] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(numa))}
+			}
 		}
 	}
 
@@ -295,6 +301,22 @@ func (inv *Inventory) pcieRoot(logger klog.Logger, g GPU, busID string) string {
 		return ""
 	}
 	return root
+}
+
+// numaNode is the GPU's NUMA node, or false when neither the backend nor
+// sysfs knows it, or the GPU has no NUMA affinity (numa_node -1): then the
+// GPU has no NUMA attribute, rather than one that would match every other
+// device without affinity.
+func (inv *Inventory) numaNode(logger klog.Logger, g GPU, busID string) (int, bool) {
+	if g.NUMANode != nil {
+		return *g.NUMANode, *g.NUMANode >= 0
+	}
+	numa, err := sysfsNUMANode(cmp.Or(inv.SysfsRoot, "/sys"), busID)
+	if err != nil {
+		logger.V(1).Info("Leaving out the NUMA node", "err", err)
+		return 0, false
+	}
+	return numa, true
 }
 
 // cudaVersion turns NVML's integer CUDA version into "major.minor":

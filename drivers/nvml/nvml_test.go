@@ -3,6 +3,7 @@ package nvml
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/fakegpu"
+	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/kit"
 	"github.com/dralab/dralab/drivers/nvml/internal/fakesysfs"
 )
@@ -106,6 +108,9 @@ func TestSameVocabularyAsFake(t *testing.T) {
 	}
 	sysfs := t.TempDir()
 	if err := fakesysfs.Write(sysfs, map[string]string{"0000:3b:00.0": "pci0000:3a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fakesysfs.SetNUMANode(sysfs, "0000:3b:00.0", 0); err != nil {
 		t.Fatal(err)
 	}
 	ours, err := (&Inventory{Lister: fixed(h100(0, 0, "00000000:3B:00.0")), SysfsRoot: sysfs}).Devices(context.Background())
@@ -266,6 +271,39 @@ func TestPCIeRootFromSysfs(t *testing.T) {
 	}
 	if got, err := sysfsPCIeRoot(sysfs, "0000:99:00.0"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("sysfsPCIeRoot(absent) = %q, %v; want a not-exist error", got, err)
+	}
+}
+
+// A GPU's NUMA node comes from its numa_node file, under the driver's own
+// attribute name; a GPU without NUMA affinity (-1) or without the file has
+// none, rather than a value that would match every other such device; a
+// mock backend's node wins over sysfs.
+func TestNUMANodeFromSysfs(t *testing.T) {
+	sysfs := t.TempDir()
+	buses := map[string]string{"0000:3b:00.0": "pci0000:3a", "0000:bb:00.0": "pci0000:ba", "0000:cb:00.0": "pci0000:ca", "0000:db:00.0": "pci0000:da"}
+	if err := fakesysfs.Write(sysfs, buses); err != nil {
+		t.Fatal(err)
+	}
+	for busID, node := range map[string]int{"0000:3b:00.0": 0, "0000:bb:00.0": 1, "0000:cb:00.0": -1, "0000:db:00.0": 1} {
+		if err := fakesysfs.SetNUMANode(sysfs, busID, node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mock := h100(4, 4, "00000000:DB:00.0")
+	mock.NUMANode = ptr.To(0)
+	devs, err := (&Inventory{Lister: fixed(h100(0, 0, "00000000:3B:00.0"), h100(1, 1, "00000000:BB:00.0"), h100(2, 2, "00000000:CB:00.0"), h100(3, 3, "00000000:EB:00.0"), mock), SysfsRoot: sysfs}).Devices(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"gpu-0": "0", "gpu-1": "1", "gpu-2": "none", "gpu-3": "none", "gpu-4": "0"}
+	for _, d := range devs {
+		got := "none"
+		if a, ok := d.API.Attributes[gpu.AttrNUMA]; ok {
+			got = fmt.Sprint(*a.IntValue)
+		}
+		if got != want[d.API.Name] {
+			t.Errorf("%s: numa %s, want %s", d.API.Name, got, want[d.API.Name])
+		}
 	}
 }
 

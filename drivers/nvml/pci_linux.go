@@ -12,3 +12,14 @@ func sysfsPCIeRoot(root, busID string) (string, error) {
 	}
 	return *attr.Value.StringValue, nil
 }
+
+// sysfsNUMANode reads a device's NUMA node from the sysfs mounted at root:
+// /sys/bus/pci/devices/<busID>/numa_node; a device without affinity (-1)
+// is an error.
+func sysfsNUMANode(root, busID string) (int, error) {
+	attr, err := deviceattribute.GetNUMANodeAttributeByPCIBusID(busID, deviceattribute.ScalarAttribute, deviceattribute.WithFSFromRoot(root))
+	if err != nil {
+		return 0, err
+	}
+	return int(*attr.Value.IntValue), nil
+}

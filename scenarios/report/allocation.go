@@ -10,6 +10,7 @@ import (
 	"io"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -54,7 +55,8 @@ type Row struct {
 	// claims share: the allocation's share ID and the memory it consumes.
 	ShareID  string
 	Consumed string
-	// Attributes are the device's string and version attributes.
+	// Attributes are the device's string, version, int and bool
+	// attributes, by the names the slice publishes.
 	Attributes map[string]string
 	// SkipNodeOperations are the node operations the allocation skips
 	// for the device (a copy of its slice's skipNodeOperations).
@@ -381,9 +383,26 @@ func stringAttrs(dev *resourceapi.Device) map[string]string {
 			m[string(name)] = *a.StringValue
 		case a.VersionValue != nil:
 			m[string(name)] = *a.VersionValue
+		case a.IntValue != nil:
+			m[string(name)] = strconv.FormatInt(*a.IntValue, 10)
+		case a.BoolValue != nil:
+			m[string(name)] = strconv.FormatBool(*a.BoolValue)
 		}
 	}
 	return m
+}
+
+// Attribute is a device's attribute by its fully qualified name: one of
+// the driver's own domain is published unqualified.
+func (r Row) Attribute(name string) (string, bool) {
+	if v, ok := r.Attributes[name]; ok {
+		return v, true
+	}
+	if id, own := strings.CutPrefix(name, r.Driver+"/"); own {
+		v, ok := r.Attributes[id]
+		return v, ok
+	}
+	return "", false
 }
 
 func stringAttr(dev *resourceapi.Device, name resourceapi.QualifiedName) string {

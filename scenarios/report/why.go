@@ -207,6 +207,9 @@ func (s *Snapshot) whyTogether(ctx context.Context, claim *resourceapi.ResourceC
 			// device for the request.
 			free, busy map[string][]string
 			pools      map[string]bool
+			// candidates and attributed count the matching devices, and
+			// those that publish the attribute.
+			candidates, attributed int
 		}
 		var sides []side
 		places := map[string]bool{}
@@ -221,12 +224,14 @@ func (s *Snapshot) whyTogether(ctx context.Context, claim *resourceapi.ResourceC
 				return "", "", nil // whyRequest has said what it could
 			}
 			sd := side{request: name, count: alt.count, free: map[string][]string{}, busy: map[string][]string{}, pools: map[string]bool{}}
+			sd.candidates = len(candidates)
 			for _, d := range candidates {
 				sd.pools[d.pool] = true
 				v, ok := devices.Attribute(d.driver, d.dev.Attributes, attr)
 				if !ok {
 					continue // meets no matchAttribute
 				}
+				sd.attributed++
 				place := d.pool + " " + v
 				places[place] = true
 				switch state, detail := s.classify(d, alt, claim.Namespace, holders); state {
@@ -275,6 +280,20 @@ func (s *Snapshot) whyTogether(ctx context.Context, claim *resourceapi.ResourceC
 				return "", "", nil
 			}
 			parts = append(parts, place+": "+strings.Join(what, "; "))
+		}
+		derived := false
+		for _, name := range names {
+			for _, da := range byName[name].Exactly.DerivedAttributes {
+				derived = derived || string(da.Name) == attr
+			}
+		}
+		for _, sd := range sides {
+			if sd.candidates > 0 && sd.attributed == 0 && !derived {
+				parts = append(parts, fmt.Sprintf("none of the %d devices matching request %s publishes %s", sd.candidates, sd.request, attr))
+			}
+		}
+		if derived {
+			parts = append(parts, fmt.Sprintf("%s is derived: the scheduler computes it for each device from the requests' expressions, which this explanation does not evaluate", attr))
 		}
 		for _, sd := range sides {
 			if pools := lacking[sd.request]; len(pools) > 0 {

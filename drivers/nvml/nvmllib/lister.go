@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/utils/ptr"
 	"strings"
 	"sync"
 
@@ -52,23 +53,30 @@ func Open(source string, opts ...Option) (dnvml.Lister, error) {
 }
 
 // lister lists GPUs through an nvml.Interface: the library or a mock.
+// place is where a mock server's GPU sits: its PCIe root complex and NUMA
+// node.
+type place struct {
+	pcieRoot string
+	numaNode int
+}
+
 type lister struct {
 	mu sync.Mutex
 	// lib is nil once closed, so that Shutdown runs once and only after
 	// a successful Init.
 	lib nvml.Interface
-	// pcieRoots are the root complexes by bus ID as NVML writes it;
-	// only mock servers, whose topology is invented, have them.
-	pcieRoots map[string]string
+	// places are the root complexes and NUMA nodes by bus ID as NVML
+	// writes it; only mock servers, whose topology is invented, have them.
+	places map[string]place
 	// mockEvents takes injected Xid events of a mock source.
 	mockEvents chan nvml.EventData
 }
 
 // open initializes lib. It is Open's part that tests drive with a mock.
-func open(lib nvml.Interface, pcieRoots map[string]string) (*lister, error) {
+func open(lib nvml.Interface, places map[string]place) (*lister, error) {
 	switch ret := lib.Init(); ret {
 	case nvml.SUCCESS:
-		return &lister{lib: lib, pcieRoots: pcieRoots}, nil
+		return &lister{lib: lib, places: places}, nil
 	case nvml.ERROR_LIBRARY_NOT_FOUND:
 		return nil, ErrLibraryNotFound
 	default:
@@ -182,7 +190,9 @@ func (l *lister) gpu(logger klog.Logger, index int) (dnvml.GPU, error) {
 	if g.PCIBusID == "" {
 		g.PCIBusID = cString(pci.BusIdLegacy[:])
 	}
-	g.PCIeRoot = l.pcieRoots[g.PCIBusID]
+	if p, ok := l.places[g.PCIBusID]; ok {
+		g.PCIeRoot, g.NUMANode = p.pcieRoot, ptr.To(p.numaNode)
+	}
 	mig, err := migEnabled(d)
 	if err != nil {
 		return g, err

@@ -28,11 +28,14 @@ import (
 const node = "node-a"
 
 // wantTopology is where the mock puts GPU i: the fake driver's layout.
-var wantTopology = []struct{ busID, root string }{
-	{"0000:16:00.0", "pci0000:15"}, {"0000:17:00.0", "pci0000:15"},
-	{"0000:38:00.0", "pci0000:37"}, {"0000:39:00.0", "pci0000:37"},
-	{"0000:97:00.0", "pci0000:96"}, {"0000:98:00.0", "pci0000:96"},
-	{"0000:b9:00.0", "pci0000:b8"}, {"0000:ba:00.0", "pci0000:b8"},
+var wantTopology = []struct {
+	busID, root string
+	numa        int
+}{
+	{"0000:16:00.0", "pci0000:15", 0}, {"0000:17:00.0", "pci0000:15", 0},
+	{"0000:38:00.0", "pci0000:37", 0}, {"0000:39:00.0", "pci0000:37", 0},
+	{"0000:97:00.0", "pci0000:96", 1}, {"0000:98:00.0", "pci0000:96", 1},
+	{"0000:b9:00.0", "pci0000:b8", 1}, {"0000:ba:00.0", "pci0000:b8", 1},
 }
 
 // wantSystem is what each server's driver reports, normalised.
@@ -105,6 +108,11 @@ func sysfsOnly(t *testing.T, name, root string) (dnvml.Lister, error) {
 	if err := fakesysfs.Write(root, rootOf); err != nil {
 		t.Fatal(err)
 	}
+	for _, w := range wantTopology {
+		if err := fakesysfs.SetNUMANode(root, w.busID, w.numa); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return open(s, nil)
 }
 
@@ -125,6 +133,7 @@ func checkDevice(t *testing.T, dev kit.Device, cfg gpus.Config, i int, driver, c
 		"cudaDriverVersion":               "v" + cuda,
 		"resource.kubernetes.io/pciBusID": wantTopology[i].busID,
 		"resource.kubernetes.io/pcieRoot": wantTopology[i].root,
+		"numa":                            fmt.Sprint(wantTopology[i].numa),
 	}
 	if len(dev.API.ConsumesCounters) > 0 {
 		// In MIG mode, published with its MIG devices.

@@ -70,9 +70,9 @@ func mixedServer() (*server.Server, error) {
 // patchMock fills the gaps of go-nvml's mock devices, which get random
 // UUIDs and no PCI bus IDs: the lab restarts drivers on hollow nodes, and
 // a GPU must keep its UUID across restarts and differ from the next
-// node's. It returns the root complex of each bus ID.
-func patchMock(s *server.Server, node string) (map[string]string, error) {
-	roots := make(map[string]string, len(s.Devices))
+// node's. It returns where each bus ID sits: root complex and NUMA node.
+func patchMock(s *server.Server, node string) (map[string]place, error) {
+	roots := make(map[string]place, len(s.Devices))
 	for i, dev := range s.Devices {
 		d, ok := dev.(*server.Device)
 		if !ok {
@@ -88,7 +88,7 @@ func patchMock(s *server.Server, node string) (map[string]string, error) {
 		d.PciBusID = busID
 		d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return info, nvml.SUCCESS }
 		patchMIGDevices(d)
-		roots[busID] = slot.PCIeRoot()
+		roots[busID] = place{pcieRoot: slot.PCIeRoot(), numaNode: slot.NUMANode}
 	}
 	return roots, nil
 }

@@ -1,5 +1,5 @@
 // Package fakesysfs writes the part of a sysfs tree that tells a PCI
-// device's root complex, for tests of the NVML inventory.
+// device's root complex and NUMA node, for tests of the NVML inventory.
 package fakesysfs
 
 import (
@@ -32,4 +32,10 @@ func Write(root string, rootOf map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// SetNUMANode writes a device's NUMA node, as the kernel's numa_node file
+// of the device (-1: no NUMA affinity). Write must have placed the device.
+func SetNUMANode(root, busID string, node int) error {
+	return os.WriteFile(filepath.Join(root, "bus", "pci", "devices", busID, "numa_node"), []byte(fmt.Sprintf("%d\n", node)), 0o644)
 }
