@@ -38,7 +38,7 @@ var workloadScenarios = []string{"gang-vs-partial", "group-claim", "topology", "
 
 // nicScenarios need the NIC driver beside the GPU driver, which only
 // lab/examples/gpu-nic.yaml runs: every other lab skips them as unmet.
-var nicScenarios = []string{"gpu-nic-pair", "bandwidth-shares", "no-prepare", "derived-alignment"}
+var nicScenarios = []string{"gpu-nic-pair", "bandwidth-shares", "no-prepare", "derived-alignment", "list-numa"}
 
 // TestGPUNICScenarios runs the scenarios of GPUs and NICs on a lab of
 // lab/examples/gpu-nic.yaml: two drivers on every node, NIC i under the
@@ -138,7 +138,7 @@ var matrixLabs = []struct {
 	// the PodGroup API on (for the conformance run's group claims), so
 	// the workload scenarios that fit its 10 H100s run: a group's claim
 	// and a gang sharing a claim.
-	{"nvml-mock.yaml", []string{"counting", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions", "gang-vs-partial", "topology", "gang-fallback", "gang-partitions", "gpu-nic-pair", "bandwidth-shares", "no-prepare", "derived-alignment"}},
+	{"nvml-mock.yaml", []string{"counting", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions", "gang-vs-partial", "topology", "gang-fallback", "gang-partitions", "gpu-nic-pair", "bandwidth-shares", "no-prepare", "derived-alignment", "list-numa"}},
 }
 
 // failedH100Unmet are the scenarios the default lab cannot run with one

@@ -57,6 +57,10 @@ const (
 	AttrRDMA = "rdma"
 	// AttrInterface is the NIC's network interface on the node.
 	AttrInterface = "interface"
+	// AttrSocketDirect is true for an adapter attached to both CPU
+	// sockets (two PCIe links, one per socket), as NVIDIA's Socket Direct
+	// adapters are: it is close to the GPUs of both NUMA nodes.
+	AttrSocketDirect = "socketDirect"
 	// CapacityBandwidth is the link's bandwidth, in bits per second.
 	CapacityBandwidth = "bandwidth"
 )
@@ -73,15 +77,18 @@ type Profile struct {
 	// LinkSpeedGbps is the port's speed.
 	LinkSpeedGbps int64
 	RDMA          bool
+	// SocketDirect: the adapter is attached to both sockets' NUMA nodes.
+	SocketDirect bool
 }
 
 // profiles are the built-in NIC models, by name.
 var profiles = map[string]Profile{
-	"cx7-400g":   {Name: "cx7-400g", Vendor: "NVIDIA", Model: "ConnectX-7", ProductName: "NVIDIA ConnectX-7 400GbE/NDR single-port OSFP", LinkSpeedGbps: 400, RDMA: true},
-	"cx6dx-100g": {Name: "cx6dx-100g", Vendor: "NVIDIA", Model: "ConnectX-6 Dx", ProductName: "NVIDIA ConnectX-6 Dx 100GbE dual-port QSFP56", LinkSpeedGbps: 100, RDMA: true},
-	"bf3-400g":   {Name: "bf3-400g", Vendor: "NVIDIA", Model: "BlueField-3", ProductName: "NVIDIA BlueField-3 B3140H 400GbE/NDR DPU", LinkSpeedGbps: 400, RDMA: true},
-	"e810-100g":  {Name: "e810-100g", Vendor: "Intel", Model: "E810-C", ProductName: "Intel Ethernet Network Adapter E810-CQDA2", LinkSpeedGbps: 100, RDMA: true},
-	"x710-10g":   {Name: "x710-10g", Vendor: "Intel", Model: "X710", ProductName: "Intel Ethernet Converged Network Adapter X710-DA2", LinkSpeedGbps: 10, RDMA: false},
+	"cx7-400g":    {Name: "cx7-400g", Vendor: "NVIDIA", Model: "ConnectX-7", ProductName: "NVIDIA ConnectX-7 400GbE/NDR single-port OSFP", LinkSpeedGbps: 400, RDMA: true},
+	"cx6dx-100g":  {Name: "cx6dx-100g", Vendor: "NVIDIA", Model: "ConnectX-6 Dx", ProductName: "NVIDIA ConnectX-6 Dx 100GbE dual-port QSFP56", LinkSpeedGbps: 100, RDMA: true},
+	"bf3-400g":    {Name: "bf3-400g", Vendor: "NVIDIA", Model: "BlueField-3", ProductName: "NVIDIA BlueField-3 B3140H 400GbE/NDR DPU", LinkSpeedGbps: 400, RDMA: true},
+	"e810-100g":   {Name: "e810-100g", Vendor: "Intel", Model: "E810-C", ProductName: "Intel Ethernet Network Adapter E810-CQDA2", LinkSpeedGbps: 100, RDMA: true},
+	"x710-10g":    {Name: "x710-10g", Vendor: "Intel", Model: "X710", ProductName: "Intel Ethernet Converged Network Adapter X710-DA2", LinkSpeedGbps: 10, RDMA: false},
+	"cx7-sd-400g": {Name: "cx7-sd-400g", Vendor: "NVIDIA", Model: "ConnectX-7", ProductName: "NVIDIA ConnectX-7 400G Socket Direct (2x PCIe Gen5 x16)", LinkSpeedGbps: 400, RDMA: true, SocketDirect: true},
 }
 
 // ProfileNames are the built-in profiles' names, sorted.
@@ -104,6 +111,11 @@ type Inventory struct {
 	// Attributes are added to every NIC: where the node sits (rack,
 	// NVLink domain), under the names its GPUs carry them.
 	Attributes map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+	// NUMAList publishes numaNode as a list (ints, Kubernetes 1.37's
+	// DRAListTypeAttributes, which the cluster must have on): the NIC's
+	// NUMA node and, for a Socket Direct adapter, the other socket's.
+	// Without it numaNode is the NIC's own node, a number.
+	NUMAList bool
 }
 
 // Devices implements kit.Inventory: nic-0 … nic-<Count-1>, NIC i under the
@@ -130,7 +142,8 @@ func (inv *Inventory) Devices(context.Context) ([]kit.Device, error) {
 			AttrInterface:   {StringValue: ptr.To(ifName)},
 			deviceattribute.StandardDeviceAttributePCIeRoot: {StringValue: ptr.To(slot.PCIeRoot())},
 			deviceattribute.StandardDeviceAttributePCIBusID: {StringValue: ptr.To(slot.BusID())},
-			deviceattribute.StandardDeviceAttributeNUMANode: {IntValue: ptr.To(int64(slot.NUMANode))},
+			deviceattribute.StandardDeviceAttributeNUMANode: inv.numaNode(slot),
+			AttrSocketDirect: {BoolValue: ptr.To(p.SocketDirect)},
 		}
 		maps.Copy(attrs, inv.Attributes)
 		devices = append(devices, kit.Device{
@@ -159,6 +172,21 @@ func (inv *Inventory) Devices(context.Context) ([]kit.Device, error) {
 		})
 	}
 	return devices, nil
+}
+
+// numaNode is a NIC's numaNode attribute: its slot's NUMA node or, as a
+// list, the NUMA nodes it is attached to (a Socket Direct adapter also
+// the other socket's: the layout puts a domain's two NUMA nodes side by
+// side, 2d and 2d+1).
+func (inv *Inventory) numaNode(slot pcilayout.Slot) resourceapi.DeviceAttribute {
+	if !inv.NUMAList {
+		return resourceapi.DeviceAttribute{IntValue: ptr.To(int64(slot.NUMANode))}
+	}
+	nodes := []int64{int64(slot.NUMANode)}
+	if inv.Profile.SocketDirect {
+		nodes = append(nodes, int64(slot.NUMANode^1))
+	}
+	return resourceapi.DeviceAttribute{IntValues: nodes}
 }
 
 // InterfaceName is the predictable name the kernel gives the port of a NIC

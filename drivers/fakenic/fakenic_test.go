@@ -126,6 +126,13 @@ func TestBandwidthIsConsumable(t *testing.T) {
 func TestSlicesAreValid(t *testing.T) {
 	for _, name := range ProfileNames() {
 		devs := nics(t, "node-a", name, 16)
+		if p, _ := LookupProfile(name); p.SocketDirect {
+			// And with numaNode as a list, as the lab publishes them.
+			var err error
+			if devs, err = (&Inventory{Node: "node-a", Profile: p, Count: 16, NUMAList: true}).Devices(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
 		api := make([]resourceapi.Device, 0, len(devs))
 		for _, d := range devs {
 			api = append(api, d.API)
@@ -161,5 +168,41 @@ func TestUnknownProfileNamesTheChoices(t *testing.T) {
 	}
 	if _, err := (&Inventory{Node: "n", Profile: profiles["cx7-400g"]}).Devices(context.Background()); err == nil {
 		t.Error("an inventory of no NICs was accepted")
+	}
+}
+
+// With NUMAList, numaNode is a list: a NIC's own node and, for a Socket
+// Direct adapter, the other socket's; without it, the own node, a number.
+func TestNUMAList(t *testing.T) {
+	numa := func(profile string, list bool, i int) string {
+		p, err := LookupProfile(profile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		devs, err := (&Inventory{Node: "n", Profile: p, Count: 8, NUMAList: list}).Devices(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := devs[i].API.Attributes[deviceattribute.StandardDeviceAttributeNUMANode]
+		if a.IntValue != nil {
+			return fmt.Sprint(*a.IntValue)
+		}
+		return fmt.Sprint(a.IntValues)
+	}
+	for _, c := range []struct {
+		profile string
+		list    bool
+		nic     int
+		want    string
+	}{
+		{"cx7-sd-400g", true, 0, "[0 1]"},
+		{"cx7-sd-400g", true, 4, "[1 0]"},
+		{"cx7-sd-400g", false, 4, "1"},
+		{"cx7-400g", true, 4, "[1]"},
+		{"cx7-400g", false, 0, "0"},
+	} {
+		if got := numa(c.profile, c.list, c.nic); got != c.want {
+			t.Errorf("%s, list %v, nic-%d: numaNode %s, want %s", c.profile, c.list, c.nic, got, c.want)
+		}
 	}
 }

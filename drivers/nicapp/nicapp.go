@@ -30,6 +30,8 @@ type Options struct {
 	// SkipNodeOperations publishes the NICs as needing no work on the
 	// node: the kubelet never asks the driver to prepare their claims.
 	SkipNodeOperations bool
+	// NUMAList publishes numaNode as a list (fakenic.Inventory.NUMAList).
+	NUMAList bool
 }
 
 // The topology attributes a NIC shares with the node's GPUs: one
@@ -75,6 +77,7 @@ Every flag can also be set through the environment variable named in brackets.`,
 	f.StringVar(&o.Profile, "profile", "", "NIC profile: "+strings.Join(fakenic.ProfileNames(), ", "))
 	f.IntVar(&o.NICs, "nics", 0, "number of NICs")
 	f.BoolVar(&o.SkipNodeOperations, "skip-node-operations", false, "publish the NICs as needing no work on the node (skipNodeOperations: [\"*\"], which needs the DRAOptionalNodeOperations gate): the kubelet skips NodePrepareResources and NodeUnprepareResources for their claims, and containers get no CDI edits from them")
+	f.BoolVar(&o.NUMAList, "numa-list", false, "publish resource.kubernetes.io/numaNode as a list (ints, which needs the cluster's DRAListTypeAttributes gate): the NIC's NUMA node and, for a Socket Direct adapter, the other socket's; off: the NIC's node, a number")
 	f.StringVar(&o.Rack, "rack", "", "the node's rack: every NIC carries it as the attribute "+AttrRack+"; empty: unknown")
 	f.StringVar(&o.NVLinkDomain, "nvlink-domain", "", "the node's NVLink domain: every NIC carries it as the attribute "+AttrNVLinkDomain+"; empty: unknown")
 	env.Document(f)
@@ -100,7 +103,7 @@ func inventory(o Options) (*fakenic.Inventory, error) {
 	if o.NVLinkDomain != "" {
 		attrs[AttrNVLinkDomain] = resourceapi.DeviceAttribute{StringValue: ptr.To(o.NVLinkDomain)}
 	}
-	return &fakenic.Inventory{Node: o.NodeName, Profile: p, Count: o.NICs, Attributes: attrs}, nil
+	return &fakenic.Inventory{Node: o.NodeName, Profile: p, Count: o.NICs, Attributes: attrs, NUMAList: o.NUMAList}, nil
 }
 
 // Run runs the driver until ctx ends.

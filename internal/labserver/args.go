@@ -92,6 +92,9 @@ func nicDriverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
 	if n.NICs.SkipNodeOperations {
 		args = append(args, "--skip-node-operations")
 	}
+	if n.NICs.NUMANodeList {
+		args = append(args, "--numa-list")
+	}
 	if t := n.Topology; t != nil {
 		if t.Rack != "" {
 			args = append(args, "--rack="+t.Rack)

@@ -255,6 +255,11 @@ type NICs struct {
 	// featureGates must switch it on): the kubelet never asks the NIC
 	// driver to prepare their claims.
 	SkipNodeOperations bool `json:"skipNodeOperations,omitempty"`
+	// NUMANodeList publishes each NIC's resource.kubernetes.io/numaNode as
+	// a list (Kubernetes 1.37's DRAListTypeAttributes, alpha: the
+	// featureGates must switch it on): its NUMA node and, for a Socket
+	// Direct adapter (cx7-sd-400g), the other socket's.
+	NUMANodeList bool `json:"numaNodeList,omitempty"`
 }
 
 // MaxNICsPerNode bounds a node's NICs, as MaxGPUsPerNode its GPUs.
@@ -582,6 +587,9 @@ func (c *Config) validate() field.ErrorList {
 				errs = append(errs, n.NICs.validate(np)...)
 				if n.NICs.SkipNodeOperations && !c.GateEnabled(GateOptionalNodeOperations) {
 					errs = append(errs, field.Invalid(np.Child("skipNodeOperations"), true, "needs featureGates: {"+GateOptionalNodeOperations+": true} (alpha, off by default): without it the API server drops the field from the NICs' ResourceSlices"))
+				}
+				if n.NICs.NUMANodeList && !c.GateEnabled(GateListTypeAttributes) {
+					errs = append(errs, field.Invalid(np.Child("numaNodeList"), true, "needs featureGates: {"+GateListTypeAttributes+": true} (alpha, off by default): without it the API server refuses the NICs' list attributes"))
 				}
 			}
 		}

@@ -133,6 +133,7 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"NICs on a real node", head + "nodes: [{name: a, kind: real, nics: {profile: cx7-400g, count: 2}}]\n", []string{"nodes[0].nics: Forbidden", "hollow nodes only"}},
 		{"outside driver and NICs", head + "driver: {name: gpu.example.com, command: [plugin]}\nnodes: [{name: a, nics: {profile: cx7-400g, count: 1}}]\n", []string{"nodes[0].nics: Forbidden"}},
 		{"skipped node operations without the gate", head + "nodes: [{name: a, nics: {profile: x710-10g, count: 2, skipNodeOperations: true}}]\n", []string{"nodes[0].nics.skipNodeOperations", "DRAOptionalNodeOperations: true"}},
+		{"NUMA lists without the gate", head + "nodes: [{name: a, nics: {profile: cx7-sd-400g, count: 1, numaNodeList: true}}]\n", []string{"nodes[0].nics.numaNodeList", "DRAListTypeAttributes: true"}},
 		{"empty topology", head + "nodes: [{name: a, topology: {}}]\n", []string{"nodes[0].topology: Required", "rack, an nvlinkDomain"}},
 		{"bad rack", head + "nodes: [{name: a, topology: {rack: 'rack 1'}}]\n", []string{"nodes[0].topology.rack", `"rack 1"`, "topology.dralab.dev/rack"}},
 		{"misspelt topology field", head + "nodes: [{name: a, topology: {nvlinkdomain: nvl-1}}]\n", []string{`unknown field "nodes[0].topology.nvlinkdomain"`}},

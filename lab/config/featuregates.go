@@ -131,6 +131,9 @@ const (
 	// GateOptionalNodeOperations lets a slice's devices skip the node's
 	// prepare and unprepare calls (nics.skipNodeOperations).
 	GateOptionalNodeOperations = "DRAOptionalNodeOperations"
+	// GateListTypeAttributes lets attributes be lists
+	// (nics.numaNodeList).
+	GateListTypeAttributes = "DRAListTypeAttributes"
 )
 
 // EnableGroupClaims switches on, beside the configuration's own gates, the
