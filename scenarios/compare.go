@@ -388,18 +388,29 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 			mismatch(fmt.Sprintf("allocated devices: every %s GPU of node %s", e.AllOfNode, orNone(node)), want, len(devs), refs(devs))
 		}
 	}
-	if e.SameAttribute != "" && len(devs) > 0 {
+	// sameValue: every device has one of the attributes, and all have
+	// one value.
+	sameValue := func(names []string) {
+		what := strings.Join(names, " or ")
 		values := map[string]bool{}
 		for _, d := range devs {
-			v, ok := d.Attributes[e.SameAttribute]
-			if !ok {
-				mismatch(e.SameAttribute, "an attribute of every device", "none", d.DeviceRef())
+			found := false
+			for _, name := range names {
+				if v, ok := d.Attribute(name); ok {
+					values[v], found = true, true
+					break
+				}
 			}
-			values[v] = true
+			if !found {
+				mismatch(what, "an attribute of every device", "none", d.DeviceRef())
+			}
 		}
-		if len(values) != 1 {
-			mismatch(e.SameAttribute, "one value for all devices", keys(values), refs(devs))
+		if len(values) > 1 {
+			mismatch(what, "one value for all devices", keys(values), refs(devs))
 		}
+	}
+	if e.SameAttribute != "" && len(devs) > 0 {
+		sameValue([]string{e.SameAttribute})
 	}
 	if len(e.DriverDevices) > 0 {
 		got := map[string]int{}
@@ -411,27 +422,12 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 		}
 	}
 	if len(e.SameValueOf) > 0 && len(devs) > 0 {
-		values := map[string]bool{}
-		for _, d := range devs {
-			found := false
-			for _, name := range e.SameValueOf {
-				if v, ok := d.Attribute(name); ok {
-					values[v], found = true, true
-					break
-				}
-			}
-			if !found {
-				mismatch(strings.Join(e.SameValueOf, " or "), "an attribute of every device", "none", d.DeviceRef())
-			}
-		}
-		if len(values) > 1 {
-			mismatch(strings.Join(e.SameValueOf, " or "), "one value for all devices", keys(values), refs(devs))
-		}
+		sameValue(e.SameValueOf)
 	}
 	if e.DistinctAttribute != "" && len(devs) > 0 {
 		seen := map[string]string{}
 		for _, d := range devs {
-			v, ok := d.Attributes[e.DistinctAttribute]
+			v, ok := d.Attribute(e.DistinctAttribute)
 			if !ok {
 				mismatch(e.DistinctAttribute, "an attribute of every device", "none", d.DeviceRef())
 				continue

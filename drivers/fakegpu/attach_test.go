@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/drivers/internal/slicetest"
 )
 
 // Fabric-attached GPUs carry the binding conditions, and the API takes a
@@ -15,7 +18,7 @@ import (
 func TestFabricAttachedSlices(t *testing.T) {
 	inv := &Inventory{Node: "gpu-fabric", Profile: mustProfile(t, "h100-80gb"), Count: resourceapi.ResourceSliceMaxDevices, Attach: AttachFabric}
 	devs, pool := published(t, inv)
-	validateWithAPI(t, inv.Node, pool)
+	slicetest.Validate(t, gpu.DriverName, inv.Node, pool)
 	if len(pool) != 1 || len(devs) != resourceapi.ResourceSliceMaxDevices {
 		t.Errorf("%d slices of %d devices, want one of %d", len(pool), len(devs), resourceapi.ResourceSliceMaxDevices)
 	}

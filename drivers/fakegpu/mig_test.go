@@ -11,14 +11,11 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
-	resourceinternal "k8s.io/kubernetes/pkg/apis/resource"
-	resourcev1 "k8s.io/kubernetes/pkg/apis/resource/v1"
-	"k8s.io/kubernetes/pkg/apis/resource/validation"
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/drivers/internal/slicetest"
 	"github.com/dralab/dralab/drivers/kit"
 )
 
@@ -52,29 +49,6 @@ func published(t *testing.T, inv *Inventory) ([]kit.Device, []resourceslice.Slic
 		t.Fatal(err)
 	}
 	return devs, out
-}
-
-// validateWithAPI validates each slice of a pool with the API server's own
-// validation: one invalid slice makes the whole pool unusable.
-func validateWithAPI(t *testing.T, node string, pool []resourceslice.Slice) {
-	t.Helper()
-	for i, s := range pool {
-		v1 := &resourceapi.ResourceSlice{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-gpu.dralab.dev-%d", node, i)},
-			Spec: resourceapi.ResourceSliceSpec{
-				Driver: "gpu.dralab.dev", NodeName: ptr.To(node),
-				Pool:    resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: int64(len(pool))},
-				Devices: s.Devices, SharedCounters: s.SharedCounters,
-			},
-		}
-		var internal resourceinternal.ResourceSlice
-		if err := resourcev1.Convert_v1_ResourceSlice_To_resource_ResourceSlice(v1, &internal, nil); err != nil {
-			t.Fatal(err)
-		}
-		if errs := validation.ValidateResourceSlice(&internal); len(errs) > 0 {
-			t.Errorf("slice %d of %s is invalid: %v", i, node, errs.ToAggregate())
-		}
-	}
 }
 
 // firstFit allocates devices one at a time as the allocator does, first
@@ -177,7 +151,7 @@ func TestMIGSlices(t *testing.T) {
 	const gpus = 64
 	inv := &Inventory{Node: "gpu-h100", Profile: mustProfile(t, "h100-80gb"), Count: gpus, Partitioning: PartitioningMIG}
 	devs, pool := published(t, inv)
-	validateWithAPI(t, inv.Node, pool)
+	slicetest.Validate(t, gpu.DriverName, inv.Node, pool)
 	perGPU := 7 + 4 + 3 + 2 + 1 + 1 + 1
 	if len(devs) != gpus*perGPU {
 		t.Fatalf("%d devices, want %d per GPU", len(devs), perGPU)
@@ -276,7 +250,7 @@ func equalCounters(a, b map[string]resourceapi.Counter) bool {
 func TestSharedSlices(t *testing.T) {
 	inv := &Inventory{Node: "gpu-l4", Profile: mustProfile(t, "l4-24gb"), Count: 2, Sharing: SharingMemory}
 	devs, pool := published(t, inv)
-	validateWithAPI(t, inv.Node, pool)
+	slicetest.Validate(t, gpu.DriverName, inv.Node, pool)
 	if len(pool) != 1 || len(devs) != 2 {
 		t.Fatalf("%d slices of %d devices", len(pool), len(devs))
 	}

@@ -9,14 +9,10 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
-	resourceinternal "k8s.io/kubernetes/pkg/apis/resource"
-	resourcev1 "k8s.io/kubernetes/pkg/apis/resource/v1"
-	"k8s.io/kubernetes/pkg/apis/resource/validation"
-	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/fakegpu"
+	"github.com/dralab/dralab/drivers/internal/slicetest"
 	"github.com/dralab/dralab/drivers/kit"
 )
 
@@ -141,23 +137,7 @@ func TestSlicesAreValid(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, s := range pool {
-			v1 := &resourceapi.ResourceSlice{
-				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-a-nic-%d", i)},
-				Spec: resourceapi.ResourceSliceSpec{
-					Driver: DriverName, NodeName: ptr.To("node-a"),
-					Pool:    resourceapi.ResourcePool{Name: "node-a", Generation: 1, ResourceSliceCount: int64(len(pool))},
-					Devices: s.Devices,
-				},
-			}
-			var internal resourceinternal.ResourceSlice
-			if err := resourcev1.Convert_v1_ResourceSlice_To_resource_ResourceSlice(v1, &internal, nil); err != nil {
-				t.Fatal(err)
-			}
-			if errs := validation.ValidateResourceSlice(&internal); len(errs) > 0 {
-				t.Errorf("%s: slice %d is invalid: %v", name, i, errs.ToAggregate())
-			}
-		}
+		slicetest.Validate(t, DriverName, "node-a", pool)
 	}
 }
 

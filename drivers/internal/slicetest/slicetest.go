@@ -1,0 +1,40 @@
+// Package slicetest checks a driver's pool as the API server would: for
+// the tests of dralab's inventories, never linked into a driver.
+package slicetest
+
+import (
+	"fmt"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	resourceinternal "k8s.io/kubernetes/pkg/apis/resource"
+	resourcev1 "k8s.io/kubernetes/pkg/apis/resource/v1"
+	"k8s.io/kubernetes/pkg/apis/resource/validation"
+	"k8s.io/utils/ptr"
+)
+
+// Validate validates each slice of a driver's pool on a node with the API
+// server's own validation: one invalid slice makes the whole pool
+// unusable.
+func Validate(t testing.TB, driver, node string, pool []resourceslice.Slice) {
+	t.Helper()
+	for i, s := range pool {
+		v1 := &resourceapi.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", node, driver, i)},
+			Spec: resourceapi.ResourceSliceSpec{
+				Driver: driver, NodeName: ptr.To(node),
+				Pool:    resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: int64(len(pool))},
+				Devices: s.Devices, SharedCounters: s.SharedCounters,
+			},
+		}
+		var internal resourceinternal.ResourceSlice
+		if err := resourcev1.Convert_v1_ResourceSlice_To_resource_ResourceSlice(v1, &internal, nil); err != nil {
+			t.Fatal(err)
+		}
+		if errs := validation.ValidateResourceSlice(&internal); len(errs) > 0 {
+			t.Errorf("slice %d of %s's %s pool is invalid: %v", i, node, driver, errs.ToAggregate())
+		}
+	}
+}
