@@ -53,9 +53,10 @@ func TestOutsideDriverLab(t *testing.T) {
 // wholeGPUManifest writes drivers/fakegpu/driver.yaml for a lab whose
 // outside driver publishes whole GPUs only (one command line for every
 // node: no MIG node, no shared node, no fabric node beside the others),
-// with partitionable devices, consumable capacity, binding conditions and
+// with partitionable devices, consumable capacity, binding conditions,
 // resource health (whose commands fail GPUs of dralab's own driver only)
-// disabled, and each of replace's keys
+// and derived attributes (an alpha gate the lab leaves off) disabled, and
+// each of replace's keys
 // replaced by its value, once.
 func wholeGPUManifest(t *testing.T, replace map[string]string) string {
 	t.Helper()
@@ -70,6 +71,8 @@ func wholeGPUManifest(t *testing.T, replace map[string]string) string {
 		"DRADeviceBindingConditions: true": "DRADeviceBindingConditions: false",
 		// gpu:fail reaches dralab's GPU driver only.
 		"ResourceHealthStatus: true": "ResourceHealthStatus: false",
+		// The lab's gates stay at their defaults.
+		"DRADerivedAttributes: true": "DRADerivedAttributes: false",
 	}
 	maps.Copy(all, replace)
 	for from, to := range all {

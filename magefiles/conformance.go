@@ -28,9 +28,13 @@ import (
 type Conformance mg.Namespace
 
 // Run runs both layers (kubelet-plugin sanity and cluster features) for the
-// driver of a manifest, e.g. drivers/fakegpu/driver.yaml, on an embedded
+// driver of a manifest, e.g. drivers/fakegpu/driver.yaml, or for several
+// drivers of the same nodes together, their manifests separated by commas
+// (drivers/fakegpu/driver.yaml,drivers/fakenic/driver.yaml: a check is
+// then skipped only when no manifest enables it), on an embedded
 // lab of $DRALAB_CONFIG (or the conformance lab: the default lab plus a
-// MIG, a shared and a fabric-attached node) that it starts and deletes;
+// MIG, a shared and a fabric-attached node and three NIC nodes) that it
+// starts and deletes;
 // with $KUBECONFIG set, on that cluster when it is a dralab lab or
 // $DRALAB_TARGET names its context and server, else it refuses. A lab of this machine
 // that lacks the GPUs the manifest's capabilities need (the default lab)
@@ -47,9 +51,11 @@ func (Conformance) Sanity(ctx context.Context, manifest string) error {
 	return runConformance(ctx, manifest, conformance.LayerSanity)
 }
 
-func runConformance(ctx context.Context, manifestFile, layer string) error {
+func runConformance(ctx context.Context, manifests, layer string) error {
+	files := strings.Split(manifests, ",")
+	manifestFile := files[0]
 	o := conformance.Options{
-		Manifest: manifestFile, Layer: layer,
+		Manifest: manifestFile, Together: files[1:], Layer: layer,
 		Kubeconfig: os.Getenv("KUBECONFIG"), Target: os.Getenv(target.EnvConsent), Lab: labstate.LabOf,
 	}
 	where, err := conformance.Where(o)
@@ -62,9 +68,13 @@ func runConformance(ctx context.Context, manifestFile, layer string) error {
 		// A lab of this machine without the devices the manifest's
 		// capabilities need (README's default lab for the fake driver's
 		// full manifest) cannot pass: run on the lab that has them.
-		m, err := manifest.Load(manifestFile)
-		if err != nil {
-			return err
+		var ms []*manifest.Manifest
+		for _, file := range files {
+			m, err := manifest.Load(file)
+			if err != nil {
+				return err
+			}
+			ms = append(ms, m)
 		}
 		t, err := target.Resolve(target.Request{Kubeconfig: o.Kubeconfig, Consent: o.Target, Lab: labstate.LabOf})
 		if err != nil {
@@ -75,7 +85,11 @@ func runConformance(ctx context.Context, manifestFile, layer string) error {
 			if err != nil {
 				return err
 			}
-			if lacks := scratchlab.Lacks(cfg, m); len(lacks) > 0 {
+			var lacks []string
+			for _, m := range ms {
+				lacks = append(lacks, scratchlab.Lacks(cfg, m)...)
+			}
+			if len(lacks) > 0 {
 				u.Println(fmt.Sprintf("The lab in %s lacks %s: running on the conformance lab instead, started and deleted for this run (unset KUBECONFIG to ask for it)", t.LabDir, strings.Join(lacks, ", ")))
 				o.Kubeconfig, where, instead = "", (*target.Target)(nil).String(), true
 			}
@@ -105,12 +119,16 @@ func runConformance(ctx context.Context, manifestFile, layer string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	name := strings.TrimSuffix(filepath.Base(filepath.Dir(manifestFile))+"-"+filepath.Base(manifestFile), ".yaml")
+	var names []string
+	for _, file := range files {
+		names = append(names, strings.TrimSuffix(filepath.Base(filepath.Dir(file))+"-"+filepath.Base(file), ".yaml"))
+	}
+	name := strings.Join(names, "+")
 	o.JUnit = filepath.Join(dir, "junit-conformance-"+name+".xml")
 	o.OnCase = func(c results.Case) {
 		u.Println(fmt.Sprintf("  %s %s (%s)", c.Status, c.Name, c.Elapsed.Round(100*time.Millisecond)))
 	}
-	done := u.Step("Running the conformance suite of " + manifestFile)
+	done := u.Step("Running the conformance suite of " + strings.Join(files, " and "))
 	report, err := scratchlab.Conformance(ctx, o, labCfg)
 	if err == nil && report.Failed() {
 		err = fmt.Errorf("the driver fails conformance checks")
@@ -120,7 +138,7 @@ func runConformance(ctx context.Context, manifestFile, layer string) error {
 		fmt.Println(report.Summary())
 		fmt.Println("JUnit:", o.JUnit)
 		page := filepath.Join(dir, "conformance-"+name+".html")
-		if herr := report.WriteHTMLFile(page, "dralab conformance: "+manifestFile, nil); herr != nil {
+		if herr := report.WriteHTMLFile(page, "dralab conformance: "+strings.Join(files, " + "), nil); herr != nil {
 			return errors.Join(err, herr)
 		}
 		fmt.Println("Report:", page)

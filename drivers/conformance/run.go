@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,6 +43,13 @@ const Package = "dralab-conformance"
 type Options struct {
 	// Manifest is the driver's manifest file (required).
 	Manifest string
+	// Together are the manifests of more drivers whose devices sit on the
+	// same nodes, checked in the same run: each driver's checks run as
+	// alone, named cluster/<driver>/<feature> (and sanity/<driver>/...),
+	// a check is skipped only when no manifest enables its capability, and
+	// the list-attributes check may pair one driver's devices with
+	// another's.
+	Together []string
 	// Kubeconfig is the kubeconfig of the cluster to run on (required): a
 	// file, or a list as KUBECONFIG holds one, merged as kubectl merges
 	// it; Context its context to use instead of the current one.
@@ -92,6 +100,19 @@ func Run(ctx context.Context, o Options) (*results.Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	ms := []*manifest.Manifest{m}
+	for _, file := range o.Together {
+		other, err := manifest.Load(file)
+		if err != nil {
+			return nil, err
+		}
+		for _, seen := range ms {
+			if seen.Driver == other.Driver {
+				return nil, fmt.Errorf("%s: driver %s has a manifest already: check each driver once", file, other.Driver)
+			}
+		}
+		ms = append(ms, other)
+	}
 	switch o.Layer {
 	case LayerAll, LayerSanity, LayerCluster:
 	default:
@@ -119,27 +140,77 @@ func Run(ctx context.Context, o Options) (*results.Report, error) {
 		}
 	}
 	if o.Layer != LayerCluster {
-		add(runSanity(ctx, o, t, restConfig, m)...)
+		for _, m := range ms {
+			for _, c := range runSanity(ctx, o, t, restConfig, m) {
+				if len(ms) > 1 {
+					// sanity/<check>, or sanity for the layer as a whole.
+					if rest, ok := strings.CutPrefix(c.Name, "sanity/"); ok {
+						c.Name = "sanity/" + m.Driver + "/" + rest
+					} else {
+						c.Name += "/" + m.Driver
+					}
+				}
+				add(c)
+			}
+		}
 	}
 	if o.Layer != LayerSanity {
-		co := o.Cluster
-		co.AllowUnverified = co.AllowUnverified || o.AllowUnverified
-		for _, r := range cluster.Run(ctx, m, restConfig, co) {
-			add(results.Case{
-				Package: Package, Name: "cluster/" + r.Feature, Status: r.Status, Elapsed: r.Elapsed,
-				Message: r.Message, Output: strings.Join(r.Log, "\n"),
-			})
+		per := make([][]cluster.Result, len(ms))
+		for i, m := range ms {
+			co := o.Cluster
+			co.AllowUnverified = co.AllowUnverified || o.AllowUnverified
+			co.Together = slices.Concat(ms[:i], ms[i+1:])
+			per[i] = cluster.Run(ctx, m, restConfig, co)
 		}
+		add(combine(ms, per)...)
 	}
 	if ctx.Err() != nil {
 		return nil, context.Cause(ctx)
 	}
 	if o.JUnit != "" {
-		if err := writeJUnit(o.JUnit, report, "dralab conformance: "+filepath.Base(o.Manifest)); err != nil {
+		var names []string
+		for _, file := range append([]string{o.Manifest}, o.Together...) {
+			names = append(names, filepath.Base(file))
+		}
+		if err := writeJUnit(o.JUnit, report, "dralab conformance: "+strings.Join(names, " + ")); err != nil {
 			return report, err
 		}
 	}
 	return report, nil
+}
+
+// combine turns each manifest's cluster results into cases. One manifest:
+// a case per feature, named cluster/<feature>. Several: a case per feature
+// and driver that enables it (or must pass it, the core features), named
+// cluster/<driver>/<feature>, and a skipped cluster/<feature> for a feature
+// that no manifest enables.
+func combine(ms []*manifest.Manifest, per [][]cluster.Result) []results.Case {
+	several := len(ms) > 1
+	var out []results.Case
+	// Every manifest runs the same features in the same order.
+	for j, first := range per[0] {
+		enabled := false
+		for i, m := range ms {
+			r := per[i][j]
+			if several && r.Capability != cluster.CoreCapability && !m.Enabled(manifest.Capability(r.Capability)) {
+				continue
+			}
+			enabled = true
+			name := "cluster/" + r.Feature
+			if several {
+				name = "cluster/" + m.Driver + "/" + r.Feature
+			}
+			out = append(out, results.Case{
+				Package: Package, Name: name, Status: r.Status, Elapsed: r.Elapsed,
+				Message: r.Message, Output: strings.Join(r.Log, "\n"),
+			})
+		}
+		if !enabled {
+			out = append(out, results.Case{Package: Package, Name: "cluster/" + first.Feature, Status: results.Skipped,
+				Message: fmt.Sprintf("no manifest of the run enables %s", first.Capability)})
+		}
+	}
+	return out
 }
 
 // runSanity runs layer 1, or reports why it cannot.

@@ -21,7 +21,8 @@ import (
 // TestConcurrentRuns: two runs of the cluster layer started at once on one
 // lab (two CI jobs on a shared cluster) take turns, a feature at a time,
 // through the lock; neither deletes the other's objects or takes its
-// devices, and both pass every feature. The lock is gone afterwards.
+// devices, and both pass every feature, each checking the GPU and NIC
+// drivers together. The lock is gone afterwards.
 func TestConcurrentRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an embedded lab: run without -short")
@@ -45,7 +46,7 @@ func TestConcurrentRuns(t *testing.T) {
 	errs := make([]error, 2)
 	for i := range reports {
 		wg.Go(func() {
-			o := conformance.Options{Manifest: defaultManifest, Kubeconfig: l.Kubeconfig(), Layer: conformance.LayerCluster}
+			o := conformance.Options{Manifest: defaultManifest, Together: []string{defaultTogether}, Kubeconfig: l.Kubeconfig(), Layer: conformance.LayerCluster}
 			o.Cluster.RunID = fmt.Sprintf("concurrent-%d", i)
 			reports[i], errs[i] = scratchlab.Conformance(ctx, o, nil)
 		})

@@ -134,6 +134,9 @@ const (
 	// GateListTypeAttributes lets attributes be lists
 	// (nics.numaNodeList).
 	GateListTypeAttributes = "DRAListTypeAttributes"
+	// GateDerivedAttributes lets a request compute attributes for its
+	// constraints (derivedAttributes).
+	GateDerivedAttributes = "DRADerivedAttributes"
 )
 
 // EnableGroupClaims switches on, beside the configuration's own gates, the

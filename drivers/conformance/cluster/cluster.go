@@ -57,6 +57,10 @@ type Options struct {
 	// cannot be made on this cluster as skipped, with a warning, instead
 	// of failed.
 	AllowUnverified bool
+	// Together are the manifests of other drivers whose devices sit on
+	// the same nodes: the list-attributes check may pair the driver's
+	// devices with theirs, aligned by their topology expressions.
+	Together []*manifest.Manifest
 }
 
 // Labels of every object the suite creates. A run removes objects with
@@ -150,9 +154,13 @@ type feature struct {
 	check      check
 }
 
+// CoreCapability is Result.Capability of the checks every driver must
+// pass.
+const CoreCapability = "core"
+
 func (f feature) label() string {
 	if f.capability == "" {
-		return "core"
+		return CoreCapability
 	}
 	return string(f.capability)
 }
@@ -173,6 +181,10 @@ func (s *suite) features() []feature {
 		{"binding conditions", manifest.DRADeviceBindingConditions, "a pod is not bound before its device's binding conditions are True in the claim's status, and is bound and runs after", s.bindingConditions},
 		{"claim device status", manifest.DRAResourceClaimDeviceStatus, "a prepared claim's status.devices has the driver's entry for its device, removed once the claim is unprepared", s.deviceStatus},
 		{"resource health", manifest.ResourceHealthStatus, "a failed device is reported Unhealthy in the status of the pod that holds it", s.health},
+		{"network data", manifest.NetworkData, "a prepared network device's claim status has its network data, and the container sees the interface it names", s.networkData},
+		{"derived attributes", manifest.DRADerivedAttributes, "requests matching on a derived attribute of the topology expression get devices of one value; requests held to values that share none wait", s.derivedAttributes},
+		{"list attributes", manifest.DRAListTypeAttributes, "a device with a list of values matches a device of each of them, and distinctAttribute keeps it from one that shares a value", s.listAttributes},
+		{"optional node operations", manifest.DRAOptionalNodeOperations, "a pod given a device whose pool skips NodePrepareResources runs, its allocation carries the skip, and the driver never prepares it", s.optionalNodeOperations},
 	}
 }
 

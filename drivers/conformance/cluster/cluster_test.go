@@ -369,7 +369,7 @@ func TestWaitsReportTheLastObservationOverClientErrors(t *testing.T) {
 	}, {
 		name: "device taints", refuse: refuseWithEvent, check: func(s *suite) check { return s.deviceTaints },
 		pod: "every", after: 0,
-		want: []string{"waited 2s for the scheduler to find the pod claiming every device of node node-a unschedulable while gpu.example.com/node-a/gpu-0 is tainted"},
+		want: []string{"waited 2s for the scheduler to find pod every unschedulable: a claim for every device of node node-a while gpu.example.com/node-a/gpu-0 is tainted NoSchedule"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, k := newFakeCluster(t, tc.refuse)

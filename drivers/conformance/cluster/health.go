@@ -28,20 +28,8 @@ func (s *suite) deviceStatus(ctx context.Context, logf logFunc, k *kit) error {
 	if err != nil {
 		return err
 	}
-	var written *resourceapi.AllocatedDeviceStatus
-	if err := poll(ctx, k.m.Timeouts.PodRunning, fmt.Sprintf("claim status to have an entry of %s for %s/%s", got.Driver, got.Pool, got.Device), func(ctx context.Context) (string, bool, error) {
-		c, err := k.client.ResourceV1().ResourceClaims(k.ns).Get(ctx, "status", metav1.GetOptions{})
-		if err != nil {
-			return "", false, err
-		}
-		for i, d := range c.Status.Devices {
-			if d.Driver == got.Driver && d.Pool == got.Pool && d.Device == got.Device {
-				written = &c.Status.Devices[i]
-				return "", true, nil
-			}
-		}
-		return fmt.Sprintf("status.devices has %d entries, none for the device", len(c.Status.Devices)), false, nil
-	}); err != nil {
+	written, err := k.statusEntry(ctx, "status", got, nil)
+	if err != nil {
 		return err
 	}
 	var conds []string
@@ -54,6 +42,33 @@ func (s *suite) deviceStatus(ctx context.Context, logf logFunc, k *kit) error {
 	}
 	logf("the driver wrote status.devices for %s/%s: conditions %v, data %s", got.Pool, got.Device, conds, data)
 	return k.remove(ctx, []string{"status"}, nil)
+}
+
+// statusEntry waits until the claim's status.devices has the driver's
+// entry for the allocated device (and share) that ready accepts (nil: any),
+// and returns it; ready says what it still misses.
+func (k *kit) statusEntry(ctx context.Context, claim string, got resourceapi.DeviceRequestAllocationResult, ready func(*resourceapi.AllocatedDeviceStatus) (string, bool)) (*resourceapi.AllocatedDeviceStatus, error) {
+	var entry *resourceapi.AllocatedDeviceStatus
+	what := fmt.Sprintf("the status of claim %s to have an entry of %s for %s/%s", claim, got.Driver, got.Pool, got.Device)
+	err := poll(ctx, k.m.Timeouts.PodRunning, what, func(ctx context.Context) (string, bool, error) {
+		c, err := k.client.ResourceV1().ResourceClaims(k.ns).Get(ctx, claim, metav1.GetOptions{})
+		if err != nil {
+			return "", false, err
+		}
+		for i, d := range c.Status.Devices {
+			if d.Driver == got.Driver && d.Pool == got.Pool && d.Device == got.Device && ptr.Deref(d.ShareID, "") == string(ptr.Deref(got.ShareID, "")) {
+				if ready != nil {
+					if missing, ok := ready(&d); !ok {
+						return "the device's entry " + missing, false, nil
+					}
+				}
+				entry = &c.Status.Devices[i]
+				return "", true, nil
+			}
+		}
+		return fmt.Sprintf("status.devices has %d entries, none for the device", len(c.Status.Devices)), false, nil
+	})
+	return entry, err
 }
 
 // health checks ResourceHealthStatus: the manifest's fail command makes the

@@ -74,7 +74,7 @@ func TestDeviceStatusWritten(t *testing.T) {
 func TestDeviceStatusNeverWritten(t *testing.T) {
 	_, k := newFakeCluster(t, refuseWithEvent)
 	err := k.deviceStatus(context.Background(), t.Logf, k)
-	if err == nil || !strings.Contains(err.Error(), "claim status to have an entry of gpu.example.com for node-a/") {
+	if err == nil || !strings.Contains(err.Error(), "the status of claim status to have an entry of gpu.example.com for node-a/") {
 		t.Fatalf("got %v, want the missing entry named", err)
 	}
 }

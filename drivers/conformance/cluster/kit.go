@@ -27,6 +27,8 @@ type kit struct {
 	rules, groups []string
 	// proven are the values the check's pods proved, with their devices.
 	proven []provenDevice
+	// quiet caches quietNodes.
+	quiet *[]string
 }
 
 // meta names an object of the check's namespace, labelled as the run's.
@@ -239,6 +241,13 @@ func (k *kit) pod(ctx context.Context, name string, claims []string, mutate func
 			Containers:                    []v1.Container{c},
 		},
 	}
+	// A device that skips NodePrepareResources is never prepared: a pod
+	// there could not prove it.
+	quiet, err := k.quietNodes(ctx)
+	if err != nil {
+		return err
+	}
+	offNodes(pod, quiet)
 	for _, cl := range claims {
 		pod.Spec.ResourceClaims = append(pod.Spec.ResourceClaims, v1.PodResourceClaim{Name: cl, ResourceClaimName: ptr.To(cl)})
 		pod.Spec.Containers[0].Resources.Claims = append(pod.Spec.Containers[0].Resources.Claims, v1.ResourceClaim{Name: cl})
@@ -246,7 +255,7 @@ func (k *kit) pod(ctx context.Context, name string, claims []string, mutate func
 	if mutate != nil {
 		mutate(pod)
 	}
-	_, err := k.client.CoreV1().Pods(k.ns).Create(ctx, pod, metav1.CreateOptions{})
+	_, err = k.client.CoreV1().Pods(k.ns).Create(ctx, pod, metav1.CreateOptions{})
 	return err
 }
 
@@ -372,8 +381,13 @@ func (k *kit) claimResults(ctx context.Context, name string) ([]resourceapi.Devi
 // same name using it, waits until the pod proves its device, and returns
 // the proof, the claim's allocation result and the pod's node.
 func (k *kit) oneDevice(ctx context.Context, name string, mutate func(*v1.Pod)) (string, resourceapi.DeviceRequestAllocationResult, string, error) {
+	return k.oneDeviceOf(ctx, name, k.request("dev"), mutate)
+}
+
+// oneDeviceOf is oneDevice with the claim's request given.
+func (k *kit) oneDeviceOf(ctx context.Context, name string, req resourceapi.DeviceRequest, mutate func(*v1.Pod)) (string, resourceapi.DeviceRequestAllocationResult, string, error) {
 	var none resourceapi.DeviceRequestAllocationResult
-	if err := k.createClaim(ctx, name, k.request("dev")); err != nil {
+	if err := k.createClaim(ctx, name, req); err != nil {
 		return "", none, "", err
 	}
 	if err := k.pod(ctx, name, []string{name}, mutate); err != nil {

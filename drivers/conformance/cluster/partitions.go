@@ -538,14 +538,22 @@ func capacities(c map[resourceapi.QualifiedName]resourceapi.DeviceCapacity) stri
 }
 
 // plainNodes lists the nodes whose devices of the manifest's class neither
-// consume counters nor allow multiple allocations.
+// consume counters nor allow multiple allocations, and are prepared (not
+// quietNodes).
 func (k *kit) plainNodes(ctx context.Context) ([]string, error) {
 	nodes, err := driverNodes(ctx, k.client, k.m.Driver)
 	if err != nil {
 		return nil, err
 	}
+	quiet, err := k.quietNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out []string
 	for _, node := range nodes {
+		if slices.Contains(quiet, node) {
+			continue
+		}
 		devs, err := nodeDevices(ctx, k.client, k.m.Driver, node)
 		if err != nil {
 			return nil, err

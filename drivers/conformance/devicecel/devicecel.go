@@ -7,6 +7,7 @@ package devicecel
 import (
 	"context"
 
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/cel"
 )
 
@@ -17,6 +18,31 @@ type Selectors []cel.CompilationResult
 // class and tier selectors are matched against every device of every
 // report (the dashboard builds one per change).
 var cache = cel.NewCache(1024, cel.Features{EnableConsumableCapacity: true})
+
+// derived compiles derived attributes (and selectors over list-type
+// attributes): with list-type attributes on, an attribute may be a list.
+var derived = cel.NewCache(256, cel.Features{EnableConsumableCapacity: true, EnableListTypeAttributes: true})
+
+// CompileDerived compiles a derived attribute's expression, or takes it
+// compiled from the cache, and returns its error.
+func CompileDerived(expression string) error {
+	if res := derived.GetOrCompileDerivedAttribute(expression); res.Error != nil {
+		return res.Error
+	}
+	return nil
+}
+
+// Derive evaluates a derived attribute's expression for dev, as the
+// allocator does for a request's derivedAttributes: its value, a scalar
+// or a list.
+func Derive(ctx context.Context, expression string, dev cel.Device) (*resourceapi.DeviceAttribute, error) {
+	res := derived.GetOrCompileDerivedAttribute(expression)
+	if res.Error != nil {
+		return nil, res.Error
+	}
+	v, _, err := res.EvaluateDerivedAttribute(ctx, dev)
+	return v, err
+}
 
 // Compile compiles expressions, or takes them compiled from the cache.
 func Compile(expressions ...string) (Selectors, error) {

@@ -118,6 +118,30 @@ const (
 	// GenericWorkload and DRAWorkloadResourceClaims, both off by default
 	// in Kubernetes 1.37).
 	DRAWorkloadResourceClaims Capability = "DRAWorkloadResourceClaims"
+	// NetworkData: the driver writes each network device it prepared into
+	// the claim's status.devices with its network data (interface name,
+	// addresses, hardware address), and the container sees the interface
+	// that data names (the manifest's networkData proof).
+	NetworkData Capability = "NetworkData"
+	// DRADerivedAttributes: the manifest's topology expression, computed
+	// by a request as a derived attribute, aligns the driver's devices: a
+	// matchAttribute constraint on it gives devices of one value, and a
+	// claim whose requests must take different values waits. The cluster
+	// must have the DRADerivedAttributes gate on (alpha in Kubernetes 1.37).
+	DRADerivedAttributes Capability = "DRADerivedAttributes"
+	// DRAListTypeAttributes: the driver publishes the manifest's
+	// listAttribute as a list on a device of several values (a NIC on two
+	// NUMA nodes), and matchAttribute treats it as a set: the device
+	// matches a device of each of its values, distinctAttribute keeps it
+	// from one that shares a value. The cluster must have the
+	// DRAListTypeAttributes gate on (alpha in Kubernetes 1.37).
+	DRAListTypeAttributes Capability = "DRAListTypeAttributes"
+	// DRAOptionalNodeOperations: the driver publishes devices that need no
+	// work on the node (ResourceSlice spec.skipNodeOperations); the
+	// scheduler copies that into the allocation, and a pod using such a
+	// device runs without the driver preparing it. The cluster must have
+	// the DRAOptionalNodeOperations gate on (alpha in Kubernetes 1.37).
+	DRAOptionalNodeOperations Capability = "DRAOptionalNodeOperations"
 )
 
 // knownCapabilities lists every capability, in the order of the constants.
@@ -134,6 +158,10 @@ var knownCapabilities = []Capability{
 	SharedClaims,
 	OpaqueConfig,
 	DRAWorkloadResourceClaims,
+	NetworkData,
+	DRADerivedAttributes,
+	DRAListTypeAttributes,
+	DRAOptionalNodeOperations,
 }
 
 // Capabilities returns every capability a manifest may name.
@@ -175,6 +203,15 @@ type Manifest struct {
 	// Health says how to fail and heal a device, required with
 	// ResourceHealthStatus.
 	Health *HealthCommands `json:"health,omitempty"`
+	// NetworkData says how a container shows the interface of its network
+	// device, required with NetworkData.
+	NetworkData *NetworkDataProof `json:"networkData,omitempty"`
+	// Topology says where a device sits, required with
+	// DRADerivedAttributes.
+	Topology *Topology `json:"topology,omitempty"`
+	// ListAttribute is the attribute the driver publishes as a list,
+	// required with DRAListTypeAttributes.
+	ListAttribute *ListAttribute `json:"listAttribute,omitempty"`
 	// Proof is how a container shows that it got its device.
 	Proof Proof `json:"proof"`
 	// Timeouts bound how long the suite waits.
@@ -215,6 +252,29 @@ type Shares struct {
 	Selector    string `json:"selector,omitempty"`
 	// Request is each claim's capacity.requests, e.g. {memory: 7Gi}.
 	Request map[resourceapi.QualifiedName]resource.Quantity `json:"request"`
+}
+
+// NetworkDataProof is how a container shows the network interface of the
+// device it was given: Interface proves the interface's name, which must
+// be the interfaceName of the device's network data in the claim's status.
+type NetworkDataProof struct {
+	Interface Proof `json:"interface"`
+}
+
+// Topology is where a device of the driver sits, for the checks that align
+// devices by it: Expression, a CEL expression over a device (as a derived
+// attribute's), gives a value devices that sit together share, e.g.
+// device.attributes["resource.kubernetes.io"].numaNode.
+type Topology struct {
+	Expression string `json:"expression"`
+}
+
+// ListAttribute names the attribute the driver publishes as a list
+// (ints, strings, bools or versions) on some of its devices, e.g.
+// resource.kubernetes.io/numaNode, a domain-qualified name or one of the
+// driver's own. The check discovers which devices carry several values.
+type ListAttribute struct {
+	Name resourceapi.FullyQualifiedName `json:"name"`
 }
 
 // HealthCommands fail and heal a device for the health check: commands run
@@ -492,8 +552,83 @@ func (m *Manifest) validate() field.ErrorList {
 	errs = append(errs, m.validateShares(field.NewPath("shares"))...)
 	errs = append(errs, m.validateBindingConditions(field.NewPath("bindingConditions"))...)
 	errs = append(errs, m.validateHealth(field.NewPath("health"))...)
+	errs = append(errs, m.validateNetworkData(field.NewPath("networkData"))...)
+	errs = append(errs, m.validateTopology(field.NewPath("topology"))...)
+	errs = append(errs, m.validateListAttribute(field.NewPath("listAttribute"))...)
 	return errs
 }
+
+func (m *Manifest) validateNetworkData(p *field.Path) field.ErrorList {
+	if m.NetworkData == nil {
+		if m.Enabled(NetworkData) {
+			return field.ErrorList{field.Required(p, fmt.Sprintf("%s is enabled: give the interface proof, how a container shows its interface's name (e.g. env: {name: NIC_INTERFACE_0, pattern: '^[a-z0-9]+$'})", NetworkData))}
+		}
+		return nil
+	}
+	ip := p.Child("interface")
+	errs := m.NetworkData.Interface.validate(ip)
+	if m.NetworkData.Interface.Names != "" {
+		errs = append(errs, field.Forbidden(ip.Child("names"), "the interface's name must be the one in the claim's network data: names does not apply"))
+	}
+	// The check reads the proof container's printed environment.
+	if m.NetworkData.Interface.Command != nil {
+		errs = append(errs, field.Forbidden(ip.Child("command"), "the proof container prints its environment: show the interface with env"))
+	}
+	if m.Proof.Command != nil {
+		errs = append(errs, field.Forbidden(ip, "the interface is read from the environment the proof container prints, which a command proof replaces: prove the device with env"))
+	}
+	return errs
+}
+
+func (m *Manifest) validateTopology(p *field.Path) field.ErrorList {
+	if m.Topology == nil {
+		if m.Enabled(DRADerivedAttributes) {
+			return field.ErrorList{field.Required(p, fmt.Sprintf("%s is enabled: give the topology expression, a CEL expression over a device that devices sitting together share (e.g. device.attributes[\"resource.kubernetes.io\"].numaNode)", DRADerivedAttributes))}
+		}
+		return nil
+	}
+	ep := p.Child("expression")
+	if m.Topology.Expression == "" {
+		return field.ErrorList{field.Required(ep, "a CEL expression over a device, e.g. device.attributes[\"resource.kubernetes.io\"].numaNode")}
+	}
+	if err := devicecel.CompileDerived(m.Topology.Expression); err != nil {
+		return field.ErrorList{field.Invalid(ep, m.Topology.Expression, err.Error())}
+	}
+	return nil
+}
+
+func (m *Manifest) validateListAttribute(p *field.Path) field.ErrorList {
+	if m.ListAttribute == nil {
+		if m.Enabled(DRAListTypeAttributes) {
+			return field.ErrorList{field.Required(p, fmt.Sprintf("%s is enabled: give the name of the attribute the driver publishes as a list (e.g. resource.kubernetes.io/numaNode)", DRAListTypeAttributes))}
+		}
+		return nil
+	}
+	np := p.Child("name")
+	name := string(m.ListAttribute.Name)
+	if name == "" {
+		return field.ErrorList{field.Required(np, "an attribute name, e.g. resource.kubernetes.io/numaNode")}
+	}
+	domain, id, qualified := strings.Cut(name, "/")
+	var errs field.ErrorList
+	if qualified {
+		for _, msg := range validation.IsDNS1123Subdomain(domain) {
+			errs = append(errs, field.Invalid(np, name, msg))
+		}
+	} else {
+		id = domain
+	}
+	if !cIdentifier.MatchString(id) || len(id) > maxAttributeNameLength {
+		errs = append(errs, field.Invalid(np, name, fmt.Sprintf("the name after the domain must be a C identifier of at most %d characters", maxAttributeNameLength)))
+	}
+	return errs
+}
+
+// cIdentifier and maxAttributeNameLength are resource.k8s.io's rules for
+// an attribute's name after its domain.
+var cIdentifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+const maxAttributeNameLength = 32
 
 func (m *Manifest) validateHealth(p *field.Path) field.ErrorList {
 	if m.Health == nil {

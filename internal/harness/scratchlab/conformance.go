@@ -1,6 +1,7 @@
 package scratchlab
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,30 +13,40 @@ import (
 	"github.com/dralab/dralab/drivers/conformance/results"
 	"github.com/dralab/dralab/drivers/conformance/sanity"
 	"github.com/dralab/dralab/drivers/conformance/target"
+	"github.com/dralab/dralab/drivers/fakenic"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab/config"
 )
 
-// ConformanceConfig is the lab the conformance suite checks the fake
-// driver on: the default lab, plus a node whose H100 is cut into MIG
+// ConformanceConfig is the lab the conformance suite checks dralab's
+// drivers on: the default lab, plus a node whose H100 is cut into MIG
 // devices, one whose L4 is shared by memory and one whose H100 is
 // fabric-attached, so that the partitionable-devices, consumable-capacity
 // and binding-conditions checks of drivers/fakegpu/driver.yaml have
 // devices to check. No other check's class selects a MIG device, a claim
 // without a capacity request takes a shared L4 whole, and a pod of another
 // check given the fabric H100 waits the attach delay (2 s) before it is
-// bound. The PodGroup API and its claims are on, for the group-claim
-// check.
+// bound. For drivers/fakenic/driver.yaml, a node with eight H100s and eight
+// ConnectX-7 NICs (four of each per NUMA node, for the derived-attributes
+// check), a node with eight A100s and a Socket Direct NIC whose numaNode
+// is the list [0, 1] (list attributes: it pairs with an A100 of each
+// NUMA node) and a node whose X710 ports skip node operations. The
+// PodGroup API and its claims are on, for the group-claim check, and the
+// alpha gates of derived and list-type attributes and optional node
+// operations.
 func ConformanceConfig() (*config.Config, error) {
 	cfg := config.Default()
 	cfg.Nodes = append(cfg.Nodes,
 		config.Node{Name: "gpu-h100-mig", GPUs: &config.GPUs{Profile: "h100-80gb", Count: 1, Partitioning: config.PartitioningMIG}},
 		config.Node{Name: "gpu-l4-shared", GPUs: &config.GPUs{Profile: "l4-24gb", Count: 1, Sharing: config.SharingMemory}},
 		config.Node{Name: "gpu-h100-fabric", GPUs: &config.GPUs{Profile: "h100-80gb", Count: 1, Attach: config.AttachFabric}},
+		config.Node{Name: "nic-h100", GPUs: &config.GPUs{Profile: "h100-80gb", Count: 8}, NICs: &config.NICs{Profile: "cx7-400g", Count: 8}},
+		config.Node{Name: "nic-sd", GPUs: &config.GPUs{Profile: "a100-80gb", Count: 8}, NICs: &config.NICs{Profile: "cx7-sd-400g", Count: 1, NUMANodeList: true}},
+		config.Node{Name: "nic-quiet", NICs: &config.NICs{Profile: "x710-10g", Count: 2, SkipNodeOperations: true}},
 	)
-	cfg.EnableGroupClaims()
+	cfg.EnableGroupClaims(config.GateDerivedAttributes, config.GateListTypeAttributes, config.GateOptionalNodeOperations)
 	return cfg, cfg.Complete()
 }
 
@@ -86,36 +97,47 @@ func Conformance(ctx context.Context, o conformance.Options, labCfg *config.Conf
 	return conformance.Run(ctx, o)
 }
 
-// Lacks says what a lab of cfg lacks for the fake GPU driver's capabilities
-// that a manifest enables: a MIG node for partitionable devices, a shared
-// node for consumable capacity, a fabric-attached node for binding
-// conditions, the PodGroup API for group claims, as ConformanceConfig has
-// them. None for another driver, whose devices are its own.
+// Lacks says what a lab of cfg lacks for the capabilities of dralab's
+// fake GPU or NIC driver that a manifest enables, as ConformanceConfig has
+// them: a MIG node for partitionable devices, a shared node for consumable
+// capacity, a fabric-attached node for binding conditions, NICs, a node
+// whose NICs skip node operations, the gates and APIs the capabilities
+// need. None for another driver, whose devices are its own.
 func Lacks(cfg *config.Config, m *manifest.Manifest) []string {
-	if cfg.Driver != nil || m.Driver != gpu.DriverName {
+	if cfg.Driver != nil || (m.Driver != gpu.DriverName && m.Driver != fakenic.DriverName) {
 		return nil
 	}
-	var mig, shared, fabric bool
+	var mig, shared, fabric, nics, quiet bool
 	for _, n := range cfg.Nodes {
 		if g := n.GPUs; g != nil && g.NVML == "" && g.Mode != config.GPUModeDevicePlugin {
 			mig = mig || g.Partitioning == config.PartitioningMIG
 			shared = shared || g.Sharing == config.SharingMemory
 			fabric = fabric || g.Attach == config.AttachFabric
 		}
+		if n.NICs != nil {
+			nics = true
+			quiet = quiet || n.NICs.SkipNodeOperations
+		}
 	}
+	gate := func(name string) bool { return cfg.FeatureGates[name] }
+	isGPU, isNIC := m.Driver == gpu.DriverName, m.Driver == fakenic.DriverName
 	var out []string
 	for _, need := range []struct {
 		capability manifest.Capability
 		has        bool
 		what       string
 	}{
-		{manifest.DRAPartitionableDevices, mig, "a GPU with partitioning: mig"},
-		{manifest.DRAConsumableCapacity, shared, "a GPU with sharing: memory"},
-		{manifest.DRADeviceBindingConditions, fabric, "a GPU with attach: fabric"},
+		{"", !isNIC || nics, "NICs (nics on a node)"},
+		{manifest.DRAPartitionableDevices, !isGPU || mig, "a GPU with partitioning: mig"},
+		{manifest.DRAConsumableCapacity, !isGPU || shared, "a GPU with sharing: memory"},
+		{manifest.DRADeviceBindingConditions, !isGPU || fabric, "a GPU with attach: fabric"},
 		{manifest.DRAWorkloadResourceClaims, cfg.ServesGroupClaims(), "the PodGroup API (featureGates " + config.GateGenericWorkload + " and " + config.GateDRAWorkloadResourceClaims + ", runtimeConfig " + config.WorkloadAPIVersion + ")"},
+		{manifest.DRADerivedAttributes, gate(config.GateDerivedAttributes), "featureGates " + config.GateDerivedAttributes},
+		{manifest.DRAListTypeAttributes, gate(config.GateListTypeAttributes), "featureGates " + config.GateListTypeAttributes},
+		{manifest.DRAOptionalNodeOperations, quiet && gate(config.GateOptionalNodeOperations), "NICs with skipNodeOperations (and featureGates " + config.GateOptionalNodeOperations + ")"},
 	} {
-		if m.Enabled(need.capability) && !need.has {
-			out = append(out, fmt.Sprintf("%s (for %s)", need.what, need.capability))
+		if (need.capability == "" || m.Enabled(need.capability)) && !need.has {
+			out = append(out, fmt.Sprintf("%s (for %s)", need.what, cmp.Or(string(need.capability), m.Driver)))
 		}
 	}
 	return out

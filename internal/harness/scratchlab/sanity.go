@@ -12,6 +12,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/drivers/conformance/sanity"
+	"github.com/dralab/dralab/drivers/fakenic"
 	"github.com/dralab/dralab/internal/labstate"
 )
 
@@ -32,7 +33,7 @@ func SanityConfig(ctx context.Context, stateDir string, client kubernetes.Interf
 		NodeName:     node,
 		RegistrarDir: nd.PluginsRegistry(),
 		CDIDir:       nd.CDI(),
-		Restart:      func(ctx context.Context) error { return RestartDriver(ctx, stateDir, node) },
+		Restart:      func(ctx context.Context) error { return RestartDriverOf(ctx, stateDir, m.Driver, node) },
 	}, nil
 }
 
@@ -70,14 +71,29 @@ func busiestNode(ctx context.Context, client kubernetes.Interface, driverName st
 // RestartDriver kills the node's driver and waits for the lab to start it
 // again, as a crashed plugin would be restarted by its DaemonSet.
 func RestartDriver(ctx context.Context, stateDir string, node string) error {
+	return restart(ctx, stateDir, labstate.RoleDriver, node)
+}
+
+// RestartDriverOf is RestartDriver for the lab's driver of that name: the
+// NIC driver's process for nic.dralab.dev, else the node's GPU (or
+// outside) driver.
+func RestartDriverOf(ctx context.Context, stateDir, driver, node string) error {
+	role := labstate.RoleDriver
+	if driver == fakenic.DriverName {
+		role = labstate.RoleNICDriver
+	}
+	return restart(ctx, stateDir, role, node)
+}
+
+func restart(ctx context.Context, stateDir, role, node string) error {
 	dir := labstate.Dir(stateDir)
 	st, err := dir.ReadStatus()
 	if err != nil {
 		return err
 	}
-	p, ok := st.Process(labstate.RoleDriver, node)
+	p, ok := st.Process(role, node)
 	if !ok || !p.Running {
-		return fmt.Errorf("the lab runs no driver on node %s", node)
+		return fmt.Errorf("the lab runs no %s on node %s", role, node)
 	}
 	if err := p.ID.Signal(syscall.SIGKILL); err != nil {
 		return fmt.Errorf("killing the driver of %s: %w", node, err)
@@ -87,7 +103,7 @@ func RestartDriver(ctx context.Context, stateDir string, node string) error {
 		if err != nil {
 			return false, nil
 		}
-		q, ok := st.Process(labstate.RoleDriver, node)
+		q, ok := st.Process(role, node)
 		return ok && q.Running && q.ID != p.ID && q.ID.Alive(), nil
 	})
 	if err != nil {

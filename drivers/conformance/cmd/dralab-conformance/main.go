@@ -18,7 +18,10 @@
 // --cluster-only leaves the sanity layer out or --allow-unverified turns
 // such failures into warnings. It prints each check as it ends and a
 // summary, writes JUnit XML with --junit and an HTML page with --html, and
-// exits 1 when a check fails, 2 when the suite cannot run.
+// exits 1 when a check fails, 2 when the suite cannot run. --manifest may
+// be repeated, to check drivers whose devices share nodes (a GPU and a NIC
+// driver) in one run: each driver's checks are named after it, and a check
+// is skipped only when no manifest enables it.
 package main
 
 import (
@@ -30,6 +33,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -62,7 +66,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		registrarDir = fs.String("registrar-dir", "/var/lib/kubelet/plugins_registry", "the node's kubelet plugin registry, as this process sees it (sanity layer)")
 		cdiDir       = fs.String("cdi-dir", "/var/run/cdi", "the node's CDI spec directory, as this process sees it (sanity layer)")
 	)
-	fs.StringVar(&o.Manifest, "manifest", "", "the driver's conformance manifest (required)")
+	var manifests manifestFiles
+	fs.Var(&manifests, "manifest", "the driver's conformance manifest (required); repeat it to check drivers whose devices share nodes in one run (a check is then skipped only when no manifest enables it)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "the kubeconfig of the cluster to run on (default $KUBECONFIG, else ~/.kube/config, as kubectl)")
 	fs.StringVar(&o.Context, "context", "", "the kubeconfig context to use (default: its current context)")
 	fs.StringVar(&o.Target, "target", os.Getenv(target.EnvConsent), "the context the suite may create and delete objects in (default $"+target.EnvConsent+")")
@@ -72,7 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	html := fs.String("html", "", "write the run's HTML page (a row per check) to this file")
 	fs.StringVar(&o.Cluster.Image, "image", "", "image of the proof containers, with sh and env (default busybox:1.37)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: dralab-conformance --manifest driver.yaml [--kubeconfig file] [--context name] [--target context] [--node name [--restart-command cmd] | --cluster-only] [--allow-unverified] [--junit file] [--html file]")
+		fmt.Fprintln(stderr, "Usage: dralab-conformance --manifest driver.yaml [--manifest other-driver.yaml ...] [--kubeconfig file] [--context name] [--target context] [--node name [--restart-command cmd] | --cluster-only] [--allow-unverified] [--junit file] [--html file]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -82,10 +87,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dralab-conformance: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	if o.Manifest == "" {
+	if len(manifests) == 0 {
 		fmt.Fprintln(stderr, "dralab-conformance: --manifest is required")
 		return 2
 	}
+	o.Manifest, o.Together = manifests[0], manifests[1:]
 	if *clusterOnly {
 		if o.Layer != conformance.LayerAll && o.Layer != conformance.LayerCluster {
 			fmt.Fprintf(stderr, "dralab-conformance: --cluster-only and --layer %s ask for different layers\n", o.Layer)
@@ -96,9 +102,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.Kubeconfig == "" {
 		o.Kubeconfig = target.DefaultKubeconfig()
 	}
-	if _, err := manifest.Load(o.Manifest); err != nil {
-		fmt.Fprintln(stderr, "dralab-conformance:", err)
-		return 2
+	for _, file := range manifests {
+		if _, err := manifest.Load(file); err != nil {
+			fmt.Fprintln(stderr, "dralab-conformance:", err)
+			return 2
+		}
 	}
 	if *node != "" {
 		o.Sanity = func(_ context.Context, _ *target.Target, client kubernetes.Interface, m *manifest.Manifest) (sanity.Config, error) {
@@ -142,7 +150,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "JUnit:", o.JUnit)
 	}
 	if *html != "" {
-		if err := report.WriteHTMLFile(*html, "dralab conformance: "+o.Manifest, nil); err != nil {
+		if err := report.WriteHTMLFile(*html, "dralab conformance: "+strings.Join(manifests, " + "), nil); err != nil {
 			fmt.Fprintln(stderr, "dralab-conformance:", err)
 			return 2
 		}
@@ -152,4 +160,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// manifestFiles collects --manifest, which may be repeated.
+type manifestFiles []string
+
+func (m *manifestFiles) String() string { return strings.Join(*m, ",") }
+
+func (m *manifestFiles) Set(file string) error {
+	*m = append(*m, file)
+	return nil
 }
