@@ -77,6 +77,9 @@ type fakeCluster struct {
 	// oneShareID makes the scheduler give every share of a device the
 	// same shareID.
 	oneShareID atomic.Bool
+	// skip is what the scheduler copies into each result as its
+	// skipNodeOperations.
+	skip []resourceapi.SkipNodeOperation
 	// ignoreBindingConditions makes the scheduler bind a pod before its
 	// devices' binding conditions are met.
 	ignoreBindingConditions atomic.Bool
@@ -435,6 +438,7 @@ func (f *fakeCluster) result(req resourceapi.DeviceRequest, name string) resourc
 	}
 	d := f.device(name)
 	r.BindingConditions, r.BindingFailureConditions = d.BindingConditions, d.BindingFailureConditions
+	r.SkipNodeOperations = f.skip
 	if ptr.Deref(d.AllowMultipleAllocations, false) {
 		id := types.UID(uuid.NewUUID())
 		if f.oneShareID.Load() {

@@ -207,10 +207,9 @@ func (k *kit) unprepared(ctx context.Context, name string) (string, error) {
 			return "", false, err
 		}
 		state := podState(pod)
-		started := slices.ContainsFunc(pod.Status.ContainerStatuses, func(c v1.ContainerStatus) bool {
-			return c.State.Running != nil || c.State.Terminated != nil
-		})
-		if !started {
+		// Running: the kubelet started its container (and, for a proof
+		// command, it may have ended).
+		if pod.Status.Phase != v1.PodRunning && pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed && !containerEnded(pod) {
 			return state, false, nil
 		}
 		logs, err := k.client.CoreV1().Pods(k.ns).GetLogs(name, &v1.PodLogOptions{}).DoRaw(ctx)
