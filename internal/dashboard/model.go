@@ -99,6 +99,10 @@ type Holder struct {
 	// Part is what of the device it holds: a MIG device and profile, or a
 	// share's consumed memory.
 	Part string
+	// Aligned are the claim's constraints that tie the device to its
+	// other devices: a GPU's NIC under one PCIe root
+	// ("resource.kubernetes.io/pcieRoot pci0000:15, with nic-0").
+	Aligned []string
 }
 
 // Slice is one memory slice of a partitioned GPU.
@@ -150,7 +154,7 @@ func Build(ctx context.Context, title string, snap *report.Snapshot) (*Page, err
 	for _, name := range slices.SortedFunc(maps.Keys(groups), natural.Compare) {
 		p.Groups = append(p.Groups, *groups[name])
 	}
-	holders := claimHolders(snap)
+	holders := claimHolders(ctx, snap)
 
 	byNode := map[string]*Node{}
 	node := func(name string) *Node {
@@ -273,7 +277,7 @@ func (t *Tile) states(shared bool) {
 }
 
 // claimHolders are the claims holding each device, by driver/pool/device.
-func claimHolders(snap *report.Snapshot) map[string][]Holder {
+func claimHolders(ctx context.Context, snap *report.Snapshot) map[string][]Holder {
 	out := map[string][]Holder{}
 	for _, c := range snap.AllClaims {
 		if c.Status.Allocation == nil {
@@ -293,7 +297,7 @@ func claimHolders(snap *report.Snapshot) map[string][]Holder {
 			}
 		}
 		for _, r := range c.Status.Allocation.Devices.Results {
-			h := Holder{Claim: c.Namespace + "/" + c.Name, Group: group, Pods: pods}
+			h := Holder{Claim: c.Namespace + "/" + c.Name, Group: group, Pods: pods, Aligned: snap.Aligned(ctx, &c, r)}
 			if r.ShareID != nil {
 				h.Part = "share"
 				if q, ok := r.ConsumedCapacity[gpu.CapacityMemory]; ok {

@@ -58,6 +58,11 @@ type Row struct {
 	// Attributes are the device's string, version, int and bool
 	// attributes, by the names the slice publishes.
 	Attributes map[string]string
+	// Aligned are the claim's matchAttribute constraints that tie the
+	// device to others of the claim: the attribute, the device's value and
+	// the devices it is aligned with ("resource.kubernetes.io/pcieRoot
+	// pci0000:15, with nic-0"): the pair a claim for a GPU and a NIC got.
+	Aligned []string
 	// SkipNodeOperations are the node operations the allocation skips
 	// for the device (a copy of its slice's skipNodeOperations).
 	SkipNodeOperations []string
@@ -248,6 +253,7 @@ func (s *Snapshot) Rows(ctx context.Context) ([]Row, error) {
 				row.Consumed = consumed(r.ConsumedCapacity)
 				row.Health, row.HealthMessage = podHealth(pod, ref.podName, row.Request, r.Device)
 				row.Conditions, row.Data = deviceStatus(claim, r)
+				row.Aligned = s.Aligned(ctx, claim, r)
 				for _, op := range r.SkipNodeOperations {
 					row.SkipNodeOperations = append(row.SkipNodeOperations, string(op))
 				}
@@ -530,13 +536,19 @@ func WriteTable(w io.Writer, rows []Row) error {
 
 // Cells is the allocation table as text cells, a header and a line per
 // row, as WriteTable prints it and the HTML reports show it. The
-// PARTITION column appears only where a device is split or shared, so
-// that the tables of whole GPUs stay as they were.
+// PARTITION column appears only where a device is split or shared, and
+// ALIGNED only where a claim's constraint ties its devices together (a
+// GPU and a NIC under one PCIe root), so that the tables of whole GPUs
+// stay as they were.
 func Cells(rows []Row) (header []string, body [][]string) {
 	partitions := slices.ContainsFunc(rows, func(r Row) bool { return r.partition() != "" })
+	aligned := slices.ContainsFunc(rows, func(r Row) bool { return len(r.Aligned) > 0 })
 	header = []string{"POD", "CLAIM", "REQUEST → CHOSEN", "DEVICE", "TIER", "NODE", "STATUS"}
 	if partitions {
 		header = slices.Insert(header, 4, "PARTITION")
+	}
+	if aligned {
+		header = slices.Insert(header, len(header)-2, "ALIGNED")
 	}
 	for _, r := range rows {
 		req := r.Request
@@ -569,6 +581,9 @@ func Cells(rows []Row) (header []string, body [][]string) {
 		cells := []string{r.Pod, dash(r.Claim), dash(req), dash(r.DeviceRef()), dash(tier), dash(r.Node), status}
 		if partitions {
 			cells = slices.Insert(cells, 4, dash(r.partition()))
+		}
+		if aligned {
+			cells = slices.Insert(cells, len(cells)-2, dash(strings.Join(r.Aligned, "; ")))
 		}
 		body = append(body, cells)
 	}
