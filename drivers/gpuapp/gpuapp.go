@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -210,23 +209,23 @@ func fromNodeLabels(ctx context.Context, client kubernetes.Interface, o *Options
 	if o.ProfileLabel == "" && o.GPUsLabel == "" && o.RackLabel == "" && o.NVLinkDomainLabel == "" {
 		return nil
 	}
-	node, err := client.CoreV1().Nodes().Get(ctx, o.NodeName, metav1.GetOptions{})
+	labels, err := kit.NodeLabels(ctx, client, o.NodeName, "GPU")
 	if err != nil {
-		return fmt.Errorf("reading node %s for its GPU labels: %w", o.NodeName, err)
+		return err
 	}
-	if v := node.Labels[o.RackLabel]; o.RackLabel != "" && v != "" {
+	if v := labels[o.RackLabel]; o.RackLabel != "" && v != "" {
 		o.Rack = v
 	}
-	if v := node.Labels[o.NVLinkDomainLabel]; o.NVLinkDomainLabel != "" && v != "" {
+	if v := labels[o.NVLinkDomainLabel]; o.NVLinkDomainLabel != "" && v != "" {
 		o.NVLinkDomain = v
 	}
 	if o.ProfileLabel != "" && o.Profile == "" && o.ProfileFile == "" && o.Inventory == InventoryFake {
-		o.Profile = node.Labels[o.ProfileLabel]
+		o.Profile = labels[o.ProfileLabel]
 		if o.Profile == "" {
 			return fmt.Errorf("node %s has no label %s naming its GPU profile", o.NodeName, o.ProfileLabel)
 		}
 	}
-	if v, ok := node.Labels[o.GPUsLabel]; ok && o.GPUsLabel != "" {
+	if v, ok := labels[o.GPUsLabel]; ok && o.GPUsLabel != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
 			return fmt.Errorf("node %s label %s=%q is not a number", o.NodeName, o.GPUsLabel, v)

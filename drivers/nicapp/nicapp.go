@@ -8,10 +8,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -32,6 +34,12 @@ type Options struct {
 	SkipNodeOperations bool
 	// NUMAList publishes numaNode as a list (fakenic.Inventory.NUMAList).
 	NUMAList bool
+	// ProfileLabel, NICsLabel, RackLabel and NVLinkDomainLabel name
+	// labels of the node to read the profile, the NIC count and the
+	// node's place from (a chart's one DaemonSet serving mixed nodes); a
+	// flag given wins over the profile's label, a label present over the
+	// count's flag.
+	ProfileLabel, NICsLabel, RackLabel, NVLinkDomainLabel string
 }
 
 // The topology attributes a NIC shares with the node's GPUs: one
@@ -80,6 +88,10 @@ Every flag can also be set through the environment variable named in brackets.`,
 	f.BoolVar(&o.NUMAList, "numa-list", false, "publish resource.kubernetes.io/numaNode as a list (ints, which needs the cluster's DRAListTypeAttributes gate): the NIC's NUMA node and, for a Socket Direct adapter, the other socket's; off: the NIC's node, a number")
 	f.StringVar(&o.Rack, "rack", "", "the node's rack: every NIC carries it as the attribute "+AttrRack+"; empty: unknown")
 	f.StringVar(&o.NVLinkDomain, "nvlink-domain", "", "the node's NVLink domain: every NIC carries it as the attribute "+AttrNVLinkDomain+"; empty: unknown")
+	f.StringVar(&o.ProfileLabel, "profile-label", "", "read the profile from this label of the node, unless --profile is given (one DaemonSet, mixed nodes)")
+	f.StringVar(&o.NICsLabel, "nics-label", "", "read the number of NICs from this label of the node, when it has it")
+	f.StringVar(&o.RackLabel, "rack-label", "", "read the rack from this label of the node, when it has it")
+	f.StringVar(&o.NVLinkDomainLabel, "nvlink-domain-label", "", "read the NVLink domain from this label of the node, when it has it")
 	env.Document(f)
 	return cmd
 }
@@ -113,11 +125,18 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.CheckPodUID(env); err != nil {
 		return err
 	}
-	inv, err := inventory(o)
+	if err := o.CheckNodeName(env); err != nil {
+		return err
+	}
+	client, err := kit.KubeClient(o.Kubeconfig, fakenic.DriverName)
 	if err != nil {
 		return err
 	}
-	if err := o.CheckNodeName(env); err != nil {
+	if err := fromNodeLabels(ctx, client, &o); err != nil {
+		return err
+	}
+	inv, err := inventory(o)
+	if err != nil {
 		return err
 	}
 	health := &kit.Health{}
@@ -127,10 +146,6 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer stop()
-	client, err := kit.KubeClient(o.Kubeconfig, fakenic.DriverName)
-	if err != nil {
-		return err
-	}
 	ko := o.Options(fakenic.DriverName, client)
 	ko.CDIKind, ko.EnvPrefix, ko.Inventory, ko.Metrics = fakenic.CDIKind, fakenic.EnvPrefix, inv, metrics
 	// Fake NICs never fail: the kubelet hears they are healthy, rather
@@ -146,6 +161,37 @@ func Run(ctx context.Context, o Options) error {
 	logger.Info("Driver running", "nics", o.NICs, "profile", o.Profile)
 	<-ctx.Done()
 	logger.Info("Driver stopping")
+	return nil
+}
+
+// fromNodeLabels fills the profile, the NIC count and the node's place
+// from the node's labels, where the options name labels.
+func fromNodeLabels(ctx context.Context, client kubernetes.Interface, o *Options) error {
+	if o.ProfileLabel == "" && o.NICsLabel == "" && o.RackLabel == "" && o.NVLinkDomainLabel == "" {
+		return nil
+	}
+	labels, err := kit.NodeLabels(ctx, client, o.NodeName, "NIC")
+	if err != nil {
+		return err
+	}
+	if v := labels[o.RackLabel]; o.RackLabel != "" && v != "" {
+		o.Rack = v
+	}
+	if v := labels[o.NVLinkDomainLabel]; o.NVLinkDomainLabel != "" && v != "" {
+		o.NVLinkDomain = v
+	}
+	if o.ProfileLabel != "" && o.Profile == "" {
+		if o.Profile = labels[o.ProfileLabel]; o.Profile == "" {
+			return fmt.Errorf("node %s has no label %s naming its NIC profile", o.NodeName, o.ProfileLabel)
+		}
+	}
+	if v, ok := labels[o.NICsLabel]; ok && o.NICsLabel != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("node %s label %s=%q is not a number", o.NodeName, o.NICsLabel, v)
+		}
+		o.NICs = n
+	}
 	return nil
 }
 
