@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dralab/dralab/drivers/fakegpu"
+	"github.com/dralab/dralab/drivers/fakenic"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/driverauth"
@@ -230,12 +231,17 @@ func TestBadValuesFailWithAClearMessage(t *testing.T) {
 		values map[string]any
 		want   []string
 	}{
-		"unknown profile":    {map[string]any{"fake": map[string]any{"profile": "h200-141gb"}}, []string{"/fake/profile", "h100-80gb"}},
-		"missing driverName": {map[string]any{"driverName": ""}, []string{"driverName"}},
-		"unknown value":      {map[string]any{"gpuCount": 3}, []string{"gpuCount"}},
-		"bad mode":           {map[string]any{"mode": "both"}, []string{"mode"}},
-		"relative path":      {map[string]any{"cdiDir": "cdi"}, []string{"cdiDir"}},
-		"nvml with profile":  {map[string]any{"inventory": "nvml", "fake": map[string]any{"profile": "l4-24gb"}}, []string{"inventory is nvml"}},
+		"unknown profile":          {map[string]any{"fake": map[string]any{"profile": "h200-141gb"}}, []string{"/fake/profile", "h100-80gb"}},
+		"driverName without a dot": {map[string]any{"driverName": "gpu"}, []string{"driverName"}},
+		"unknown driver":           {map[string]any{"driver": "fpga"}, []string{"/driver", "gpu", "nic"}},
+		"unknown NIC profile":      {map[string]any{"driver": "nic", "nic": map[string]any{"profile": "cx8-800g"}}, []string{"/nic/profile", "cx7-400g"}},
+		"NICs counted":             {map[string]any{"driver": "nic", "mode": "device-plugin", "deviceClasses": map[string]any{"create": false}, "validatingAdmissionPolicy": map[string]any{"enabled": false}}, []string{"driver is nic", "set mode=dra"}},
+		"NICs through NVML":        {map[string]any{"driver": "nic", "inventory": "nvml"}, []string{"driver is nic", "set inventory=fake"}},
+		"NIC faults":               {map[string]any{"driver": "nic", "faultInjection": true}, []string{"driver is nic", "faultInjection=false"}},
+		"unknown value":            {map[string]any{"gpuCount": 3}, []string{"gpuCount"}},
+		"bad mode":                 {map[string]any{"mode": "both"}, []string{"mode"}},
+		"relative path":            {map[string]any{"cdiDir": "cdi"}, []string{"cdiDir"}},
+		"nvml with profile":        {map[string]any{"inventory": "nvml", "fake": map[string]any{"profile": "l4-24gb"}}, []string{"inventory is nvml"}},
 		"loopback API server in the pod network": {map[string]any{"apiServer": map[string]any{"host": "127.0.0.1", "port": 6443}},
 			[]string{"apiServer.host", "hostNetwork=true"}},
 		"API server with a scheme": {map[string]any{"apiServer": map[string]any{"host": "https://10.0.0.1"}}, []string{"/apiServer/host"}},
@@ -283,6 +289,106 @@ func TestSchemaProfilesAreTheBuiltins(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("values.schema.json profiles %v, built-in profiles %v", got, want)
+	}
+}
+
+// The schema's NIC profiles are the NIC driver's.
+func TestSchemaNICProfilesAreTheDrivers(t *testing.T) {
+	c, err := Load(DriverChart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties struct {
+			NIC struct {
+				Properties struct {
+					Profile struct {
+						Enum []string `json:"enum"`
+					} `json:"profile"`
+				} `json:"properties"`
+			} `json:"nic"`
+		} `json:"properties"`
+	}
+	if err := yaml.Unmarshal(c.Schema, &schema); err != nil {
+		t.Fatal(err)
+	}
+	got := slices.Clone(schema.Properties.NIC.Properties.Profile.Enum)
+	slices.Sort(got)
+	want := append([]string{""}, fakenic.ProfileNames()...)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("values.schema.json NIC profiles %v, the NIC driver's %v", got, want)
+	}
+}
+
+// A release of the NIC driver (driver: nic) runs `dralab-driver nic` with
+// its own name, socket, checkpoint directory and identity, so that it sits
+// beside the GPU release on the same nodes; its DeviceClasses, rules and
+// policy are the ones the embedded lab gives the NIC driver.
+func TestNICRelease(t *testing.T) {
+	out := render(t, map[string]any{"driver": "nic", "nic": map[string]any{"numaNodeList": true}})
+	ds := daemonSet(t, out)
+	c := ds.Spec.Template.Spec.Containers[0]
+	if !slices.Equal(c.Args, []string{"nic"}) {
+		t.Errorf("args %v, want [nic]", c.Args)
+	}
+	e := env(ds)
+	for name, want := range map[string]string{
+		"DRALAB_PROFILE_LABEL": "nic.dralab.dev/profile", "DRALAB_NICS": "1", "DRALAB_NICS_LABEL": "nic.dralab.dev/nics",
+		"DRALAB_NUMA_LIST": "true", "DRALAB_CHECKPOINT_DIR": "/var/lib/dralab-nic-driver", "DRALAB_RACK_LABEL": "topology.dralab.dev/rack",
+	} {
+		if e[name] != want {
+			t.Errorf("env %s=%q, want %q", name, e[name], want)
+		}
+	}
+	for _, gpuOnly := range []string{"DRALAB_MODE", "DRALAB_INVENTORY", "DRALAB_GPUS", "DRALAB_PROFILE", "DRALAB_SKIP_NODE_OPERATIONS"} {
+		if v, ok := e[gpuOnly]; ok {
+			t.Errorf("env %s=%q in the NIC release", gpuOnly, v)
+		}
+	}
+	var mounts []string
+	for _, m := range c.VolumeMounts {
+		mounts = append(mounts, m.MountPath)
+	}
+	if !slices.Contains(mounts, "/var/lib/kubelet/plugins/nic.dralab.dev") || !slices.Contains(mounts, "/var/lib/dralab-nic-driver") {
+		t.Errorf("mounts %v, want the NIC driver's socket and checkpoint directories", mounts)
+	}
+
+	var classes []resourceapi.DeviceClass
+	for _, d := range docs(out["dralab-driver/templates/deviceclasses.yaml"]) {
+		var dc resourceapi.DeviceClass
+		if err := yaml.UnmarshalStrict([]byte(d), &dc); err != nil {
+			t.Fatal(err)
+		}
+		classes = append(classes, dc)
+	}
+	want := fakenic.DeviceClasses()
+	if len(classes) != len(want) {
+		t.Fatalf("the NIC release has %d classes, the driver %d", len(classes), len(want))
+	}
+	for i := range want {
+		if classes[i].Name != want[i].Name || classes[i].Spec.Selectors[0].CEL.Expression != want[i].Spec.Selectors[0].CEL.Expression {
+			t.Errorf("class %d: chart %s %q, driver %s %q", i, classes[i].Name, classes[i].Spec.Selectors[0].CEL.Expression, want[i].Name, want[i].Spec.Selectors[0].CEL.Expression)
+		}
+	}
+
+	var role rbacv1.ClusterRole
+	if err := yaml.UnmarshalStrict([]byte(docs(out["dralab-driver/templates/rbac.yaml"])[0]), &role); err != nil {
+		t.Fatal(err)
+	}
+	if want := driverauth.Rules(fakenic.DriverName, driverauth.ModeDRA); !equality.Semantic.DeepEqual(role.Rules, want) {
+		t.Errorf("the NIC release grants\n%+v\nthe lab grants its NIC driver\n%+v", role.Rules, want)
+	}
+	var policy admissionregistrationv1.ValidatingAdmissionPolicy
+	if err := yaml.UnmarshalStrict([]byte(docs(out["dralab-driver/templates/validatingadmissionpolicy.yaml"])[0]), &policy); err != nil {
+		t.Fatal(err)
+	}
+	wantPolicy, _ := driverauth.OwnNodeSlices(policy.Name, "dralab-system", "dralab-dralab-driver", fakenic.DriverName)
+	if !equality.Semantic.DeepEqual(policy.Spec, wantPolicy.Spec) {
+		t.Errorf("the NIC release's policy\n%+v\nthe lab's\n%+v", policy.Spec, wantPolicy.Spec)
+	}
+	if notes := out["dralab-driver/templates/NOTES.txt"]; !strings.Contains(notes, "NIC driver nic.dralab.dev") || !strings.Contains(notes, "rdma.nic.dralab.dev") {
+		t.Errorf("NOTES:\n%s", notes)
 	}
 }
 
