@@ -101,7 +101,7 @@ var (
 	mageCommand  = regexp.MustCompile(`go\s+run\s+mage\.go\s+([a-zA-Z][a-zA-Z0-9:]*)|\bmage\s+([a-z]+:[a-zA-Z]+)`)
 	toolCommand  = regexp.MustCompile(`dralab-conformance((?:\s+--[a-z-]+(?:[ =](?:"[^"]*"|[^\s` + "`" + `-][^\s` + "`" + `]*))?)+)`)
 	toolFlag     = regexp.MustCompile(`--([a-z-]+)`)
-	flagDef      = regexp.MustCompile(`fs\.(?:String|Bool|Int|Duration)(?:Var)?\((?:&[^,]+,\s*)?"([a-z-]+)"`)
+	flagDef      = regexp.MustCompile(`fs\.(?:(?:String|Bool|Int|Duration)(?:Var)?|Var)\((?:&[^,]+,\s*)?"([a-z-]+)"`)
 	goTestFolder = regexp.MustCompile(`go\s+test\s+(?:-[^\s]+\s+)*(\./[a-zA-Z0-9_/.-]+)`)
 )
 
