@@ -3,6 +3,7 @@ package lab_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -22,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/nicapp"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/mounts"
 	"github.com/dralab/dralab/internal/procid"
@@ -79,6 +82,29 @@ func TestRealNode(t *testing.T) {
 			if !strings.Contains(logs, want) {
 				t.Errorf("container log lacks %q:\n%s", want, logs)
 			}
+		}
+	})
+
+	t.Run("a real container sees its NIC's interface", func(t *testing.T) {
+		logs, data := runNICPod(ctx, t, client)
+		t.Logf("network data %+v; the container's log:\n%s", *data, logs)
+		if len(data.IPs) == 0 {
+			t.Fatalf("network data %+v names no address", data)
+		}
+		// As the claim's network data names it: the interface, its
+		// hardware address and its address, in the pod's own network
+		// namespace (the node's is the host's, which has no such
+		// interface).
+		for _, want := range []string{
+			"DRALAB_NIC_0_INTERFACE=" + data.InterfaceName, "address " + data.HardwareAddress,
+			"inet " + data.IPs[0],
+		} {
+			if !strings.Contains(logs, want) {
+				t.Errorf("container log lacks %q:\n%s", want, logs)
+			}
+		}
+		if _, err := net.InterfaceByName(data.InterfaceName); err == nil {
+			t.Errorf("the host has the container's interface %s", data.InterfaceName)
 		}
 	})
 
@@ -186,6 +212,13 @@ func TestRealNode(t *testing.T) {
 	if after := existing(realnode.KubeletHostPaths); !sameSet(after, hostPathsBefore) {
 		t.Errorf("kubelet host paths before %v, after Down %v", hostPathsBefore, after)
 	}
+	if links, err := net.Interfaces(); err == nil {
+		for _, l := range links {
+			if strings.HasPrefix(l.Name, nicapp.HostVethPrefix) {
+				t.Errorf("the host end of a NIC's veth pair, %s, left after Down", l.Name)
+			}
+		}
+	}
 	if netns, _ := filepath.Glob("/run/netns/cni-*"); len(netns) > 0 {
 		t.Errorf("network namespaces left after Down: %v", netns)
 	}
@@ -195,22 +228,48 @@ func TestRealNode(t *testing.T) {
 // returns its log: its environment's GPU variables.
 func runGPUPod(ctx context.Context, t *testing.T, client kubernetes.Interface) string {
 	t.Helper()
+	logs, _ := runClaimPod(ctx, t, client, "cuda-check", "h100.gpu.dralab.dev", "env | grep GPU_; sleep 100000", "GPU_DEVICE_0=")
+	return logs
+}
+
+// runNICPod runs a busybox pod with a NIC claim on the real node and
+// returns its log (its NIC variables, then its interface's hardware
+// address and addresses, as the container sees them) and the network
+// data the driver wrote in the claim's status.
+func runNICPod(ctx context.Context, t *testing.T, client kubernetes.Interface) (string, *resourceapi.NetworkDeviceData) {
+	t.Helper()
+	script := `env | grep DRALAB_NIC_; i=$DRALAB_NIC_0_INTERFACE; echo "address $(cat /sys/class/net/$i/address)"; ip -o -4 addr show dev $i; echo done; sleep 100000`
+	logs, claim := runClaimPod(ctx, t, client, "nic-check", "nic.dralab.dev", script, "\ndone")
+	for _, d := range claim.Status.Devices {
+		if d.Driver == "nic.dralab.dev" && d.NetworkData != nil {
+			return logs, d.NetworkData
+		}
+	}
+	t.Fatalf("claim %s's status has no network data: %+v", claim.Name, claim.Status.Devices)
+	return "", nil
+}
+
+// runClaimPod runs a busybox pod on the real node with a claim for one
+// device of class, running script, until its log holds ready; it returns
+// the log and the pod's claim, and deletes the pod.
+func runClaimPod(ctx context.Context, t *testing.T, client kubernetes.Interface, name, class, script, ready string) (string, *resourceapi.ResourceClaim) {
+	t.Helper()
 	ns := "default"
-	tmpl := `{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaimTemplate","metadata":{"name":"h100"},"spec":{"spec":{"devices":{"requests":[{"name":"gpu","exactly":{"deviceClassName":"h100.gpu.dralab.dev"}}]}}}}`
+	tmpl := fmt.Sprintf(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaimTemplate","metadata":{"name":%q},"spec":{"spec":{"devices":{"requests":[{"name":"dev","exactly":{"deviceClassName":%q}}]}}}}`, name, class)
 	if err := client.ResourceV1().RESTClient().Post().Namespace(ns).Resource("resourceclaimtemplates").Body([]byte(tmpl)).Do(ctx).Error(); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	pod := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "cuda-check", Namespace: ns},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: v1.PodSpec{
 			NodeSelector:                  map[string]string{"kubernetes.io/hostname": "real-h100"},
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
 			Containers: []v1.Container{{
 				Name: "main", Image: realnode.BusyboxImage, ImagePullPolicy: v1.PullNever,
-				Command:   []string{"sh", "-c", "env | grep GPU_; sleep 100000"},
-				Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}},
+				Command:   []string{"sh", "-c", script},
+				Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "dev"}}},
 			}},
-			ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("h100")}},
+			ResourceClaims: []v1.PodResourceClaim{{Name: "dev", ResourceClaimTemplateName: ptr.To(name)}},
 		},
 	}
 	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -227,13 +286,21 @@ func runGPUPod(ctx context.Context, t *testing.T, client kubernetes.Interface) s
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		data, err := client.CoreV1().Pods(ns).GetLogs(pod.Name, &v1.PodLogOptions{}).DoRaw(ctx)
 		logs = string(data)
-		return err == nil && strings.Contains(logs, "GPU_DEVICE_0="), nil
+		return err == nil && strings.Contains(logs, ready), nil
 	})
 	if err != nil {
 		p, _ := client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
-		t.Fatalf("the pod's log never showed its GPU (%v); pod status: %+v; log: %s", err, p.Status, logs)
+		t.Fatalf("the pod's log never showed %q (%v); pod status: %+v; log: %s", ready, err, p.Status, logs)
 	}
-	return logs
+	p, err := client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil || len(p.Status.ResourceClaimStatuses) != 1 || p.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+		t.Fatalf("pod %s's claim: %v, %+v", name, err, p.Status.ResourceClaimStatuses)
+	}
+	claim, err := client.ResourceV1().ResourceClaims(ns).Get(ctx, *p.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return logs, claim
 }
 
 // runScenarios runs scenarios as subtests on a lab, logging each step's

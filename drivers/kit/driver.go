@@ -61,6 +61,20 @@ type Device struct {
 	// the status of a claim it prepared (status.devices[].networkData): the
 	// interface a container gets, its addresses and hardware address.
 	NetworkData *resourceapi.NetworkDeviceData
+	// Hooks are OCI hooks the container runtime runs for a container
+	// given the device (CDI's containerEdits.hooks), e.g. a createRuntime
+	// hook that puts a network interface into the container's network
+	// namespace.
+	Hooks []Hook
+}
+
+// Hook is an OCI hook of a device's container edits: HookName is the OCI
+// hook point (createRuntime, createContainer, startContainer, poststart,
+// poststop), Path the host program, Args its argv (the program first).
+type Hook struct {
+	HookName string
+	Path     string
+	Args     []string
 }
 
 // DeviceNode is a host device file a container gets.
@@ -571,6 +585,9 @@ func (d *Driver) edits(n int, dev Device, pd PreparedDevice) cdispec.ContainerEd
 		edits.Env = append(edits.Env, kv[0]+"="+kv[1])
 	}
 	edits.DeviceNodes = cdiDeviceNodes(dev.DeviceNodes)
+	for _, h := range dev.Hooks {
+		edits.Hooks = append(edits.Hooks, &cdispec.Hook{HookName: h.HookName, Path: h.Path, Args: h.Args})
+	}
 	return edits
 }
 

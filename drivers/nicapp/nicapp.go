@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 
@@ -40,6 +41,12 @@ type Options struct {
 	// flag given wins over the profile's label, a label present over the
 	// count's flag.
 	ProfileLabel, NICsLabel, RackLabel, NVLinkDomainLabel string
+	// AttachInterfaces gives each container a real interface for each of
+	// its NICs: a createRuntime hook (this program's `nic attach`) puts one
+	// end of a veth pair, named and addressed as the claim's network data
+	// says, into the pod's network namespace. For nodes that run
+	// containers (the embedded lab's real node); a hollow node runs none.
+	AttachInterfaces bool
 }
 
 // The topology attributes a NIC shares with the node's GPUs: one
@@ -88,12 +95,57 @@ Every flag can also be set through the environment variable named in brackets.`,
 	f.BoolVar(&o.NUMAList, "numa-list", false, "publish resource.kubernetes.io/numaNode as a list (ints, which needs the cluster's DRAListTypeAttributes gate): the NIC's NUMA node and, for a Socket Direct adapter, the other socket's; off: the NIC's node, a number")
 	f.StringVar(&o.Rack, "rack", "", "the node's rack: every NIC carries it as the attribute "+AttrRack+"; empty: unknown")
 	f.StringVar(&o.NVLinkDomain, "nvlink-domain", "", "the node's NVLink domain: every NIC carries it as the attribute "+AttrNVLinkDomain+"; empty: unknown")
+	f.BoolVar(&o.AttachInterfaces, "attach-interfaces", false, "give each container a real interface for each of its NICs (a veth pair's end in the pod's network namespace, named, addressed and with the hardware address the claim's network data says), through a createRuntime hook that runs this program's `nic attach`; needs root and a runtime that runs CDI hooks")
 	f.StringVar(&o.ProfileLabel, "profile-label", "", "read the profile from this label of the node, unless --profile is given (one DaemonSet, mixed nodes)")
 	f.StringVar(&o.NICsLabel, "nics-label", "", "read the number of NICs from this label of the node, when it has it")
 	f.StringVar(&o.RackLabel, "rack-label", "", "read the rack from this label of the node, when it has it")
 	f.StringVar(&o.NVLinkDomainLabel, "nvlink-domain-label", "", "read the NVLink domain from this label of the node, when it has it")
 	env.Document(f)
+	cmd.AddCommand(newAttachCommand())
 	return cmd
+}
+
+// newAttachCommand is `nic attach`, the createRuntime hook of a container
+// given a NIC: the runtime runs it with the container's OCI state on
+// stdin.
+func newAttachCommand() *cobra.Command {
+	var a Attachment
+	cmd := &cobra.Command{
+		Use:   HookArg,
+		Short: "put a NIC's interface into a container's network namespace (a createRuntime hook; the OCI state on stdin)",
+		Args:  cobra.NoArgs,
+		// The hook's argv comes from the driver's CDI spec, never from
+		// the environment.
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return Attach(cmd.InOrStdin(), a)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&a.Interface, "interface", "", "the interface's name in the container")
+	f.StringVar(&a.Address, "address", "", "its address, with the prefix length")
+	f.StringVar(&a.HardwareAddress, "hardware-address", "", "its hardware (MAC) address")
+	return cmd
+}
+
+// attaching gives each NIC of an inventory the hook that attaches its
+// interface to a container: program `nic attach` with the NIC's network
+// data.
+type attaching struct {
+	kit.Inventory
+	program string
+}
+
+func (a attaching) Devices(ctx context.Context) ([]kit.Device, error) {
+	devs, err := a.Inventory.Devices(ctx)
+	for i, d := range devs {
+		if nd := d.NetworkData; nd != nil && len(nd.IPs) > 0 {
+			devs[i].Hooks = append(devs[i].Hooks, kit.Hook{HookName: "createRuntime", Path: a.program, Args: []string{
+				a.program, "nic", HookArg, "--interface=" + nd.InterfaceName, "--address=" + nd.IPs[0], "--hardware-address=" + nd.HardwareAddress,
+			}})
+		}
+	}
+	return devs, err
 }
 
 // inventory is the NIC inventory the options describe.
@@ -148,6 +200,13 @@ func Run(ctx context.Context, o Options) error {
 	defer stop()
 	ko := o.Options(fakenic.DriverName, client)
 	ko.CDIKind, ko.EnvPrefix, ko.Inventory, ko.Metrics = fakenic.CDIKind, fakenic.EnvPrefix, inv, metrics
+	if o.AttachInterfaces {
+		program, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("--attach-interfaces: the hook is this program: %w", err)
+		}
+		ko.Inventory = attaching{Inventory: inv, program: program}
+	}
 	// Fake NICs never fail: the kubelet hears they are healthy, rather
 	// than that their health is unknown.
 	ko.ReportHealth = true

@@ -95,6 +95,10 @@ func nicDriverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
 	if n.NICs.NUMANodeList {
 		args = append(args, "--numa-list")
 	}
+	if n.Kind == config.NodeReal {
+		// Its containers are real: each gets a real interface per NIC.
+		args = append(args, "--attach-interfaces")
+	}
 	if t := n.Topology; t != nil {
 		if t.Rack != "" {
 			args = append(args, "--rack="+t.Rack)

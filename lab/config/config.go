@@ -581,8 +581,6 @@ func (c *Config) validate() field.ErrorList {
 				errs = append(errs, field.Forbidden(np, "the lab runs driver.command on every node instead of dralab's drivers: its devices are the outside driver's"))
 			case c.Backend == BackendKind:
 				errs = append(errs, field.Forbidden(np, "NICs run on the embedded backend only, so far: the kind backend's chart has no NIC driver yet"))
-			case n.Kind == NodeReal:
-				errs = append(errs, field.Forbidden(np, "NICs run on hollow nodes only, so far: a real node's NIC driver needs a network interface in each pod"))
 			default:
 				errs = append(errs, n.NICs.validate(np)...)
 				if n.NICs.SkipNodeOperations && !c.GateEnabled(GateOptionalNodeOperations) {

@@ -130,7 +130,6 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"NICs without profile", head + "nodes: [{name: a, nics: {count: 2}}]\n", []string{"nodes[0].nics.profile: Required"}},
 		{"misspelt NIC field", head + "nodes: [{name: a, nics: {profile: cx7-400g, cuont: 2}}]\n", []string{`unknown field "nodes[0].nics.cuont"`}},
 		{"NICs on kind", head + "backend: kind\nnodes: [{name: a, nics: {profile: cx7-400g, count: 2}}]\n", []string{"nodes[0].nics: Forbidden", "embedded backend only"}},
-		{"NICs on a real node", head + "nodes: [{name: a, kind: real, nics: {profile: cx7-400g, count: 2}}]\n", []string{"nodes[0].nics: Forbidden", "hollow nodes only"}},
 		{"outside driver and NICs", head + "driver: {name: gpu.example.com, command: [plugin]}\nnodes: [{name: a, nics: {profile: cx7-400g, count: 1}}]\n", []string{"nodes[0].nics: Forbidden"}},
 		{"skipped node operations without the gate", head + "nodes: [{name: a, nics: {profile: x710-10g, count: 2, skipNodeOperations: true}}]\n", []string{"nodes[0].nics.skipNodeOperations", "DRAOptionalNodeOperations: true"}},
 		{"NUMA lists without the gate", head + "nodes: [{name: a, nics: {profile: cx7-sd-400g, count: 1, numaNodeList: true}}]\n", []string{"nodes[0].nics.numaNodeList", "DRAListTypeAttributes: true"}},
@@ -367,4 +366,16 @@ func example(t *testing.T, file string) *Config {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// A real node carries NICs: its containers get real interfaces (the NIC
+// driver's createRuntime hook), so the lab no longer refuses them there.
+func TestRealNodeWithNICs(t *testing.T) {
+	cfg, err := Parse("lab.yaml", []byte("apiVersion: lab.dralab.dev/v1alpha1\nkind: Lab\nnodes: [{name: a, kind: real, nics: {profile: cx6dx-100g, count: 2}}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := cfg.Nodes[0]; n.Kind != NodeReal || n.NICs == nil || n.NICs.Count != 2 {
+		t.Errorf("node %+v, want a real node with two NICs", n)
+	}
 }
