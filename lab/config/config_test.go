@@ -129,7 +129,7 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"zero NICs", head + "nodes: [{name: a, nics: {profile: cx7-400g, count: 0}}]\n", []string{"nodes[0].nics.count", "between 1 and 64"}},
 		{"NICs without profile", head + "nodes: [{name: a, nics: {count: 2}}]\n", []string{"nodes[0].nics.profile: Required"}},
 		{"misspelt NIC field", head + "nodes: [{name: a, nics: {profile: cx7-400g, cuont: 2}}]\n", []string{`unknown field "nodes[0].nics.cuont"`}},
-		{"NICs on kind", head + "backend: kind\nnodes: [{name: a, nics: {profile: cx7-400g, count: 2}}]\n", []string{"nodes[0].nics: Forbidden", "embedded backend only"}},
+		{"NICs that skip node operations on kind", head + "backend: kind\nfeatureGates: {DRAOptionalNodeOperations: true}\nnodes: [{name: a, nics: {profile: x710-10g, count: 2, skipNodeOperations: true}}]\n", []string{"nodes[0].nics: Forbidden", "embedded backend only"}},
 		{"outside driver and NICs", head + "driver: {name: gpu.example.com, command: [plugin]}\nnodes: [{name: a, nics: {profile: cx7-400g, count: 1}}]\n", []string{"nodes[0].nics: Forbidden"}},
 		{"skipped node operations without the gate", head + "nodes: [{name: a, nics: {profile: x710-10g, count: 2, skipNodeOperations: true}}]\n", []string{"nodes[0].nics.skipNodeOperations", "DRAOptionalNodeOperations: true"}},
 		{"NUMA lists without the gate", head + "nodes: [{name: a, nics: {profile: cx7-sd-400g, count: 1, numaNodeList: true}}]\n", []string{"nodes[0].nics.numaNodeList", "DRAListTypeAttributes: true"}},
@@ -369,8 +369,12 @@ func example(t *testing.T, file string) *Config {
 }
 
 // A real node carries NICs: its containers get real interfaces (the NIC
-// driver's createRuntime hook), so the lab no longer refuses them there.
+// driver's createRuntime hook), so the lab no longer refuses them there;
+// and kind nodes do (the chart's NIC release).
 func TestRealNodeWithNICs(t *testing.T) {
+	if _, err := Parse("lab.yaml", []byte("apiVersion: lab.dralab.dev/v1alpha1\nkind: Lab\nbackend: kind\nnodes: [{name: a, nics: {profile: cx7-400g, count: 2}}]\n")); err != nil {
+		t.Errorf("NICs on kind: %v", err)
+	}
 	cfg, err := Parse("lab.yaml", []byte("apiVersion: lab.dralab.dev/v1alpha1\nkind: Lab\nnodes: [{name: a, kind: real, nics: {profile: cx6dx-100g, count: 2}}]\n"))
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -110,6 +111,14 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 			return status.UpResult{Reused: reused}, err
 		}
 	}
+	if HasNICs(cfg) {
+		done := progress("Installing the driver chart (NIC driver) with the Helm SDK")
+		err := release.Install(ctx, kubeconfig, charts.DriverChart, NICReleaseName, DriverNamespace, NICChartValues(build.DriverImageRepository, build.DriverImageTag))
+		done(err)
+		if err != nil {
+			return status.UpResult{Reused: reused}, err
+		}
+	}
 	done = progress(fmt.Sprintf("Waiting for %d node(s) to be Ready with their devices published", len(cfg.Nodes)))
 	err = backend.WaitReady(ctx, kubeconfig, cfg, func(n *v1.Node) string { return n.Labels[LabelLabNode] },
 		func(string, string) string {
@@ -196,6 +205,10 @@ func (b *Backend) Status(ctx context.Context, name string) (*status.Status, erro
 		if p := n.Labels[gpu.NodeProfileLabel]; p != "" {
 			ns.Profile = fmt.Sprintf("%s× %s (%s)", n.Labels[LabelGPUs], p, n.Labels[LabelGPUMode])
 			ns.Driver = "DaemonSet " + DriverNamespace + "/" + ReleaseName(n.Labels[LabelGPUMode]) + "-dralab-driver"
+		}
+		if p := n.Labels[LabelNICProfile]; p != "" {
+			ns.Profile = strings.TrimPrefix(ns.Profile+", "+fmt.Sprintf("%s× %s NICs", n.Labels[LabelNICs], p), ", ")
+			ns.Driver = strings.TrimPrefix(ns.Driver+"; DaemonSet "+DriverNamespace+"/"+NICReleaseName+"-dralab-driver", "; ")
 		}
 		if !ns.Healthy {
 			st.Phase = status.PhaseDegraded

@@ -8,6 +8,7 @@ package kind
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -28,6 +29,12 @@ const (
 	// LabelGPUs and LabelGPUMode are read by the driver's chart.
 	LabelGPUs    = gpu.NodeGPUsLabel
 	LabelGPUMode = gpu.NodeModeLabel
+	// LabelNICProfile and LabelNICs are read by the NIC driver's release
+	// (the chart's nic.profileLabel and nic.nicsLabel); LabelNICDriver
+	// selects the nodes it runs on.
+	LabelNICProfile = "nic.dralab.dev/profile"
+	LabelNICs       = "nic.dralab.dev/nics"
+	LabelNICDriver  = "dralab.dev/nic-driver"
 )
 
 // FeatureGates are the DRA features the scenarios rely on. Every one is on
@@ -91,6 +98,11 @@ func Render(cfg *config.Config) (*v1alpha4.Cluster, error) {
 			w.Labels[LabelGPUs] = strconv.Itoa(n.GPUs.Count)
 			w.Labels[LabelGPUMode] = n.GPUs.Mode
 		}
+		if n.NICs != nil {
+			w.Labels[LabelNICProfile] = n.NICs.Profile
+			w.Labels[LabelNICs] = strconv.Itoa(n.NICs.Count)
+			w.Labels[LabelNICDriver] = "true"
+		}
 		c.Nodes = append(c.Nodes, w)
 	}
 	v1alpha4.SetDefaultsCluster(c)
@@ -132,6 +144,26 @@ func ChartValues(mode, image, tag string) map[string]any {
 	}
 	return v
 }
+
+// HasNICs tells whether a node of the lab has NICs: the NIC driver's
+// release is installed for them.
+func HasNICs(cfg *config.Config) bool {
+	return slices.ContainsFunc(cfg.Nodes, func(n config.Node) bool { return n.NICs != nil })
+}
+
+// NICChartValues are the chart's values for the NIC driver's release: on
+// the nodes with NICs, each node's profile and count from its labels.
+func NICChartValues(image, tag string) map[string]any {
+	return map[string]any{
+		"driver":       "nic",
+		"image":        map[string]any{"repository": image, "tag": tag, "pullPolicy": "Never"},
+		"nodeSelector": map[string]any{LabelNICDriver: "true"},
+		"nic":          map[string]any{"profileLabel": LabelNICProfile, "nicsLabel": LabelNICs},
+	}
+}
+
+// NICReleaseName is the NIC driver's chart release.
+const NICReleaseName = "dralab-driver-nic"
 
 // ReleaseName is the chart release of a mode.
 func ReleaseName(mode string) string { return fmt.Sprintf("dralab-driver-%s", mode) }

@@ -118,3 +118,52 @@ func TestTopologyReachesKind(t *testing.T) {
 		}
 	}
 }
+
+// A kind worker with NICs carries their profile and count as labels, and
+// the label that selects it for the NIC driver's release, whose values
+// render through the chart: `dralab-driver nic` on those nodes alone,
+// reading the labels.
+func TestNICsReachKind(t *testing.T) {
+	cfg := &config.Config{APIVersion: config.APIVersion, Kind: config.Kind, Backend: config.BackendKind, Nodes: []config.Node{
+		{Name: "a", GPUs: &config.GPUs{Profile: "h100-80gb", Count: 8}, NICs: &config.NICs{Profile: "cx7-400g", Count: 8}},
+		{Name: "b", GPUs: &config.GPUs{Profile: "l4-24gb", Count: 2}},
+	}}
+	if err := cfg.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	if !HasNICs(cfg) {
+		t.Error("HasNICs: false for a lab with NICs")
+	}
+	c, err := Render(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := c.Nodes[1]; w.Labels[LabelNICProfile] != "cx7-400g" || w.Labels[LabelNICs] != "8" || w.Labels[LabelNICDriver] != "true" {
+		t.Errorf("worker a's labels %v, want its NICs", w.Labels)
+	}
+	if w := c.Nodes[2]; w.Labels[LabelNICDriver] != "" || w.Labels[LabelNICProfile] != "" {
+		t.Errorf("worker b, without NICs, is labelled %v", w.Labels)
+	}
+	chart, err := charts.Load(charts.DriverChart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := charts.Render(chart, NICChartValues("dralab-driver", "test"), DriverNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := out["dralab-driver/templates/daemonset.yaml"]
+	for _, want := range []string{
+		`args: ["nic"]`,
+		"nodeSelector:\n        " + LabelNICDriver + ": \"true\"",
+		"name: DRALAB_PROFILE_LABEL\n          value: \"" + LabelNICProfile + "\"",
+		"name: DRALAB_NICS_LABEL\n          value: \"" + LabelNICs + "\"",
+	} {
+		if !strings.Contains(ds, want) {
+			t.Errorf("the NIC release's DaemonSet lacks %q:\n%s", want, ds)
+		}
+	}
+	if HasNICs(&config.Config{Nodes: []config.Node{{Name: "b"}}}) {
+		t.Error("HasNICs: true for a lab without NICs")
+	}
+}
