@@ -2,7 +2,12 @@ package e2e
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +20,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/harness/scratchlab"
+	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/examples"
@@ -43,8 +49,50 @@ var nicScenarios = []string{"gpu-nic-pair", "bandwidth-shares", "no-prepare", "d
 // TestGPUNICScenarios runs the scenarios of GPUs and NICs on a lab of
 // lab/examples/gpu-nic.yaml: two drivers on every node, NIC i under the
 // PCIe root of GPU i.
+//
+// After them the NIC drivers' own metrics say what no-prepare asserts
+// from the claims: the driver of cpu-nic, whose ports skip node
+// operations, was never asked to prepare a claim, the one of l4-nic was.
 func TestGPUNICScenarios(t *testing.T) {
-	runOnExampleLab(t, "gpu-nic.yaml", "dralab-e2e-gpu-nic", nicScenarios)
+	l := runOnExampleLab(t, "gpu-nic.yaml", "dralab-e2e-gpu-nic", nicScenarios)
+	st, err := l.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := labstate.Dir(st.StateDir)
+	quiet, prepared := prepareCalls(t, dir, "cpu-nic"), prepareCalls(t, dir, "l4-nic")
+	t.Logf("NIC driver prepare calls: cpu-nic %d, l4-nic %d", quiet, prepared)
+	if quiet != 0 || prepared == 0 {
+		t.Errorf("prepare calls: cpu-nic's NIC driver %d, want 0 (its ports skip node operations); l4-nic's %d, want some", quiet, prepared)
+	}
+}
+
+// prepareCalls reads a node's NIC driver's metrics: the claims the kubelet
+// asked it to prepare.
+func prepareCalls(t *testing.T, dir labstate.Dir, node string) int {
+	t.Helper()
+	address, err := os.ReadFile(dir.Node(node).NICDriverMetrics())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + strings.TrimSpace(string(address)) + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^dralab_driver_claim_operations_total\{[^}]*operation="prepare"[^}]*\} (\d+)$`).FindSubmatch(body)
+	if m == nil {
+		t.Fatalf("node %s's NIC driver's metrics have no prepare count:\n%s", node, body)
+	}
+	n, err := strconv.Atoi(string(m[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // TestWorkloadScenarios runs the workload scenarios on a lab of
@@ -69,8 +117,9 @@ func TestFabricScenarios(t *testing.T) {
 }
 
 // runOnExampleLab starts a lab of an example configuration, runs the named
-// scenarios on it, one after another, and deletes it.
-func runOnExampleLab(t *testing.T, file, labName string, names []string) {
+// scenarios on it, one after another, and returns it; it is deleted when
+// the test ends.
+func runOnExampleLab(t *testing.T, file, labName string, names []string) *lab.Lab {
 	l, restConfig := startExampleLab(t, file, labName)
 	ctx := context.Background()
 	for _, name := range names {
@@ -83,6 +132,7 @@ func runOnExampleLab(t *testing.T, file, labName string, names []string) {
 			runScenario(ctx, t, restConfig, l, s, unmetPolicy{lab: "lab/examples/" + file})
 		})
 	}
+	return l
 }
 
 // startExampleLab starts a lab of an example configuration, deleted when

@@ -2,6 +2,7 @@ package labserver
 
 import (
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/nvml"
+	"github.com/dralab/dralab/internal/atomicfile"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab/config"
@@ -108,6 +110,29 @@ func nicDriverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
 		}
 	}
 	return args
+}
+
+// nicDriver is the NIC driver's process of a node, serving its metrics on
+// a free loopback port that it records in the node's NICDriverMetrics
+// file (another one if the port was taken before it bound it), so that a
+// test can read its prepare calls.
+func nicDriver(dir labstate.Dir, n config.Node, verbosity int) (*process, error) {
+	args := func() ([]string, []string, error) {
+		port, err := freePort()
+		if err != nil {
+			return nil, nil, err
+		}
+		address := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if err := atomicfile.Write(dir.Node(n.Name).NICDriverMetrics(), []byte(address+"\n"), 0o600); err != nil {
+			return nil, nil, err
+		}
+		return append(nicDriverArgs(dir, n, verbosity), "--metrics-address="+address), nil, nil
+	}
+	first, _, err := args()
+	if err != nil {
+		return nil, err
+	}
+	return &process{role: labstate.RoleNICDriver, node: n.Name, args: first, restart: true, rebind: args}, nil
 }
 
 // outsideDriver runs a configured outside driver's kubelet plugin on a

@@ -276,7 +276,10 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 			err = procs.start(ctx, labstate.RoleDriver, n.Name, driverArgs(dir, n, o.Verbosity), true)
 		}
 		if err == nil && n.NICs != nil {
-			err = procs.start(ctx, labstate.RoleNICDriver, n.Name, nicDriverArgs(dir, n, o.Verbosity), true)
+			var p *process
+			if p, err = nicDriver(dir, n, o.Verbosity); err == nil {
+				err = procs.startProcess(ctx, p)
+			}
 		}
 		if err != nil {
 			return err

@@ -248,6 +248,11 @@ func (n NodeDir) NICDriverKubeconfig() string { return n.path("nic-driver.kubeco
 func (n NodeDir) NICDriverToken() string      { return n.path("nic-driver.token") }
 func (n NodeDir) NICDriverCheckpoint() string { return n.path("nic-driver") }
 
+// NICDriverMetrics holds the address (host:port) where the node's NIC
+// driver serves its Prometheus metrics, /metrics: its prepare and
+// unprepare calls.
+func (n NodeDir) NICDriverMetrics() string { return n.path("nic-driver-metrics-address") }
+
 // DriversNamespace is the namespace of the lab drivers' ServiceAccounts.
 const DriversNamespace = "dralab-drivers"
 
