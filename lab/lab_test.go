@@ -182,6 +182,7 @@ func TestUpReuseDown(t *testing.T) {
 	assertDriversMayWriteClaimStatus(ctx, t, labstate.Dir(st.StateDir).Node("n1"))
 	assertServesOlderResourceVersions(ctx, t, l.Kubeconfig())
 	assertInitContainersComplete(ctx, t, l.Kubeconfig())
+	assertTaintRuleSelectors(ctx, t, l.Kubeconfig())
 
 	// Same configuration: reused, same process.
 	res, err = l.Up(ctx)

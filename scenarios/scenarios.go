@@ -149,6 +149,9 @@ func loadOne(fsys fs.FS, prefix, dir string) (*Scenario, error) {
 		return nil, fmt.Errorf("%w %s: name %q must be the folder's name %q", ErrInvalid, source, s.Name, dir)
 	}
 	s.fsys, s.dir, s.prefix = fsys, dir, prefix
+	if err := s.checkManifests(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 

@@ -2,8 +2,10 @@ package scenarios
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -150,5 +152,55 @@ func TestSelected(t *testing.T) {
 	t.Setenv(EnvDir, filepath.Join(dir, "my-l4"))
 	if _, _, err := Selected(); err == nil || !strings.Contains(err.Error(), EnvDir+"=") {
 		t.Errorf("Selected() of one scenario's folder = %v, want an error naming %s", err, EnvDir)
+	}
+}
+
+// Every manifest a step names is decoded when the scenario is loaded: a
+// file that does not decode, or a DeviceTaintRule without a selector
+// (which taints nothing), is an error naming the file and the object
+// before anything is applied; a rule with an empty selector is fine.
+func TestLoadChecksTheManifests(t *testing.T) {
+	const rule = "apiVersion: resource.k8s.io/v1\nkind: DeviceTaintRule\nmetadata: {name: drain}\nspec:\n%s  taint: {key: example.com/drain, effect: NoSchedule}\n"
+	for name, c := range map[string]struct {
+		pod  string
+		want []string
+	}{
+		"no selector": {
+			pod:  "apiVersion: v1\nkind: Pod\nmetadata: {name: inference}\n---\n" + fmt.Sprintf(rule, ""),
+			want: []string{filepath.Join("my-l4", "pod.yaml"), "object 1 (DeviceTaintRule drain)", "spec.deviceSelector is absent", "deviceSelector: {}"},
+		},
+		"not YAML": {
+			pod:  "kind: Pod\nmetadata: {name: [inference\n",
+			want: []string{filepath.Join("my-l4", "pod.yaml")},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := writeFolder(t, map[string]string{"my-l4/scenario.yaml": myScenario, "my-l4/pod.yaml": c.pod})
+			_, err := LoadDir(dir)
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("LoadDir = %v, want ErrInvalid", err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+	dir := writeFolder(t, map[string]string{"my-l4/scenario.yaml": myScenario, "my-l4/pod.yaml": fmt.Sprintf(rule, "  deviceSelector: {}\n")})
+	if _, err := LoadDir(dir); err != nil {
+		t.Errorf("a rule with an empty selector: %v", err)
+	}
+}
+
+func TestManifestsAreEachNamedOnce(t *testing.T) {
+	s := &Scenario{Steps: []Step{
+		{Apply: []string{"class.yaml", "claim.yaml"}},
+		{CreatePods: &CreatePods{Manifests: []string{"a.yaml", "b.yaml"}, Group: "group.yaml"}},
+		{Apply: []string{"claim.yaml"}},
+		{CreatePods: &CreatePods{Manifest: "a.yaml"}},
+	}}
+	if got, want := s.Manifests(), []string{"class.yaml", "claim.yaml", "a.yaml", "b.yaml", "group.yaml"}; !slices.Equal(got, want) {
+		t.Errorf("Manifests = %v, want %v", got, want)
 	}
 }

@@ -284,6 +284,9 @@ func newDriver(ctx context.Context, opts Options) (*Driver, error) {
 			d.counterSets[s.Name] = s
 		}
 	}
+	if err := CheckNames(opts.DriverName, apiDevs); err != nil {
+		return nil, fmt.Errorf("inventory: %w", err)
+	}
 	if d.slices, err = Slices(apiDevs, d.sets); err != nil {
 		return nil, fmt.Errorf("inventory: %w", err)
 	}

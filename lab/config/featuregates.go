@@ -92,6 +92,13 @@ func (c *Config) GateEnabled(name string) bool {
 	return kubeFeatureGates[name].def
 }
 
+// GateLocked tells whether Kubernetes locks a feature gate to its default:
+// naming it changes nothing, and fails the components once the release
+// that removes it (as 1.38 removes DynamicResourceAllocation) runs them.
+func GateLocked(name string) bool {
+	return kubeFeatureGates[name].locked
+}
+
 // FeatureGatesFlag is featureGates as components take it in
 // --feature-gates: "A=true,B=false", sorted; empty when none is set.
 func (c *Config) FeatureGatesFlag() string {

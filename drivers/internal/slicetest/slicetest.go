@@ -13,14 +13,19 @@ import (
 	resourcev1 "k8s.io/kubernetes/pkg/apis/resource/v1"
 	"k8s.io/kubernetes/pkg/apis/resource/validation"
 	"k8s.io/utils/ptr"
+
+	"github.com/dralab/dralab/drivers/kit"
 )
 
 // Validate validates each slice of a driver's pool on a node with the API
-// server's own validation: one invalid slice makes the whole pool
-// unusable.
+// server's own validation (one invalid slice makes the whole pool
+// unusable) and with the kit's check of names that Kubernetes 1.38 refuses.
 func Validate(t testing.TB, driver, node string, pool []resourceslice.Slice) {
 	t.Helper()
 	for i, s := range pool {
+		if err := kit.CheckNames(driver, s.Devices); err != nil {
+			t.Errorf("slice %d of %s's %s pool: %v", i, node, driver, err)
+		}
 		v1 := &resourceapi.ResourceSlice{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", node, driver, i)},
 			Spec: resourceapi.ResourceSliceSpec{

@@ -23,6 +23,10 @@ func TestFeatureGatesExistAndAreOnByDefault(t *testing.T) {
 		if !utilfeature.DefaultFeatureGate.Enabled(featuregate.Feature(g)) {
 			t.Errorf("feature gate %s is off by default in 1.37", g)
 		}
+		// Render leaves the locked ones out, by the lab's word on them.
+		if locked := known[featuregate.Feature(g)].LockToDefault; config.GateLocked(g) != locked {
+			t.Errorf("feature gate %s: the lab says locked %v, Kubernetes %v", g, config.GateLocked(g), locked)
+		}
 	}
 }
 
@@ -41,7 +45,7 @@ func TestLabGatesReachKind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.FeatureGates["GenericWorkload"] || c.FeatureGates["DRADeviceTaints"] || !c.FeatureGates["DRAPrioritizedList"] {
+	if !c.FeatureGates["GenericWorkload"] || c.FeatureGates["DRADeviceTaints"] || !c.FeatureGates["DRADeviceTaintRules"] {
 		t.Errorf("kind's feature gates: %v", c.FeatureGates)
 	}
 	if c.RuntimeConfig["scheduling.k8s.io/v1beta1"] != "true" || c.RuntimeConfig["resource.k8s.io/v1"] != "true" {

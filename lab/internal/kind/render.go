@@ -38,8 +38,12 @@ const (
 )
 
 // FeatureGates are the DRA features the scenarios rely on. Every one is on
-// by default in 1.37; naming them keeps a cluster honest if a default
-// changes, and documents what the lab depends on.
+// by default in 1.37. Render pins those whose default could still change;
+// a gate Kubernetes locks to its default (DynamicResourceAllocation,
+// DRAPrioritizedList, DRAAdminAccess and DRAExtendedResource in 1.37) is
+// left out, since naming it does nothing until the release that removes
+// it, where kubeadm's components refuse to start (1.38 removes
+// DynamicResourceAllocation).
 var FeatureGates = []string{
 	"DynamicResourceAllocation",
 	"DRAPrioritizedList",
@@ -78,7 +82,9 @@ func Render(cfg *config.Config) (*v1alpha4.Cluster, error) {
 		Nodes:                   []v1alpha4.Node{{Role: v1alpha4.ControlPlaneRole, Image: NodeImage}},
 	}
 	for _, g := range FeatureGates {
-		c.FeatureGates[g] = true
+		if !config.GateLocked(g) {
+			c.FeatureGates[g] = true
+		}
 	}
 	// The lab's own, which kind gives every component of every node.
 	maps.Copy(c.FeatureGates, cfg.FeatureGates)

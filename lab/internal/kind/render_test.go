@@ -33,9 +33,16 @@ func TestRenderDefaultLab(t *testing.T) {
 			}
 		}
 	}
-	for _, g := range []string{"DynamicResourceAllocation", "DRAPrioritizedList", "DRAAdminAccess", "DRADeviceTaints", "DRAExtendedResource"} {
+	for _, g := range []string{"DRADeviceTaints", "DRADeviceTaintRules"} {
 		if !c.FeatureGates[g] {
 			t.Errorf("feature gate %s is not on", g)
+		}
+	}
+	// Gates locked on are left to their default: Kubernetes 1.38 removes
+	// DynamicResourceAllocation, and a node given it would not start.
+	for _, g := range []string{"DynamicResourceAllocation", "DRAPrioritizedList", "DRAAdminAccess", "DRAExtendedResource"} {
+		if _, named := c.FeatureGates[g]; named {
+			t.Errorf("feature gate %s, locked in %s, is named", g, config.KubernetesVersion)
 		}
 	}
 	if c.RuntimeConfig["resource.k8s.io/v1"] != "true" {
