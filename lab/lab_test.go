@@ -162,11 +162,20 @@ func TestUpReuseDown(t *testing.T) {
 		t.Errorf("kubeconfig %s: mode %v, %v; want 0600", l.Kubeconfig(), info.Mode().Perm(), err)
 	}
 	procs, ports := labProcesses(t, st)
-	// The API server, one kubelet per node and the dashboard (behind its
-	// token, which assertNoDataWithoutCertificate does not have); etcd
-	// serves on a unix socket in the private state directory, not on a port.
-	if len(ports) != 1+len(cfg.Nodes)+1 {
-		t.Errorf("lab listens on %v, want exactly the API server, each kubelet and the dashboard", ports)
+	// The API server, one kubelet per node, the dashboard (behind its
+	// token, which assertNoDataWithoutCertificate does not have) and each
+	// GPU driver's metrics, on the loopback address its node's state
+	// records (what lab:metrics reads); etcd serves on a unix socket in the
+	// private state directory, not on a port.
+	if len(ports) != 1+len(cfg.Nodes)+1+len(cfg.Nodes) {
+		t.Errorf("lab listens on %v, want exactly the API server, each kubelet, the dashboard and each driver's metrics", ports)
+	}
+	for _, n := range cfg.Nodes {
+		address, err := os.ReadFile(labstate.Dir(st.StateDir).Node(n.Name).DriverMetrics())
+		_, port, _ := net.SplitHostPort(strings.TrimSpace(string(address)))
+		if err != nil || !strings.HasPrefix(string(address), "127.0.0.1:") || !slices.Contains(ports, mustAtoi(port)) {
+			t.Errorf("node %s's driver metrics address %q (%v): want a loopback port the lab listens on", n.Name, address, err)
+		}
 	}
 	if url, err := l.DashboardURL(); err != nil {
 		t.Error(err)
@@ -183,6 +192,7 @@ func TestUpReuseDown(t *testing.T) {
 	assertServesOlderResourceVersions(ctx, t, l.Kubeconfig())
 	assertInitContainersComplete(ctx, t, l.Kubeconfig())
 	assertTaintRuleSelectors(ctx, t, l.Kubeconfig())
+	assertObservability(ctx, t, l)
 
 	// Same configuration: reused, same process.
 	res, err = l.Up(ctx)

@@ -108,6 +108,12 @@ func TestRealNode(t *testing.T) {
 		}
 	})
 
+	t.Run("the real kubelet's podresources API lists the pod's device", func(t *testing.T) {
+		runClaimPod(ctx, t, client, "watched", "h100.gpu.dralab.dev", "echo ready; sleep 100000", "ready", func(claim *resourceapi.ResourceClaim) {
+			checkPodResources(ctx, t, l, "real-h100", "watched", "main", claim)
+		})
+	})
+
 	// gpu-failure: the real kubelet shows a failed GPU in the pod's status,
 	// the driver's taint gets the pod evicted from a real container.
 	runScenarios(ctx, t, l, restConfig, "claims", "prioritized-fallback", "gpu-failure")
@@ -228,7 +234,7 @@ func TestRealNode(t *testing.T) {
 // returns its log: its environment's GPU variables.
 func runGPUPod(ctx context.Context, t *testing.T, client kubernetes.Interface) string {
 	t.Helper()
-	logs, _ := runClaimPod(ctx, t, client, "cuda-check", "h100.gpu.dralab.dev", "env | grep GPU_; sleep 100000", "GPU_DEVICE_0=")
+	logs, _ := runClaimPod(ctx, t, client, "cuda-check", "h100.gpu.dralab.dev", "env | grep GPU_; sleep 100000", "GPU_DEVICE_0=", nil)
 	return logs
 }
 
@@ -239,7 +245,7 @@ func runGPUPod(ctx context.Context, t *testing.T, client kubernetes.Interface) s
 func runNICPod(ctx context.Context, t *testing.T, client kubernetes.Interface) (string, *resourceapi.NetworkDeviceData) {
 	t.Helper()
 	script := `env | grep DRALAB_NIC_; i=$DRALAB_NIC_0_INTERFACE; echo "address $(cat /sys/class/net/$i/address)"; ip -o -4 addr show dev $i; echo done; sleep 100000`
-	logs, claim := runClaimPod(ctx, t, client, "nic-check", "nic.dralab.dev", script, "\ndone")
+	logs, claim := runClaimPod(ctx, t, client, "nic-check", "nic.dralab.dev", script, "\ndone", nil)
 	for _, d := range claim.Status.Devices {
 		if d.Driver == "nic.dralab.dev" && d.NetworkData != nil {
 			return logs, d.NetworkData
@@ -250,9 +256,10 @@ func runNICPod(ctx context.Context, t *testing.T, client kubernetes.Interface) (
 }
 
 // runClaimPod runs a busybox pod on the real node with a claim for one
-// device of class, running script, until its log holds ready; it returns
-// the log and the pod's claim, and deletes the pod.
-func runClaimPod(ctx context.Context, t *testing.T, client kubernetes.Interface, name, class, script, ready string) (string, *resourceapi.ResourceClaim) {
+// device of class, running script, until its log holds ready; it calls
+// during (if set) with the claim while the pod runs, returns the log and
+// the pod's claim, and deletes the pod.
+func runClaimPod(ctx context.Context, t *testing.T, client kubernetes.Interface, name, class, script, ready string, during func(*resourceapi.ResourceClaim)) (string, *resourceapi.ResourceClaim) {
 	t.Helper()
 	ns := "default"
 	tmpl := fmt.Sprintf(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaimTemplate","metadata":{"name":%q},"spec":{"spec":{"devices":{"requests":[{"name":"dev","exactly":{"deviceClassName":%q}}]}}}}`, name, class)
@@ -299,6 +306,9 @@ func runClaimPod(ctx context.Context, t *testing.T, client kubernetes.Interface,
 	claim, err := client.ResourceV1().ResourceClaims(ns).Get(ctx, *p.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if during != nil {
+		during(claim)
 	}
 	return logs, claim
 }

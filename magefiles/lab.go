@@ -13,6 +13,8 @@ import (
 
 	"github.com/magefile/mage/mg"
 
+	"github.com/dralab/dralab/internal/drametrics"
+	"github.com/dralab/dralab/internal/podresources"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab"
 )
@@ -126,6 +128,37 @@ func (Lab) Dashboard(ctx context.Context) error {
 	}
 	fmt.Println(url)
 	return nil
+}
+
+// Podresources asks a node's kubelet, through its podresources API (what
+// monitoring agents read), which DRA devices each container got: claim,
+// driver, pool, device, share and CDI devices.
+func (Lab) Podresources(ctx context.Context, node string) error {
+	l, err := lab.Existing()
+	if err != nil {
+		return err
+	}
+	rows, err := l.PodResources(ctx, node)
+	if err != nil {
+		return err
+	}
+	return podresources.Write(os.Stdout, rows)
+}
+
+// Metrics prints, live, what the lab counts about claims: per node the
+// kubelet's DRA prepare and unprepare operations (count, mean time),
+// errors and claims in use, and the drivers' own prepare calls; then the
+// scheduler's DynamicResources plugin evaluations.
+func (Lab) Metrics(ctx context.Context) error {
+	l, err := lab.Existing()
+	if err != nil {
+		return err
+	}
+	snap, err := l.Metrics(ctx)
+	if err != nil {
+		return err
+	}
+	return drametrics.Write(os.Stdout, snap)
 }
 
 // List lists the labs on this machine: name, backend, phase and nodes.

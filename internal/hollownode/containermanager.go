@@ -3,12 +3,15 @@ package hollownode
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	"k8s.io/klog/v2"
 	pluginwatcherapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubernetes/pkg/kubelet/cm"
 	"k8s.io/kubernetes/pkg/kubelet/cm/dra"
 	"k8s.io/kubernetes/pkg/kubelet/cm/resourceupdates"
@@ -16,6 +19,7 @@ import (
 	kubecontainer "k8s.io/kubernetes/pkg/kubelet/container"
 	"k8s.io/kubernetes/pkg/kubelet/pluginmanager/cache"
 	"k8s.io/kubernetes/pkg/kubelet/status"
+	"k8s.io/utils/ptr"
 )
 
 // draContainerManager is kubemark's stub container manager with the real
@@ -95,4 +99,37 @@ func (m *draContainerManager) UpdateAllocatedResourcesStatus(logger klog.Logger,
 
 func (m *draContainerManager) Updates() <-chan resourceupdates.Update {
 	return m.dra.Updates()
+}
+
+// GetDynamicResources is what the kubelet's podresources API lists for a
+// container: each claim the container uses, and per device its driver,
+// pool, name, share and CDI devices, from the DRA manager's prepared
+// state, as the kubelet's Linux container manager reports it. The stub
+// reports none, so that monitoring agents reading the socket of a hollow
+// node would see no DRA device.
+func (m *draContainerManager) GetDynamicResources(logger klog.Logger, pod *v1.Pod, container *v1.Container) []*podresourcesapi.DynamicResource {
+	infos, err := m.dra.GetContainerClaimInfos(pod, container)
+	if err != nil {
+		logger.Error(err, "Reading the container's claims for the podresources API", "pod", klog.KObj(pod), "container", container.Name)
+		return nil
+	}
+	out := make([]*podresourcesapi.DynamicResource, 0, len(infos))
+	for _, info := range infos {
+		// Copies, made under the manager's lock.
+		r := &podresourcesapi.DynamicResource{ClaimName: info.ClaimName, ClaimNamespace: info.Namespace}
+		for _, driver := range slices.Sorted(maps.Keys(info.DriverState)) {
+			for _, d := range info.DriverState[driver].Devices {
+				cr := &podresourcesapi.ClaimResource{DriverName: driver, PoolName: d.PoolName, DeviceName: d.DeviceName}
+				if d.ShareID != nil {
+					cr.ShareId = ptr.To(string(*d.ShareID))
+				}
+				for _, id := range d.CDIDeviceIDs {
+					cr.CdiDevices = append(cr.CdiDevices, &podresourcesapi.CDIDevice{Name: id})
+				}
+				r.ClaimResources = append(r.ClaimResources, cr)
+			}
+		}
+		out = append(out, r)
+	}
+	return out
 }

@@ -33,6 +33,7 @@ import (
 	cadvisortest "k8s.io/kubernetes/pkg/kubelet/cadvisor/testing"
 	"k8s.io/kubernetes/pkg/kubelet/cm"
 	"k8s.io/kubernetes/pkg/kubelet/cm/dra"
+	kubeletmetrics "k8s.io/kubernetes/pkg/kubelet/metrics"
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 	"k8s.io/kubernetes/pkg/kubemark"
 
@@ -119,6 +120,9 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("creating the DRA manager: %w", err)
 	}
+	// dra_resource_claims_in_use on the kubelet's /metrics, which the
+	// kubelet's Linux container manager registers and the stub does not.
+	kubeletmetrics.RegisterCollectors(draManager.NewMetricsCollector())
 	devicePlugins, err := startDevicePlugins(ctx, o.Dir.DevicePlugins())
 	if err != nil {
 		return err

@@ -112,27 +112,36 @@ func nicDriverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
 	return args
 }
 
-// nicDriver is the NIC driver's process of a node, serving its metrics on
-// a free loopback port that it records in the node's NICDriverMetrics
-// file (another one if the port was taken before it bound it), so that a
-// test can read its prepare calls.
+// nicDriver is the NIC driver's process of a node, and gpuDriver the
+// GPU driver's: each serves its metrics on a free loopback port that it
+// records in the node's NICDriverMetrics or DriverMetrics file (another
+// one if the port was taken before it bound it), so that lab:metrics and
+// the tests read its prepare calls.
 func nicDriver(dir labstate.Dir, n config.Node, verbosity int) (*process, error) {
+	return withMetrics(labstate.RoleNICDriver, n, dir.Node(n.Name).NICDriverMetrics(), func() []string { return nicDriverArgs(dir, n, verbosity) })
+}
+
+func gpuDriver(dir labstate.Dir, n config.Node, verbosity int) (*process, error) {
+	return withMetrics(labstate.RoleDriver, n, dir.Node(n.Name).DriverMetrics(), func() []string { return driverArgs(dir, n, verbosity) })
+}
+
+func withMetrics(role string, n config.Node, file string, driverArgs func() []string) (*process, error) {
 	args := func() ([]string, []string, error) {
 		port, err := freePort()
 		if err != nil {
 			return nil, nil, err
 		}
 		address := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		if err := atomicfile.Write(dir.Node(n.Name).NICDriverMetrics(), []byte(address+"\n"), 0o600); err != nil {
+		if err := atomicfile.Write(file, []byte(address+"\n"), 0o600); err != nil {
 			return nil, nil, err
 		}
-		return append(nicDriverArgs(dir, n, verbosity), "--metrics-address="+address), nil, nil
+		return append(driverArgs(), "--metrics-address="+address), nil, nil
 	}
 	first, _, err := args()
 	if err != nil {
 		return nil, err
 	}
-	return &process{role: labstate.RoleNICDriver, node: n.Name, args: first, restart: true, rebind: args}, nil
+	return &process{role: role, node: n.Name, args: first, restart: true, rebind: args}, nil
 }
 
 // outsideDriver runs a configured outside driver's kubelet plugin on a

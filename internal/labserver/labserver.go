@@ -273,7 +273,10 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 				err = procs.startProcess(ctx, p)
 			}
 		case n.GPUs != nil:
-			err = procs.start(ctx, labstate.RoleDriver, n.Name, driverArgs(dir, n, o.Verbosity), true)
+			var p *process
+			if p, err = gpuDriver(dir, n, o.Verbosity); err == nil {
+				err = procs.startProcess(ctx, p)
+			}
 		}
 		if err == nil && n.NICs != nil {
 			var p *process

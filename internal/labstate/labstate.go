@@ -224,6 +224,13 @@ func (n NodeDir) PluginsRegistry() string { return filepath.Join(n.KubeletRoot()
 // Plugins is the parent of kubelet plugins' own socket directories.
 func (n NodeDir) Plugins() string { return filepath.Join(n.KubeletRoot(), "plugins") }
 
+// PodResourcesSocket is the kubelet's podresources API socket, which it
+// serves under its --root-dir (pod-resources/kubelet.sock), hollow and
+// real kubelets alike.
+func (n NodeDir) PodResourcesSocket() string {
+	return filepath.Join(n.KubeletRoot(), "pod-resources", "kubelet.sock")
+}
+
 // CDI is the node's CDI spec directory, read by its container runtime.
 func (n NodeDir) CDI() string { return n.path("cdi") }
 
@@ -248,9 +255,11 @@ func (n NodeDir) NICDriverKubeconfig() string { return n.path("nic-driver.kubeco
 func (n NodeDir) NICDriverToken() string      { return n.path("nic-driver.token") }
 func (n NodeDir) NICDriverCheckpoint() string { return n.path("nic-driver") }
 
-// NICDriverMetrics holds the address (host:port) where the node's NIC
+// DriverMetrics holds the address (host:port) where the node's GPU
 // driver serves its Prometheus metrics, /metrics: its prepare and
-// unprepare calls.
+// unprepare calls; NICDriverMetrics the NIC driver's.
+func (n NodeDir) DriverMetrics() string { return n.path("driver-metrics-address") }
+
 func (n NodeDir) NICDriverMetrics() string { return n.path("nic-driver-metrics-address") }
 
 // DriversNamespace is the namespace of the lab drivers' ServiceAccounts.

@@ -37,6 +37,21 @@ type GPUFaulter interface {
 	UpdateGPUFaults(ctx context.Context, name, node string, update func(map[string]gpu.GPUFault)) error
 }
 
+// PodResourcer is a backend whose nodes' kubelets serve the podresources
+// API on a socket of the host.
+type PodResourcer interface {
+	// PodResourcesSocket is the podresources socket of a node of lab name.
+	PodResourcesSocket(name, node string) (string, error)
+}
+
+// DriverMetricser is a backend that records where its labs' drivers serve
+// their metrics.
+type DriverMetricser interface {
+	// DriverMetrics are the metrics addresses (host:port) of the drivers of
+	// a node of lab name, by driver name; those it does not run are absent.
+	DriverMetrics(name, node string) (map[string]string, error)
+}
+
 // Dashboarder is a backend whose labs serve the live dashboard.
 type Dashboarder interface {
 	// DashboardURL is the dashboard's URL, its token included.

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
+	"github.com/dralab/dralab/drivers/fakenic"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/labstate"
@@ -307,6 +308,38 @@ func (b *Backend) DashboardURL(name string) (string, error) {
 		return "", fmt.Errorf("lab %s has no dashboard URL (is it running? go run mage.go lab:status): %w", name, err)
 	}
 	return strings.TrimSpace(string(data)), nil
+}
+
+var _ backend.PodResourcer = &Backend{}
+
+// PodResourcesSocket implements backend.PodResourcer: each node's kubelet,
+// hollow or real, serves it under its root directory.
+func (b *Backend) PodResourcesSocket(name, node string) (string, error) {
+	nd := b.dir(name).Node(node)
+	if _, err := os.Stat(string(nd)); err != nil {
+		return "", fmt.Errorf("lab %s has no state for node %s: %w", name, node, err)
+	}
+	return nd.PodResourcesSocket(), nil
+}
+
+var _ backend.DriverMetricser = &Backend{}
+
+// DriverMetrics implements backend.DriverMetricser: the addresses the
+// node's GPU and NIC drivers were started with, from the node's state.
+func (b *Backend) DriverMetrics(name, node string) (map[string]string, error) {
+	nd := b.dir(name).Node(node)
+	out := map[string]string{}
+	for driver, file := range map[string]string{gpu.DriverName: nd.DriverMetrics(), fakenic.DriverName: nd.NICDriverMetrics()} {
+		data, err := os.ReadFile(file)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
+			return nil, err
+		default:
+			out[driver] = strings.TrimSpace(string(data))
+		}
+	}
+	return out, nil
 }
 
 var _ backend.GPUFaulter = &Backend{}
