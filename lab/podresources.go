@@ -1,12 +1,11 @@
 package lab
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
-	"github.com/dralab/dralab/internal/podresources"
 	"github.com/dralab/dralab/lab/internal/backend"
 )
 
@@ -14,26 +13,25 @@ import (
 // podresources sockets from this host.
 var ErrNoPodResources = errors.New("this lab's kubelets serve the podresources API inside their node containers, not on this host")
 
-// PodResources asks a node's kubelet, through its podresources API, which
-// devices each container got: the view a monitoring agent on the node has
-// (one row per DRA device of a claim the container uses).
-func (l *Lab) PodResources(ctx context.Context, node string) ([]podresources.Row, error) {
-	var names []string
-	found := false
-	for _, n := range l.cfg.Nodes {
-		names = append(names, n.Name)
-		found = found || n.Name == node
-	}
-	if !found {
-		return nil, fmt.Errorf("lab %s has no node %q; its nodes: %s", l.cfg.Name, node, strings.Join(names, ", "))
+// PodResourcesSocket is the path of a node's kubelet podresources socket,
+// through which the kubelet tells which devices each container got: the
+// view a monitoring agent on the node has (lab:podresources reads it).
+func (l *Lab) PodResourcesSocket(node string) (string, error) {
+	if err := l.checkNode(node); err != nil {
+		return "", err
 	}
 	pr, ok := l.backend.(backend.PodResourcer)
 	if !ok {
-		return nil, fmt.Errorf("%w (%s backend)", ErrNoPodResources, l.backend.Name())
+		return "", fmt.Errorf("%w (%s backend)", ErrNoPodResources, l.backend.Name())
 	}
-	socket, err := pr.PodResourcesSocket(l.cfg.Name, node)
-	if err != nil {
-		return nil, err
+	return pr.PodResourcesSocket(l.cfg.Name, node)
+}
+
+// checkNode refuses a node the lab does not have, naming those it has.
+func (l *Lab) checkNode(node string) error {
+	names := l.NodeNames()
+	if !slices.Contains(names, node) {
+		return fmt.Errorf("lab %s has no node %q; its nodes: %s", l.cfg.Name, node, strings.Join(names, ", "))
 	}
-	return podresources.List(ctx, socket)
+	return nil
 }

@@ -138,7 +138,11 @@ func (Lab) Podresources(ctx context.Context, node string) error {
 	if err != nil {
 		return err
 	}
-	rows, err := l.PodResources(ctx, node)
+	socket, err := l.PodResourcesSocket(node)
+	if err != nil {
+		return err
+	}
+	rows, err := podresources.List(ctx, socket)
 	if err != nil {
 		return err
 	}
@@ -154,7 +158,7 @@ func (Lab) Metrics(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	snap, err := l.Metrics(ctx)
+	snap, err := drametrics.Read(ctx, l.Kubeconfig(), l.NodeNames(), l.DriverMetrics)
 	if err != nil {
 		return err
 	}
