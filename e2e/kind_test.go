@@ -60,7 +60,7 @@ func TestKindLab(t *testing.T) {
 	for _, s := range all {
 		// kind runs the default lab's nodes, without partitioned,
 		// shared or fabric-attached GPUs.
-		policy := unmetPolicy{lab: "the default lab on kind", expected: slices.Concat(partitionedScenarios, fabricScenarios, workloadScenarios, nicScenarios)}
+		policy := unmetPolicy{lab: "the default lab on kind", expected: slices.Concat(partitionedScenarios, fabricScenarios, workloadScenarios, nicScenarios, frontierScenarios)}
 		t.Run(s.Name, func(t *testing.T) { runScenario(ctx, t, restConfig, l, s, policy) })
 	}
 }

@@ -46,6 +46,11 @@ var workloadScenarios = []string{"gang-vs-partial", "group-claim", "topology", "
 // lab/examples/gpu-nic.yaml runs: every other lab skips them as unmet.
 var nicScenarios = []string{"gpu-nic-pair", "bandwidth-shares", "no-prepare", "derived-alignment", "list-numa"}
 
+// frontierScenarios need devices that account node resources, which only
+// lab/examples/frontier.yaml (every 1.37 DRA gate on) publishes: every
+// other lab skips them as unmet.
+var frontierScenarios = []string{"host-memory"}
+
 // TestGPUNICScenarios runs the scenarios of GPUs and NICs on a lab of
 // lab/examples/gpu-nic.yaml: two drivers on every node, NIC i under the
 // PCIe root of GPU i.
@@ -100,6 +105,13 @@ func prepareCalls(t *testing.T, dir labstate.Dir, node string) int {
 // Workload API and its gates on.
 func TestWorkloadScenarios(t *testing.T) {
 	runOnExampleLab(t, "workloads.yaml", "dralab-e2e-workloads", workloadScenarios)
+}
+
+// TestFrontierScenarios runs the scenarios of Kubernetes 1.37's alpha DRA
+// features on a lab of lab/examples/frontier.yaml: every DRA gate on, every
+// API version served.
+func TestFrontierScenarios(t *testing.T) {
+	runOnExampleLab(t, "frontier.yaml", "dralab-e2e-frontier", frontierScenarios)
 }
 
 // TestPartitionedScenarios starts its own lab from
@@ -177,24 +189,24 @@ var matrixLabs = []struct {
 	unmet []string
 }{
 	// One H100, no MIG, shared or fabric GPU.
-	{"mixed.yaml", slices.Concat([]string{"counting", "device-taint", "fabric-attach", "gpu-failure", "gpu-sharing", "mig-fallback", "mig-partitions"}, workloadScenarios, nicScenarios)},
+	{"mixed.yaml", slices.Concat([]string{"counting", "device-taint", "fabric-attach", "gpu-failure", "gpu-sharing", "mig-fallback", "mig-partitions"}, workloadScenarios, nicScenarios, frontierScenarios)},
 	// A MIG H100 and a shared L4 only.
-	{"partitioned.yaml", slices.Concat([]string{"admin-access", "claims", "counting", "device-taint", "extended-resource", "fabric-attach", "gpu-failure", "prioritized-fallback"}, workloadScenarios, nicScenarios)},
+	{"partitioned.yaml", slices.Concat([]string{"admin-access", "claims", "counting", "device-taint", "extended-resource", "fabric-attach", "gpu-failure", "prioritized-fallback"}, workloadScenarios, nicScenarios, frontierScenarios)},
 	// Two fabric-attached H100s only.
-	{"fabric.yaml", slices.Concat([]string{"admin-access", "claims", "counting", "extended-resource", "gpu-sharing", "mig-fallback", "mig-partitions", "multi-gpu", "prioritized-fallback", "shared-claim"}, workloadScenarios, nicScenarios)},
+	{"fabric.yaml", slices.Concat([]string{"admin-access", "claims", "counting", "extended-resource", "gpu-sharing", "mig-fallback", "mig-partitions", "multi-gpu", "prioritized-fallback", "shared-claim"}, workloadScenarios, nicScenarios, frontierScenarios)},
 	// Every kind of DRA GPU, none counted.
-	{"soak.yaml", slices.Concat([]string{"counting", "fabric-attach"}, workloadScenarios, nicScenarios)},
+	{"soak.yaml", slices.Concat([]string{"counting", "fabric-attach"}, workloadScenarios, nicScenarios, frontierScenarios)},
 	// NVML's mock servers: MIG on an A100, no H100 MIG, nothing counted;
 	// the PodGroup API on (for the conformance run's group claims), so
 	// the workload scenarios that fit its 10 H100s run: a group's claim
 	// and a gang sharing a claim.
-	{"nvml-mock.yaml", []string{"counting", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions", "gang-vs-partial", "topology", "gang-fallback", "gang-partitions", "gpu-nic-pair", "bandwidth-shares", "no-prepare", "derived-alignment", "list-numa"}},
+	{"nvml-mock.yaml", []string{"counting", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions", "gang-vs-partial", "topology", "gang-fallback", "gang-partitions", "gpu-nic-pair", "bandwidth-shares", "no-prepare", "derived-alignment", "list-numa", "host-memory"}},
 }
 
 // failedH100Unmet are the scenarios the default lab cannot run with one
 // H100 failed: those that need two free H100s, and those the default lab
 // never runs.
-var failedH100Unmet = slices.Concat([]string{"device-taint", "gpu-failure", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions"}, workloadScenarios, nicScenarios)
+var failedH100Unmet = slices.Concat([]string{"device-taint", "gpu-failure", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions"}, workloadScenarios, nicScenarios, frontierScenarios)
 
 // TestScenarioMatrix runs every built-in scenario on every example lab, one
 // lab at a time, and on the default lab with a failed H100: each scenario

@@ -33,6 +33,9 @@ type Inventory struct {
 	// Attached counts the free GPUs among Devices that publish binding
 	// conditions (fabric-attached GPUs).
 	Attached map[string]int
+	// Overhead counts the free DRA GPUs per tier that add node resources
+	// to a pod (nodeAllocatableResources).
+	Overhead map[string]int
 	// Partitions counts, by MIG profile, the devices the published
 	// counters still allow.
 	Partitions map[string]int
@@ -296,6 +299,9 @@ func Describe(e Expectation, inv Inventory) string {
 		sort.Strings(kv)
 		add("status data", strings.Join(kv, ", "))
 	}
+	for _, r := range slices.Sorted(maps.Keys(e.NodeAllocatable)) {
+		what = append(what, fmt.Sprintf("%s %s through its devices", e.NodeAllocatable[r], r))
+	}
 	add("reason", e.Reason.String())
 	if e.SameDevice {
 		what = append(what, "all on one device")
@@ -441,6 +447,17 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 	if e.NodeTier != "" && o.Rows[0].NodeTier != e.NodeTier {
 		mismatch("tier of the node's GPUs", e.NodeTier, orNone(o.Rows[0].NodeTier), "node "+orNone(o.Rows[0].Node))
 	}
+	if len(e.NodeAllocatable) > 0 {
+		got := o.Rows[0].NodeAllocatable
+		same := len(got) == len(e.NodeAllocatable)
+		for r, want := range e.NodeAllocatable {
+			q, ok := got[v1.ResourceName(r)]
+			same = same && ok && sameQuantity(q.String(), want)
+		}
+		if !same {
+			mismatch("node resources accounted through its devices (status.nodeAllocatableResourceClaimStatuses)", e.NodeAllocatable, resourceList(got), "pod "+o.Rows[0].Pod)
+		}
+	}
 	if len(e.Reason) > 0 && !slices.Contains(e.Reason, o.Rows[0].ReasonCode) {
 		mismatch("pending reason", e.Reason.String(), orNone(o.Rows[0].ReasonCode), o.Rows[0].Reason)
 	}
@@ -518,4 +535,13 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
+}
+
+// resourceList prints a resource list as a scenario writes one.
+func resourceList(l v1.ResourceList) map[string]string {
+	out := map[string]string{}
+	for r, q := range l {
+		out[string(r)] = q.String()
+	}
+	return out
 }

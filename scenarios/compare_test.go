@@ -269,3 +269,19 @@ func TestCheckSameValueOf(t *testing.T) {
 		}
 	}
 }
+
+// What the scheduler accounted through a pod's devices is compared by
+// value, and a resource it accounted that the scenario does not name fails.
+func TestCheckNodeAllocatable(t *testing.T) {
+	r := running("t", "", "h100", "gpu-0")
+	r.NodeAllocatable = v1.ResourceList{v1.ResourceMemory: resource.MustParse("8Gi")}
+	outcomes := Outcomes([]report.Row{r})
+	if f := Check([]Expectation{{Pods: "t", NodeAllocatable: map[string]string{"memory": "8192Mi"}}}, outcomes, Inventory{}); len(f) > 0 {
+		t.Errorf("unexpected failures: %v", f)
+	}
+	for _, want := range []map[string]string{{"memory": "4Gi"}, {"memory": "8Gi", "cpu": "2"}} {
+		if f := Check([]Expectation{{Pods: "t", NodeAllocatable: want}}, outcomes, Inventory{}); len(f) != 1 || !strings.Contains(f[0], "nodeAllocatableResourceClaimStatuses") {
+			t.Errorf("expecting %v: failures %v, want one naming the pod's status", want, f)
+		}
+	}
+}

@@ -186,7 +186,7 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 	if err != nil {
 		return Inventory{}, err
 	}
-	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, CountedNodes: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Plain: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]report.FreeShare{}, Groups: map[string]map[string]map[string]int{}, Published: map[string]map[string]int{}, Drivers: map[string]int{}}
+	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, CountedNodes: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Overhead: map[string]int{}, Plain: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]report.FreeShare{}, Groups: map[string]map[string]map[string]int{}, Published: map[string]map[string]int{}, Drivers: map[string]int{}}
 	shares := map[string]report.FreeShare{}
 	for _, f := range snap.FreeShares(gpu.CapacityMemory) {
 		shares[f.Driver+"/"+f.Pool+"/"+f.Device] = f
@@ -231,6 +231,9 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 			}
 			if len(sl.Spec.Devices[i].BindingConditions) > 0 {
 				inv.Attached[tier]++
+			}
+			if len(sl.Spec.Devices[i].NodeAllocatableResources) > 0 {
+				inv.Overhead[tier]++
 			}
 			if d := &sl.Spec.Devices[i]; len(d.ConsumesCounters) == 0 && !ptr.Deref(d.AllowMultipleAllocations, false) && len(d.BindingConditions) == 0 {
 				inv.Plain[tier]++
@@ -320,6 +323,11 @@ func (inv Inventory) meets(req Requirements) error {
 	for _, t := range req.AttachedTiers {
 		if inv.Attached[t] == 0 {
 			missing = append(missing, fmt.Sprintf("%s GPUs attached through a fabric, with binding conditions (attach: fabric)", t))
+		}
+	}
+	for _, t := range req.OverheadTiers {
+		if inv.Overhead[t] == 0 {
+			missing = append(missing, fmt.Sprintf("%s GPUs that add node resources to a pod, such as a host-memory overhead (nodeAllocatableResources: the DRANodeAllocatableResources gate, as lab/examples/frontier.yaml has it)", t))
 		}
 	}
 	for _, d := range req.Drivers {

@@ -92,6 +92,14 @@ func TestLoadDirErrorsNameTheFile(t *testing.T) {
 			files: map[string]string{"README.md": "nothing here"},
 			want:  []string{"holds no scenario", "scenario.yaml"},
 		},
+		"a node resource that is not one": {
+			files: map[string]string{"my-l4/scenario.yaml": strings.Replace(myScenario, "tier: l4\n", "tier: l4\n    nodeAllocatable: {gpus: \"1\"}\n", 1), "my-l4/pod.yaml": ""},
+			want:  []string{filepath.Join("my-l4", "scenario.yaml"), "nodeAllocatable[gpus]", `"memory"`},
+		},
+		"a node resource that is no quantity": {
+			files: map[string]string{"my-l4/scenario.yaml": strings.Replace(myScenario, "tier: l4\n", "tier: l4\n    nodeAllocatable: {memory: lots}\n", 1), "my-l4/pod.yaml": ""},
+			want:  []string{filepath.Join("my-l4", "scenario.yaml"), "nodeAllocatable[memory]", "lots"},
+		},
 		"one scenario's own folder": {
 			files: map[string]string{"scenario.yaml": myScenario, "pod.yaml": ""},
 			want:  []string{"is one scenario's folder", "name the folder that holds it"},

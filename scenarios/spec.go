@@ -86,6 +86,10 @@ type Requirements struct {
 	// Drivers must publish devices, beside the GPU driver:
 	// [nic.dralab.dev] for a scenario that pairs GPUs with NICs.
 	Drivers []string `json:"drivers,omitempty"`
+	// OverheadTiers must have free GPUs that add node resources to a pod
+	// (nodeAllocatableResources: a host-memory overhead), which needs the
+	// DRANodeAllocatableResources gate (lab/examples/frontier.yaml).
+	OverheadTiers []string `json:"overheadTiers,omitempty"`
 	// Features names the Kubernetes features the scenario exercises.
 	Features []string `json:"features,omitempty"`
 	// Resources the API server must serve, as resource.group/version:
@@ -411,7 +415,7 @@ type Expectation struct {
 	// cluster's state (the scheduler itself only says "cannot allocate all
 	// claims"): NoMatchingDevice, AllAllocated, Tainted, Insufficient (an
 	// extended resource), CounterExhausted, CapacityExhausted,
-	// SelectorError or ConstraintUnmet; for a pod of a PodGroup also
+	// SelectorError, ConstraintUnmet or NodeResources; for a pod of a PodGroup also
 	// GangIncomplete, GangShort, TopologyShort or GangUnschedulable.
 	// A list names reasons of which any may hold: [AllAllocated,
 	// CapacityExhausted] on a lab where the last matching device is a
@@ -421,6 +425,12 @@ type Expectation struct {
 	// 1, nic.dralab.dev: 1} for a GPU and its NIC; every driver not
 	// named must have none.
 	DriverDevices map[string]int `json:"driverDevices,omitempty"`
+	// NodeAllocatable is what the scheduler accounted for the pod's node
+	// resources through its devices, per resource: {memory: 8Gi} for a
+	// GPU's host-memory overhead (the pod's
+	// status.nodeAllocatableResourceClaimStatuses, mappings and
+	// overheads summed); every resource not named must have none.
+	NodeAllocatable map[string]string `json:"nodeAllocatable,omitempty"`
 	// For the whole group.
 	SameDevice bool `json:"sameDevice,omitempty"`
 	// TierCounts counts the group's pods by tier (of their devices, or of
@@ -450,6 +460,9 @@ const (
 	// Enough free devices, none of whose sets meets a matchAttribute
 	// constraint.
 	ReasonConstraintUnmet = "ConstraintUnmet"
+	// The devices fit, but not the node's memory or CPUs with what the
+	// devices add (nodeAllocatableResources).
+	ReasonNodeResources = "NodeResources"
 	// A pod of a PodGroup whose own claims fit: fewer pods than minCount
 	// exist; too few free devices for all the unbound pods; none of the
 	// group's topology domains has enough; or no whole placement found.
@@ -489,11 +502,16 @@ func (r Reasons) MarshalJSON() ([]byte, error) {
 // String joins the reasons with "or".
 func (r Reasons) String() string { return strings.Join(r, " or ") }
 
+// nodeResources are the node resources a device may account
+// (nodeAllocatableResources): Node status.allocatable's, extended
+// resources excepted.
+var nodeResources = []string{"cpu", "memory", "ephemeral-storage", "hugepages-2Mi", "hugepages-1Gi"}
+
 // healths are the health values the kubelet reports for a device.
 var healths = []string{"Healthy", "Unhealthy", "Unknown"}
 
 var reasons = []string{ReasonNoMatchingDevice, ReasonAllAllocated, ReasonTainted, ReasonInsufficient, ReasonCounterExhausted, ReasonCapacityExhausted, ReasonSelectorError, ReasonConstraintUnmet,
-	ReasonGangIncomplete, ReasonGangShort, ReasonTopologyShort, ReasonGangUnschedulable}
+	ReasonNodeResources, ReasonGangIncomplete, ReasonGangShort, ReasonTopologyShort, ReasonGangUnschedulable}
 
 // Parse decodes a scenario.yaml strictly and validates it; source names
 // the file in errors. files lists the scenario folder's files, which
@@ -608,6 +626,7 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 	checkTiers(field.NewPath("requires", "sharedTiers"), s.Requires.SharedTiers)
 	checkTiers(field.NewPath("requires", "attachedTiers"), s.Requires.AttachedTiers)
 	checkTiers(field.NewPath("requires", "plainTiers"), s.Requires.PlainTiers)
+	checkTiers(field.NewPath("requires", "overheadTiers"), s.Requires.OverheadTiers)
 	for i, d := range s.Requires.Drivers {
 		if msgs := validation.IsDNS1123Subdomain(d); len(msgs) > 0 || !strings.Contains(d, ".") {
 			errs = append(errs, field.Invalid(field.NewPath("requires", "drivers").Index(i), d, "a driver's name, a DNS subdomain such as nic.dralab.dev"))
@@ -726,6 +745,15 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 				}
 				if e.DriverDevices[d] < 0 {
 					errs = append(errs, field.Invalid(dp, e.DriverDevices[d], "must not be negative"))
+				}
+			}
+			for _, r := range slices.Sorted(maps.Keys(e.NodeAllocatable)) {
+				rp := ep.Child("nodeAllocatable").Key(r)
+				if !slices.Contains(nodeResources, r) {
+					errs = append(errs, field.NotSupported(rp, r, nodeResources))
+				}
+				if q, err := resource.ParseQuantity(e.NodeAllocatable[r]); err != nil || q.Sign() < 0 {
+					errs = append(errs, field.Invalid(rp, e.NodeAllocatable[r], "a quantity, e.g. 8Gi"))
 				}
 			}
 			for t, c := range e.TierCounts {

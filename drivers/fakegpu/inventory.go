@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
@@ -32,6 +33,11 @@ type Inventory struct {
 	// Topology is where the node sits: every GPU and MIG device carries
 	// its rack and NVLink domain as attributes.
 	Topology gpu.Topology
+	// HostMemoryOverhead publishes the profile's host-memory overhead on
+	// every whole GPU as its nodeAllocatableResources (Kubernetes 1.37's
+	// DRANodeAllocatableResources, alpha: an API server without the gate
+	// drops the field, so the lab sets this only where the gate is on).
+	HostMemoryOverhead bool
 }
 
 // Partitioning and sharing modes.
@@ -90,6 +96,9 @@ func (inv *Inventory) Validate() error {
 		}
 	default:
 		return fmt.Errorf("sharing %q: want %s or nothing", inv.Sharing, SharingMemory)
+	}
+	if inv.HostMemoryOverhead && inv.Profile.HostMemoryOverhead.Sign() <= 0 {
+		return fmt.Errorf("host-memory-overhead: GPU profile %s declares no hostMemoryOverhead", inv.Profile.Name)
 	}
 	switch inv.Attach {
 	case "":
@@ -190,6 +199,11 @@ func (inv *Inventory) Devices(context.Context) ([]kit.Device, error) {
 			},
 			Env:        map[string]string{"": name, "PRODUCT": p.ProductName, "UUID": uuid},
 			StatusData: map[string]string{"uuid": uuid, "productName": p.ProductName},
+		}
+		if inv.HostMemoryOverhead {
+			whole.API.NodeAllocatableResources = map[v1.ResourceName]resourceapi.NodeAllocatableResource{
+				v1.ResourceMemory: {Overhead: &resourceapi.NodeAllocatableOverhead{PerPod: ptr.To(p.HostMemoryOverhead.DeepCopy())}},
+			}
 		}
 		switch {
 		case inv.Partitioning == PartitioningMIG:

@@ -18,9 +18,10 @@ func TestEveryProfilePublishesValidNames(t *testing.T) {
 			{Profile: p, Count: 8, Topology: gpu.Topology{Rack: "rack-1", NVLinkDomain: "nvl-1"}},
 			{Profile: p, Count: 2, Sharing: SharingMemory},
 			{Profile: p, Count: 2, Attach: AttachFabric},
+			{Profile: p, Count: 2, HostMemoryOverhead: true},
 		}
 		if p.MIG != nil {
-			invs = append(invs, &Inventory{Profile: p, Count: 2, Partitioning: PartitioningMIG})
+			invs = append(invs, &Inventory{Profile: p, Count: 2, Partitioning: PartitioningMIG, HostMemoryOverhead: true})
 		}
 		for i, inv := range invs {
 			inv.Node = fmt.Sprintf("%s-%d", name, i)

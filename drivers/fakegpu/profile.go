@@ -49,6 +49,12 @@ type Profile struct {
 	// MIG is the model's Multi-Instance GPU geometry; nil for a model
 	// without MIG (the L4).
 	MIG *gpu.MIG `json:"mig,omitempty"`
+	// HostMemoryOverhead is the node memory a pod using one of these GPUs
+	// needs beyond what its containers ask: pinned staging buffers and the
+	// driver's per-process state. Published (Inventory.HostMemoryOverhead)
+	// as the device's node-allocatable overhead per pod, which the
+	// scheduler adds to the pod's memory on the node; 0: none.
+	HostMemoryOverhead resource.Quantity `json:"hostMemoryOverhead,omitempty"`
 }
 
 //go:embed profiles/*.yaml
@@ -149,6 +155,9 @@ func (p *Profile) validate() field.ErrorList {
 	}
 	if p.Memory.Sign() <= 0 {
 		errs = append(errs, field.Invalid(field.NewPath("memory"), p.Memory.String(), "must be positive, e.g. 81559Mi"))
+	}
+	if p.HostMemoryOverhead.Sign() < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("hostMemoryOverhead"), p.HostMemoryOverhead.String(), "must not be negative"))
 	}
 	if p.Multiprocessors < 0 {
 		errs = append(errs, field.Invalid(field.NewPath("multiprocessors"), p.Multiprocessors, "must not be negative"))

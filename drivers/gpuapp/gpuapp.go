@@ -45,6 +45,9 @@ type Options struct {
 	Partitioning string
 	Sharing      string
 	Attach       string
+	// HostMemoryOverhead publishes each fake GPU's host-memory overhead
+	// (its profile's hostMemoryOverhead) as node-allocatable memory per pod.
+	HostMemoryOverhead bool
 	// Rack and NVLinkDomain place the node (gpu.Topology): every GPU
 	// carries them as attributes. RackLabel and NVLinkDomainLabel read
 	// them from the node's labels instead, where it has them.
@@ -102,6 +105,7 @@ Every flag can also be set through the environment variable named in brackets.`,
 	f.StringVar(&o.Partitioning, "partitioning", "", "partition the fake GPUs: "+fakegpu.PartitioningMIG+" publishes each GPU's MIG placements beside it, all drawing from the GPU's counters (profiles with MIG: "+strings.Join(fakegpu.MIGProfileNames(), ", ")+"); empty: whole GPUs only")
 	f.StringVar(&o.Attach, "attach", "", "attach the fake GPUs on demand: "+fakegpu.AttachFabric+" gives each GPU the binding condition "+fakegpu.ConditionAttached+" (failure: "+fakegpu.ConditionAttachFailed+"), so the scheduler binds a pod only once an attach controller has set it in the claim's status; empty: GPUs are in the node")
 	f.StringVar(&o.Sharing, "sharing", "", "share the fake GPUs: "+fakegpu.SharingMemory+" lets several claims share a GPU, each asking for some of its memory; empty: one claim per GPU")
+	f.BoolVar(&o.HostMemoryOverhead, "host-memory-overhead", false, "publish each fake GPU's host-memory overhead (the profile's hostMemoryOverhead) as nodeAllocatableResources memory per pod, which the scheduler adds to the pod's memory on the node (needs the DRANodeAllocatableResources feature gate)")
 	f.StringVar(&o.Rack, "rack", "", "the node's rack: every GPU carries it as the attribute "+gpu.AttrRack+"; empty: unknown")
 	f.StringVar(&o.NVLinkDomain, "nvlink-domain", "", "the node's NVLink domain: every GPU carries it as the attribute "+gpu.AttrNVLinkDomain+"; empty: unknown")
 	f.StringVar(&o.RackLabel, "rack-label", "", "read the rack from this label of the node (e.g. "+gpu.NodeRackLabel+"), when it has it")
@@ -303,10 +307,10 @@ func fakeInventory(o Options) (kit.Inventory, error) {
 	if o.GPUs < 1 {
 		return nil, fmt.Errorf("--gpus %d: a fake inventory needs at least one GPU", o.GPUs)
 	}
-	if (o.Partitioning != "" || o.Sharing != "" || o.Attach != "") && o.Mode == ModeDevicePlugin {
-		return nil, fmt.Errorf("--mode %s counts whole GPUs: --partitioning, --sharing and --attach need --mode %s", ModeDevicePlugin, ModeDRA)
+	if (o.Partitioning != "" || o.Sharing != "" || o.Attach != "" || o.HostMemoryOverhead) && o.Mode == ModeDevicePlugin {
+		return nil, fmt.Errorf("--mode %s counts whole GPUs: --partitioning, --sharing, --attach and --host-memory-overhead need --mode %s", ModeDevicePlugin, ModeDRA)
 	}
-	inv := &fakegpu.Inventory{Node: o.NodeName, Profile: p, Count: o.GPUs, Partitioning: o.Partitioning, Sharing: o.Sharing, Attach: o.Attach, Topology: o.topology()}
+	inv := &fakegpu.Inventory{Node: o.NodeName, Profile: p, Count: o.GPUs, Partitioning: o.Partitioning, Sharing: o.Sharing, Attach: o.Attach, Topology: o.topology(), HostMemoryOverhead: o.HostMemoryOverhead}
 	if err := inv.Validate(); err != nil {
 		// The inventory says "partitioning …": the flag's name.
 		return nil, fmt.Errorf("--%w", err)

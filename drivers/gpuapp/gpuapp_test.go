@@ -3,6 +3,8 @@ package gpuapp
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -31,7 +33,10 @@ func TestPartitioningAndSharingFlags(t *testing.T) {
 	}{
 		{func(o *Options) { o.Profile = "l4-24gb" }, `--partitioning "mig": GPU profile l4-24gb has no MIG geometry`},
 		{func(o *Options) { o.Sharing = "memory" }, `--sharing "memory": a GPU is partitioned or shared, not both`},
-		{func(o *Options) { o.Mode = ModeDevicePlugin }, "--partitioning, --sharing and --attach need --mode dra"},
+		{func(o *Options) { o.Mode = ModeDevicePlugin }, "--partitioning, --sharing, --attach and --host-memory-overhead need --mode dra"},
+		{func(o *Options) {
+			o.Partitioning, o.HostMemoryOverhead, o.ProfileFile, o.Profile = "", true, writeProfile(t, "hostMemoryOverhead: 2Gi", ""), ""
+		}, "--host-memory-overhead: GPU profile l4-24gb declares no hostMemoryOverhead"},
 		{func(o *Options) { o.Partitioning, o.Sharing = "", "mps" }, `--sharing "mps": want memory`},
 	} {
 		bad := o
@@ -40,6 +45,23 @@ func TestPartitioningAndSharingFlags(t *testing.T) {
 			t.Errorf("%+v: %v, want an error containing %q", bad, err, c.want)
 		}
 	}
+}
+
+// writeProfile writes the built-in L4 profile with old replaced by new.
+func writeProfile(t *testing.T, old, new string) string {
+	t.Helper()
+	data, err := os.ReadFile("../fakegpu/profiles/l4-24gb.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), old) {
+		t.Fatalf("l4-24gb.yaml lacks %q", old)
+	}
+	file := filepath.Join(t.TempDir(), "l4.yaml")
+	if err := os.WriteFile(file, []byte(strings.Replace(string(data), old, new, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
 }
 
 // The topology comes from flags, or from the node's labels where the

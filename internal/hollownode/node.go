@@ -20,6 +20,7 @@ import (
 	"os"
 	"time"
 
+	cadvisorapi "github.com/google/cadvisor/lib/model"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -54,6 +55,25 @@ type Options struct {
 	Burst int
 	// FeatureGates are the lab's, as the control plane has them.
 	FeatureGates map[string]bool
+	// Memory is the node's memory in bytes, its capacity and allocatable;
+	// 0: kubemark's 3840Mi.
+	Memory int64
+}
+
+// machine is kubemark's fake cAdvisor with the node's memory.
+type machine struct {
+	*cadvisortest.Fake
+	memory int64
+}
+
+// MachineInfo reports the node's memory in place of kubemark's.
+func (m machine) MachineInfo(logger klog.Logger) (*cadvisorapi.MachineInfo, error) {
+	info, err := m.Fake.MachineInfo(logger)
+	if err != nil || m.memory == 0 {
+		return info, err
+	}
+	info.MemoryCapacity = uint64(m.memory)
+	return info, nil
 }
 
 // Run runs the node until ctx ends or the kubelet fails.
@@ -131,7 +151,7 @@ func Run(ctx context.Context, o Options) error {
 	containerManager := newDRAContainerManager(cm.NewStubContainerManager(), draManager, devicePlugins)
 
 	hk := kubemark.NewHollowKubelet(flags, config, client, heartbeatClient,
-		&cadvisortest.Fake{NodeName: o.Name}, imageService, runtimeService, containerManager)
+		machine{Fake: &cadvisortest.Fake{NodeName: o.Name}, memory: o.Memory}, imageService, runtimeService, containerManager)
 	recorder, stopRecorder := warningRecorder(ctx, client, o.Name)
 	defer stopRecorder()
 	hk.KubeletDeps.Recorder = recorder

@@ -32,6 +32,9 @@ func nodeArgs(dir labstate.Dir, n config.Node, caCert, gates string, verbosity i
 	if gates != "" {
 		args = append(args, "--feature-gates="+gates)
 	}
+	if m := n.MemoryBytes(); m > 0 {
+		args = append(args, "--memory="+strconv.FormatInt(m, 10))
+	}
 	for k, v := range nodeLabels(n) {
 		args = append(args, "--label="+k+"="+v)
 	}
@@ -40,7 +43,10 @@ func nodeArgs(dir labstate.Dir, n config.Node, caCert, gates string, verbosity i
 
 // driverArgs runs the GPU driver of a node, with its ServiceAccount token
 // bound to the node (driveraccess.go): what its chart grants a DaemonSet.
-func driverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
+//
+// hostMemoryOverhead (the lab's DRANodeAllocatableResources gate) has fake
+// GPUs served through DRA publish their profile's host-memory overhead.
+func driverArgs(dir labstate.Dir, n config.Node, hostMemoryOverhead bool, verbosity int) []string {
 	nd := dir.Node(n.Name)
 	inventory := []string{"--inventory=fake", "--profile=" + n.GPUs.Profile, "--gpus=" + strconv.Itoa(n.GPUs.Count)}
 	if p := n.GPUs.Partitioning; p != "" {
@@ -51,6 +57,9 @@ func driverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
 	}
 	if a := n.GPUs.Attach; a != "" {
 		inventory = append(inventory, "--attach="+a)
+	}
+	if hostMemoryOverhead && n.GPUs.Mode != config.GPUModeDevicePlugin {
+		inventory = append(inventory, "--host-memory-overhead")
 	}
 	if n.GPUs.NVML != "" {
 		inventory = []string{"--inventory=nvml", "--nvml=" + nvml.SourceOf(n.GPUs.NVML)}
@@ -121,8 +130,8 @@ func nicDriver(dir labstate.Dir, n config.Node, verbosity int) (*process, error)
 	return withMetrics(labstate.RoleNICDriver, n, dir.Node(n.Name).NICDriverMetrics(), func() []string { return nicDriverArgs(dir, n, verbosity) })
 }
 
-func gpuDriver(dir labstate.Dir, n config.Node, verbosity int) (*process, error) {
-	return withMetrics(labstate.RoleDriver, n, dir.Node(n.Name).DriverMetrics(), func() []string { return driverArgs(dir, n, verbosity) })
+func gpuDriver(dir labstate.Dir, n config.Node, hostMemoryOverhead bool, verbosity int) (*process, error) {
+	return withMetrics(labstate.RoleDriver, n, dir.Node(n.Name).DriverMetrics(), func() []string { return driverArgs(dir, n, hostMemoryOverhead, verbosity) })
 }
 
 func withMetrics(role string, n config.Node, file string, driverArgs func() []string) (*process, error) {

@@ -22,3 +22,37 @@ func TestRealNodesAttachNICInterfaces(t *testing.T) {
 		t.Errorf("a hollow node's NIC driver runs with %v: --attach-interfaces", hollow)
 	}
 }
+
+// Fake GPUs served through DRA publish their host-memory overhead where the
+// lab's gate is on; counted GPUs and NVML's never do. A hollow node's
+// memory reaches its kubelet in bytes.
+func TestHostMemoryArgs(t *testing.T) {
+	dir := labstate.Dir(t.TempDir())
+	dra := config.Node{Name: "a", GPUs: &config.GPUs{Profile: "h100-80gb", Count: 2, Mode: config.GPUModeDRA}}
+	counted := config.Node{Name: "b", GPUs: &config.GPUs{Profile: "h100-80gb", Count: 2, Mode: config.GPUModeDevicePlugin}}
+	nvmlNode := config.Node{Name: "c", GPUs: &config.GPUs{NVML: config.NVMLMockPrefix + "dgxa100", Mode: config.GPUModeDRA}}
+	for _, c := range []struct {
+		n        config.Node
+		gate     bool
+		overhead bool
+	}{{dra, true, true}, {dra, false, false}, {counted, true, false}, {nvmlNode, true, false}} {
+		args := driverArgs(dir, c.n, c.gate, 0)
+		if got := slices.Contains(args, "--host-memory-overhead"); got != c.overhead {
+			t.Errorf("node %s, gate %v: driver args %v, --host-memory-overhead %v, want %v", c.n.Name, c.gate, args, got, c.overhead)
+		}
+	}
+	args, err := nodeArgs(dir, config.Node{Name: "m", Memory: "64Gi"}, "ca.crt", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(args, "--memory=68719476736") {
+		t.Errorf("node args %v lack --memory=68719476736", args)
+	}
+	args, err = nodeArgs(dir, config.Node{Name: "d"}, "ca.crt", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(args, func(a string) bool { return len(a) > 8 && a[:9] == "--memory=" }) {
+		t.Errorf("a node without memory runs with %v", args)
+	}
+}

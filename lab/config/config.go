@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -241,7 +242,27 @@ type Node struct {
 	// NICs are the network adapters the node's NIC driver (nic.dralab.dev)
 	// publishes: NIC i under the PCIe root of GPU i (docs/gpu-nic.md).
 	NICs *NICs `json:"nics,omitempty"`
+	// Memory is a hollow node's memory, e.g. 64Gi: what its kubelet
+	// reports as capacity (less nothing reserved, as allocatable). Unset,
+	// a hollow node has kubemark's 3840Mi. A real node reports its host's.
+	Memory string `json:"memory,omitempty"`
 }
+
+// MemoryBytes is a hollow node's memory in bytes; 0 where memory is unset
+// (or invalid, which Validate refuses).
+func (n *Node) MemoryBytes() int64 {
+	q, err := resource.ParseQuantity(n.Memory)
+	if err != nil {
+		return 0
+	}
+	return q.Value()
+}
+
+// MinNodeMemory and MaxNodeMemory bound a hollow node's memory.
+var (
+	MinNodeMemory = resource.MustParse("1Gi")
+	MaxNodeMemory = resource.MustParse("64Ti")
+)
 
 // NICs say what network adapters a node carries: Count fake NICs of a
 // Profile, e.g. {profile: cx7-400g, count: 8}.
@@ -567,6 +588,19 @@ func (c *Config) validate() field.ErrorList {
 		}
 		if n.Topology != nil {
 			errs = append(errs, n.Topology.validate(p.Child("topology"), n.Labels)...)
+		}
+		if n.Memory != "" {
+			m, err := resource.ParseQuantity(n.Memory)
+			switch {
+			case err != nil:
+				errs = append(errs, field.Invalid(p.Child("memory"), n.Memory, "want a quantity such as 64Gi"))
+			case c.Backend == BackendKind:
+				errs = append(errs, field.Forbidden(p.Child("memory"), "a kind node has its container's memory: memory sets a hollow node's"))
+			case n.Kind == NodeReal:
+				errs = append(errs, field.Forbidden(p.Child("memory"), "a real node reports its host's memory: memory sets a hollow node's"))
+			case m.Cmp(MinNodeMemory) < 0 || m.Cmp(MaxNodeMemory) > 0:
+				errs = append(errs, field.Invalid(p.Child("memory"), n.Memory, fmt.Sprintf("must be between %s and %s", MinNodeMemory.String(), MaxNodeMemory.String())))
+			}
 		}
 		if n.GPUs != nil && c.Backend == BackendKind && (n.GPUs.Partitioning != "" || n.GPUs.Sharing != "") {
 			errs = append(errs, field.Forbidden(p.Child("gpus"), "partitioning and sharing run on the embedded backend only, so far: the kind backend's chart does not pass them to the driver"))

@@ -144,6 +144,10 @@ const (
 	// GateDerivedAttributes lets a request compute attributes for its
 	// constraints (derivedAttributes).
 	GateDerivedAttributes = "DRADerivedAttributes"
+	// GateNodeAllocatableResources lets devices account node resources
+	// (nodeAllocatableResources): the fake GPUs' host-memory overhead,
+	// which the scheduler adds to a pod's memory on the node.
+	GateNodeAllocatableResources = "DRANodeAllocatableResources"
 )
 
 // EnableGroupClaims switches on, beside the configuration's own gates, the

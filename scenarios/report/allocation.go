@@ -87,6 +87,9 @@ type Row struct {
 	ExtendedResourceClaim bool
 	// Unschedulable: the scheduler tried the pod and found no place.
 	Unschedulable bool
+	// NodeAllocatable is what the scheduler accounted for the pod's node
+	// resources through its devices (DRAResources): a GPU's host memory.
+	NodeAllocatable v1.ResourceList
 	// ReasonCode and Reason say why a pod waits, when it does.
 	ReasonCode string
 	Reason     string
@@ -112,6 +115,9 @@ type Snapshot struct {
 	Classes    map[string]*resourceapi.DeviceClass
 	TaintRules []resourceapi.DeviceTaintRule
 	Nodes      map[string]*v1.Node
+	// Bound are every namespace's pods bound to a node: what the node's
+	// resources are held by.
+	Bound []v1.Pod
 	// PodGroups are the namespace's, by namespace/name; none where the
 	// API server does not serve them.
 	PodGroups map[string]*schedulingv1beta1.PodGroup
@@ -153,6 +159,13 @@ func Read(ctx context.Context, client kubernetes.Interface, namespace string) (*
 		ruleItems = rules.Items
 	}
 	snap := NewSnapshot(namespace, pods.Items, claims.Items, slices.Items, classes.Items, ruleItems, nodes.Items)
+	if namespace != metav1.NamespaceAll {
+		bound, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName!="})
+		if err != nil {
+			return nil, fmt.Errorf("listing bound pods: %w", err)
+		}
+		snap.Bound = bound.Items
+	}
 	if err := snap.ReadPodGroups(ctx, client, namespace); err != nil {
 		return nil, err
 	}
@@ -204,6 +217,13 @@ func NewSnapshot(namespace string, pods []v1.Pod, claims []resourceapi.ResourceC
 	for i := range nodes {
 		s.Nodes[nodes[i].Name] = &nodes[i]
 	}
+	if namespace == metav1.NamespaceAll {
+		for i := range pods {
+			if pods[i].Spec.NodeName != "" {
+				s.Bound = append(s.Bound, pods[i])
+			}
+		}
+	}
 	sort.Slice(s.Pods, func(i, j int) bool {
 		a, b := s.Pods[i].CreationTimestamp, s.Pods[j].CreationTimestamp
 		if !a.Equal(&b) {
@@ -230,7 +250,7 @@ func (s *Snapshot) Rows(ctx context.Context) ([]Row, error) {
 	var rows []Row
 	for i := range s.Pods {
 		pod := &s.Pods[i]
-		base := Row{Namespace: pod.Namespace, Pod: pod.Name, Phase: pod.Status.Phase, Node: pod.Spec.NodeName, Unschedulable: Unschedulable(pod)}
+		base := Row{Namespace: pod.Namespace, Pod: pod.Name, Phase: pod.Status.Phase, Node: pod.Spec.NodeName, Unschedulable: Unschedulable(pod), NodeAllocatable: DRAResources(pod)}
 		if node := s.Nodes[pod.Spec.NodeName]; node != nil {
 			base.NodeTier = NodeTier(node)
 		}

@@ -113,6 +113,9 @@ func (s *Snapshot) whyPod(ctx context.Context, pod *v1.Pod) (string, string, err
 			return code, msg, err
 		}
 	}
+	if code, msg, err := s.whyNodeResources(ctx, pod, message, holders); err != nil || code != "" {
+		return code, msg, err
+	}
 	return "", message, nil
 }
 

@@ -1,0 +1,211 @@
+package report
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/utils/ptr"
+)
+
+// NodeResources: the pod's devices fit, but not the node's memory or CPUs
+// once the devices' node-allocatable resources (a GPU's host memory per
+// pod, a CPU driver's cores) are added to what the pod's containers ask.
+const NodeResources = "NodeResources"
+
+// accounted are the node resources the scheduler accounts through devices
+// (Kubernetes 1.37's DRANodeAllocatableResources), in the words a reader
+// knows them by.
+var accounted = []struct {
+	name  v1.ResourceName
+	words string
+}{{v1.ResourceMemory, "host memory"}, {v1.ResourceCPU, "CPUs"}}
+
+// DRAResources is what the scheduler accounted for a bound pod through its
+// claims' devices (status.nodeAllocatableResourceClaimStatuses): mapped
+// resources and overheads, per resource.
+func DRAResources(pod *v1.Pod) v1.ResourceList {
+	with := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{UseDRANodeAllocatableResourceClaimStatus: true})
+	without := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	out := v1.ResourceList{}
+	for name, q := range with {
+		q.Sub(without[name])
+		if q.Sign() != 0 {
+			out[name] = q
+		}
+	}
+	return out
+}
+
+// whyNodeResources explains a pod the scheduler found short of memory or
+// CPUs on every node whose devices its claims match, where those devices
+// add node resources: per node, what is allocatable, what bound pods hold
+// (their devices' part included) and what this pod would need.
+func (s *Snapshot) whyNodeResources(ctx context.Context, pod *v1.Pod, message string, holders map[string]string) (string, string, error) {
+	short := func(r v1.ResourceName) bool { return strings.Contains(message, "Insufficient "+string(r)) }
+	if !short(v1.ResourceMemory) && !short(v1.ResourceCPU) {
+		return "", "", nil
+	}
+	// Per node, what the pod's unallocated requests would add at least
+	// (the free device that adds least, per request), and through which
+	// device.
+	add := map[string]v1.ResourceList{}
+	via := map[string][]string{}
+	for _, ref := range podClaims(pod) {
+		claim := s.Claims[claimKey(pod.Namespace, ref.name)]
+		if claim == nil || claim.Status.Allocation != nil {
+			continue
+		}
+		for _, req := range claim.Spec.Devices.Requests {
+			least := map[string]deviceRef{}
+			for _, alt := range alternatives(req) {
+				devs, err := s.matching(ctx, alt)
+				if err != nil {
+					return "", "", err
+				}
+				for _, d := range devs {
+					if _, held := holders[d.driver+"/"+d.String()]; held && !ptr.Deref(d.dev.AllowMultipleAllocations, false) {
+						continue
+					}
+					node := s.poolNode(d.driver, d.pool)
+					if node == "" {
+						continue
+					}
+					if cur, ok := least[node]; !ok || lessAdded(d.dev, cur.dev) {
+						least[node] = d
+					}
+				}
+			}
+			for node, d := range least {
+				n := int64(1)
+				if req.Exactly != nil && req.Exactly.Count > 0 {
+					n = req.Exactly.Count
+				}
+				for _, a := range accounted {
+					if q, ok := devicePerPod(d.dev, a.name); ok {
+						q.Mul(n)
+						if add[node] == nil {
+							add[node] = v1.ResourceList{}
+						}
+						sum := add[node][a.name]
+						sum.Add(q)
+						add[node][a.name] = sum
+						via[node] = append(via[node], fmt.Sprintf("%s %s of %s for request %s", q.String(), a.words, d, req.Name))
+					}
+				}
+			}
+		}
+	}
+	own := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	var why []string
+	for _, node := range slices.Sorted(maps.Keys(add)) {
+		n := s.Nodes[node]
+		if n == nil {
+			continue
+		}
+		held, heldDRA := s.nodeHeld(node)
+		for _, a := range accounted {
+			extra, ok := add[node][a.name]
+			if !ok || !short(a.name) {
+				continue
+			}
+			alloc := n.Status.Allocatable[a.name]
+			need := own[a.name].DeepCopy()
+			need.Add(extra)
+			free := alloc.DeepCopy()
+			free.Sub(held[a.name])
+			if need.Cmp(free) <= 0 {
+				continue
+			}
+			ownQ, over := own[a.name], minus(need, free)
+			heldQ, heldDRAQ := held[a.name], heldDRA[a.name]
+			why = append(why, fmt.Sprintf("node %s has %s of %s allocatable and its pods hold %s (%s of it through their devices); this pod asks %s for its containers and %s (the devices' nodeAllocatableResources): %s, %s more than is free",
+				node, alloc.String(), a.words, heldQ.String(), heldDRAQ.String(), ownQ.String(), strings.Join(via[node], ", "), need.String(), over.String()))
+		}
+	}
+	if len(why) == 0 {
+		return "", "", nil
+	}
+	return NodeResources, "its devices fit, but not the node's resources with what the devices add: " + strings.Join(why, "; "), nil
+}
+
+// nodeHeld sums the requests of the pods bound to a node that have not
+// ended, and the part of them accounted through their devices.
+func (s *Snapshot) nodeHeld(node string) (v1.ResourceList, v1.ResourceList) {
+	held, dra := v1.ResourceList{}, v1.ResourceList{}
+	for i := range s.Bound {
+		p := &s.Bound[i]
+		if p.Spec.NodeName != node || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+			continue
+		}
+		for name, q := range resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{UseDRANodeAllocatableResourceClaimStatus: true}) {
+			sum := held[name]
+			sum.Add(q)
+			held[name] = sum
+		}
+		for name, q := range DRAResources(p) {
+			sum := dra[name]
+			sum.Add(q)
+			dra[name] = sum
+		}
+	}
+	return held, dra
+}
+
+// devicePerPod is what one pod's claim for a device adds of a node
+// resource: its overhead per pod (and per container, counted once) and
+// its mapping per device; false if it adds none.
+func devicePerPod(d *resourceapi.Device, name v1.ResourceName) (resource.Quantity, bool) {
+	r, ok := d.NodeAllocatableResources[name]
+	if !ok {
+		return resource.Quantity{}, false
+	}
+	var q resource.Quantity
+	if o := r.Overhead; o != nil {
+		if o.PerPod != nil {
+			q.Add(*o.PerPod)
+		}
+		if o.PerContainer != nil {
+			q.Add(*o.PerContainer)
+		}
+	}
+	if m := r.Mapping; m != nil && m.DeviceMultiplier != nil {
+		q.Add(*m.DeviceMultiplier)
+	}
+	return q, q.Sign() > 0
+}
+
+// lessAdded orders devices by the memory they add, then the CPUs.
+func lessAdded(a, b *resourceapi.Device) bool {
+	for _, r := range accounted {
+		qa, _ := devicePerPod(a, r.name)
+		qb, _ := devicePerPod(b, r.name)
+		if c := qa.Cmp(qb); c != 0 {
+			return c < 0
+		}
+	}
+	return false
+}
+
+// poolNode is the node of a driver's pool, "" for a pool not bound to one.
+func (s *Snapshot) poolNode(driver, pool string) string {
+	for i := range s.Slices {
+		sl := &s.Slices[i]
+		if sl.Spec.Driver == driver && sl.Spec.Pool.Name == pool && sl.Spec.NodeName != nil {
+			return *sl.Spec.NodeName
+		}
+	}
+	return ""
+}
+
+func minus(a, b resource.Quantity) resource.Quantity {
+	out := a.DeepCopy()
+	out.Sub(b)
+	return out
+}

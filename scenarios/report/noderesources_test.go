@@ -1,0 +1,84 @@
+package report
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+func withOverhead(name, perPod string) resourceapi.Device {
+	return resourceapi.Device{Name: name, NodeAllocatableResources: map[v1.ResourceName]resourceapi.NodeAllocatableResource{
+		v1.ResourceMemory: {Overhead: &resourceapi.NodeAllocatableOverhead{PerPod: ptr.To(resource.MustParse(perPod))}},
+	}}
+}
+
+func memoryPod(name, memory, claim, node string) v1.Pod {
+	return v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+		Spec: v1.PodSpec{NodeName: node,
+			Containers: []v1.Container{{Name: "main", Resources: v1.ResourceRequirements{
+				Requests: v1.ResourceList{v1.ResourceMemory: resource.MustParse(memory)},
+				Claims:   []v1.ResourceClaim{{Name: "gpu"}},
+			}}},
+			ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(claim)}},
+		},
+	}
+}
+
+// A pod whose GPU is free and whose memory fits alone, but not with the
+// GPU's host memory: NodeResources, naming the node's figures, the free
+// GPU whose overhead counts (not the held one) and how much is missing.
+func TestWhyNodeResources(t *testing.T) {
+	ctx := context.Background()
+	trainerClaim := claimOn("trainer-gpu", "gpu-0", nil)
+	workerClaim := resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "worker-gpu"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "any", Count: 1}}}}}}
+	s := snapshot([]resourceapi.Device{withOverhead("gpu-0", "8Gi"), withOverhead("gpu-1", "8Gi")}, trainerClaim, workerClaim)
+	for i := range s.Slices {
+		s.Slices[i].Spec.NodeName = ptr.To("n")
+	}
+	s.Claims = map[string]*resourceapi.ResourceClaim{"ns/trainer-gpu": &s.AllClaims[0], "ns/worker-gpu": &s.AllClaims[1]}
+	s.Nodes = map[string]*v1.Node{"n": {ObjectMeta: metav1.ObjectMeta{Name: "n"}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Gi")}}}}
+	trainer := memoryPod("trainer", "40Gi", "trainer-gpu", "n")
+	trainer.Status.Phase = v1.PodRunning
+	trainer.Status.NodeAllocatableResourceClaimStatuses = []v1.NodeAllocatableResourceClaimStatus{{ResourceClaimName: "trainer-gpu", Containers: []string{"main"},
+		Overhead: []v1.NodeAllocatableOverheadResources{{Name: v1.ResourceMemory, PerPod: ptr.To(resource.MustParse("8Gi"))}}}}
+	s.Bound = []v1.Pod{trainer}
+	worker := memoryPod("worker", "12Gi", "worker-gpu", "")
+	holders := s.AllocatedDevices()
+
+	if got := DRAResources(&trainer); len(got) != 1 || got.Memory().Cmp(resource.MustParse("8Gi")) != 0 {
+		t.Errorf("DRAResources(trainer) = %v, want memory 8Gi", got)
+	}
+	code, msg, err := s.whyNodeResources(ctx, &worker, "0/1 nodes are available: 1 Insufficient memory.", holders)
+	if err != nil || code != NodeResources {
+		t.Fatalf("got %q %q %v, want NodeResources", code, msg, err)
+	}
+	for _, want := range []string{"node n has 64Gi of host memory allocatable", "its pods hold 48Gi (8Gi of it through their devices)", "asks 12Gi for its containers", "8Gi host memory of n/gpu-1", "20Gi, 4Gi more than is free"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q lacks %q", msg, want)
+		}
+	}
+
+	// With 12Gi more on the node the worker fits: no reason of this kind.
+	s.Nodes["n"].Status.Allocatable[v1.ResourceMemory] = resource.MustParse("76Gi")
+	if code, msg, _ := s.whyNodeResources(ctx, &worker, "0/1 nodes are available: 1 Insufficient memory.", holders); code != "" {
+		t.Errorf("on a 76Gi node: %q %q, want no reason", code, msg)
+	}
+	s.Nodes["n"].Status.Allocatable[v1.ResourceMemory] = resource.MustParse("64Gi")
+	// The scheduler said nothing of memory: not ours to explain.
+	if code, _, _ := s.whyNodeResources(ctx, &worker, "0/1 nodes are available: 1 cannot allocate all claims.", holders); code != "" {
+		t.Errorf("without Insufficient memory: %q, want no reason", code)
+	}
+	// Devices that add nothing: the pod is short of memory on its own.
+	s.Slices[1].Spec.Devices = []resourceapi.Device{{Name: "gpu-0"}, {Name: "gpu-1"}}
+	if code, _, _ := s.whyNodeResources(ctx, &worker, "0/1 nodes are available: 1 Insufficient memory.", holders); code != "" {
+		t.Errorf("devices without nodeAllocatableResources: %q, want no reason", code)
+	}
+}
