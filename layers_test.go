@@ -132,6 +132,19 @@ func TestLayers(t *testing.T) {
 			t.Errorf("%s imports %s (through go list -deps): the NIC driver builds on the kit and drivers/pcilayout only", pkg, d)
 		}
 	}
+	// The CPU driver is a third driver on the kit, and on nothing else of
+	// dralab's.
+	for pkg, deps := range goListDeps(t, ".", mod+"drivers/fakecpu", mod+"drivers/cpuapp") {
+		for _, d := range deps {
+			if !strings.HasPrefix(d, mod) || d == pkg || strings.HasPrefix(d, mod+"drivers/kit") {
+				continue
+			}
+			if pkg == mod+"drivers/cpuapp" && d == mod+"drivers/fakecpu" {
+				continue
+			}
+			t.Errorf("%s imports %s (through go list -deps): the CPU driver builds on the kit only", pkg, d)
+		}
+	}
 	for pkg, deps := range goListDeps(t, "drivers/conformance", "./...") {
 		for _, d := range deps {
 			if strings.HasPrefix(d, mod) && !strings.HasPrefix(d, mod+"drivers/conformance") {

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/dynamic-resource-allocation/api/metadata"
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/nicapp"
@@ -112,6 +113,31 @@ func TestRealNode(t *testing.T) {
 		runClaimPod(ctx, t, client, "watched", "h100.gpu.dralab.dev", "echo ready; sleep 100000", "ready", func(claim *resourceapi.ResourceClaim) {
 			checkPodResources(ctx, t, l, "real-h100", "watched", "main", claim)
 		})
+	})
+
+	t.Run("a real container reads its device metadata", func(t *testing.T) {
+		script := `for f in $(find ` + metadata.ContainerDir + ` -name '*.json'); do echo "$f=$(tr -d '\n' < $f)"; done; echo printed; sleep 100000`
+		logs, claim := runClaimPod(ctx, t, client, "meta", "h100.gpu.dralab.dev", script, "printed", nil)
+		snap, err := report.Read(ctx, client, "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		found, err := snap.ParseMetadata(logs)
+		if err != nil {
+			t.Fatalf("%v; the container's log:\n%s", err, logs)
+		}
+		results := claim.Status.Allocation.Devices.Results
+		if len(found) != 1 || len(results) != 1 {
+			t.Fatalf("metadata names %+v, the claim has %+v; the container's log:\n%s", found, results, logs)
+		}
+		r, m := results[0], found[0]
+		if m.Driver != r.Driver || m.Pool != r.Pool || m.Device != r.Device || m.Request != r.Request || !m.SameAsSlice {
+			t.Errorf("metadata %+v, want %s/%s/%s of request %s with its slice's attributes", m, r.Driver, r.Pool, r.Device, r.Request)
+		}
+		if want := metadata.ResourceClaimTemplateFilePath(r.Driver, "dev", r.Request); m.Path != want {
+			t.Errorf("the file is at %s, want %s", m.Path, want)
+		}
+		t.Logf("the container read %s: %s/%s/%s, %d attributes", m.Path, m.Driver, m.Pool, m.Device, m.Attributes)
 	})
 
 	// gpu-failure: the real kubelet shows a failed GPU in the pod's status,

@@ -33,6 +33,8 @@ type Inventory struct {
 	// Attached counts the free GPUs among Devices that publish binding
 	// conditions (fabric-attached GPUs).
 	Attached map[string]int
+	// NodeLabels are the labels of the cluster's nodes, as key=value.
+	NodeLabels map[string]bool
 	// Overhead counts the free DRA GPUs per tier that add node resources
 	// to a pod (nodeAllocatableResources).
 	Overhead map[string]int
@@ -299,6 +301,9 @@ func Describe(e Expectation, inv Inventory) string {
 		sort.Strings(kv)
 		add("status data", strings.Join(kv, ", "))
 	}
+	if e.DeviceMetadata {
+		what = append(what, "device metadata naming its devices")
+	}
 	for _, r := range slices.Sorted(maps.Keys(e.NodeAllocatable)) {
 		what = append(what, fmt.Sprintf("%s %s through its devices", e.NodeAllocatable[r], r))
 	}
@@ -447,6 +452,9 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 	if e.NodeTier != "" && o.Rows[0].NodeTier != e.NodeTier {
 		mismatch("tier of the node's GPUs", e.NodeTier, orNone(o.Rows[0].NodeTier), "node "+orNone(o.Rows[0].Node))
 	}
+	if e.DeviceMetadata {
+		checkMetadata(o.Rows[0].Metadata, devs, mismatch)
+	}
 	if len(e.NodeAllocatable) > 0 {
 		got := o.Rows[0].NodeAllocatable
 		same := len(got) == len(e.NodeAllocatable)
@@ -544,4 +552,36 @@ func resourceList(l v1.ResourceList) map[string]string {
 		out[string(r)] = q.String()
 	}
 	return out
+}
+
+// checkMetadata: the device metadata files a pod's container found name
+// exactly its allocated devices, each under its request (a prioritized
+// list's subrequest counts as its request), with its slice's attributes.
+func checkMetadata(found []report.MetadataDevice, devs []report.Row, mismatch func(what string, want, got any, where string)) {
+	if len(devs) == 0 {
+		mismatch("device metadata", "allocated devices to compare with", "none", "")
+		return
+	}
+	byRef := map[string]report.MetadataDevice{}
+	var refs []string
+	for _, m := range found {
+		byRef[m.Ref()] = m
+		refs = append(refs, m.Request+": "+m.Ref())
+	}
+	for _, d := range devs {
+		ref := d.DeviceRef()
+		m, ok := byRef[ref]
+		switch {
+		case !ok:
+			mismatch("device metadata", "a file naming "+ref, orNone(strings.Join(refs, ", ")), "request "+d.Request)
+		case m.Request != d.Request && m.Request != d.Request+"/"+d.Subrequest:
+			mismatch("device metadata of "+ref, "request "+d.Request, "request "+m.Request, m.Path)
+		case !m.SameAsSlice:
+			mismatch("device metadata of "+ref, "the attributes its ResourceSlice publishes", fmt.Sprintf("%d attributes, not those", m.Attributes), m.Path)
+		}
+		delete(byRef, ref)
+	}
+	for _, m := range byRef {
+		mismatch("device metadata", "only the pod's devices", m.Ref()+" too", m.Path)
+	}
 }

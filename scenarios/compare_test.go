@@ -285,3 +285,39 @@ func TestCheckNodeAllocatable(t *testing.T) {
 		}
 	}
 }
+
+// Device metadata must name exactly the pod's devices, each under its
+// request (a subrequest as request/subrequest), with its slice's
+// attributes.
+func TestCheckDeviceMetadata(t *testing.T) {
+	meta := func(request, device string, same bool) report.MetadataDevice {
+		return report.MetadataDevice{Path: "/var/run/kubernetes.io/dra-device-attributes/x", Request: request, Driver: "gpu.dralab.dev", Pool: "n", Device: device, Attributes: 3, SameAsSlice: same}
+	}
+	row := func(sub string, m ...report.MetadataDevice) []report.Row {
+		r := running("p", sub, "h100", "gpu-0")
+		r.Metadata = m
+		return []report.Row{r}
+	}
+	e := []Expectation{{Pods: "p", DeviceMetadata: true}}
+	if f := Check(e, Outcomes(row("", meta("gpu", "gpu-0", true))), Inventory{}); len(f) > 0 {
+		t.Errorf("the pod's device: %v", f)
+	}
+	if f := Check(e, Outcomes(row("h100", meta("gpu/h100", "gpu-0", true))), Inventory{}); len(f) > 0 {
+		t.Errorf("a subrequest's device: %v", f)
+	}
+	for name, c := range map[string]struct {
+		rows []report.Row
+		want string
+	}{
+		"no file":          {row(""), "a file naming gpu.dralab.dev/n/gpu-0"},
+		"another device":   {row("", meta("gpu", "gpu-1", true)), "a file naming gpu.dralab.dev/n/gpu-0"},
+		"another request":  {row("", meta("other", "gpu-0", true)), "request gpu"},
+		"other attributes": {row("", meta("gpu", "gpu-0", false)), "the attributes its ResourceSlice publishes"},
+		"one device too":   {row("", meta("gpu", "gpu-0", true), meta("gpu", "gpu-1", true)), "only the pod's devices"},
+	} {
+		f := Check(e, Outcomes(c.rows), Inventory{})
+		if len(f) == 0 || !strings.Contains(strings.Join(f, "\n"), c.want) {
+			t.Errorf("%s: failures %v, want one containing %q", name, f, c.want)
+		}
+	}
+}

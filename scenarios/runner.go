@@ -186,7 +186,7 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 	if err != nil {
 		return Inventory{}, err
 	}
-	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, CountedNodes: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Overhead: map[string]int{}, Plain: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]report.FreeShare{}, Groups: map[string]map[string]map[string]int{}, Published: map[string]map[string]int{}, Drivers: map[string]int{}}
+	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, CountedNodes: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Overhead: map[string]int{}, NodeLabels: map[string]bool{}, Plain: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]report.FreeShare{}, Groups: map[string]map[string]map[string]int{}, Published: map[string]map[string]int{}, Drivers: map[string]int{}}
 	shares := map[string]report.FreeShare{}
 	for _, f := range snap.FreeShares(gpu.CapacityMemory) {
 		shares[f.Driver+"/"+f.Pool+"/"+f.Device] = f
@@ -255,6 +255,9 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 		}
 	}
 	for _, n := range snap.Nodes {
+		for k, v := range n.Labels {
+			inv.NodeLabels[k+"="+v] = true
+		}
 		q, ok := n.Status.Allocatable[v1.ResourceName(gpu.ExtendedResource)]
 		if !ok {
 			continue
@@ -323,6 +326,11 @@ func (inv Inventory) meets(req Requirements) error {
 	for _, t := range req.AttachedTiers {
 		if inv.Attached[t] == 0 {
 			missing = append(missing, fmt.Sprintf("%s GPUs attached through a fabric, with binding conditions (attach: fabric)", t))
+		}
+	}
+	for _, l := range req.NodeLabels {
+		if !inv.NodeLabels[l] {
+			missing = append(missing, "a node labelled "+l)
 		}
 	}
 	for _, t := range req.OverheadTiers {
@@ -774,6 +782,12 @@ func (r *run) await(ctx context.Context, st Step) (StepResult, error) {
 		if err != nil {
 			return false, err
 		}
+		if slices.ContainsFunc(st.Expect, func(e Expectation) bool { return e.DeviceMetadata }) {
+			if err := r.readMetadata(ctx, snap, rows); err != nil {
+				lastErr = err
+				return false, nil
+			}
+		}
 		res.Rows, res.Snapshot = rows, snap
 		res.Expectations = CheckEach(st.Expect, Outcomes(rows), r.inv)
 		var groupResults []ExpectationResult
@@ -800,6 +814,32 @@ func (r *run) await(ctx context.Context, st Step) (StepResult, error) {
 		return res, lastErr
 	}
 	return res, nil
+}
+
+// readMetadata reads the device metadata files each running pod's
+// containers printed into their logs and gives them to the pod's rows.
+func (r *run) readMetadata(ctx context.Context, snap *report.Snapshot, rows []report.Row) error {
+	found := map[string][]report.MetadataDevice{}
+	for _, p := range snap.Pods {
+		if p.Status.Phase != v1.PodRunning {
+			continue
+		}
+		for _, c := range p.Spec.Containers {
+			log, err := r.Client.CoreV1().Pods(r.ns).GetLogs(p.Name, &v1.PodLogOptions{Container: c.Name}).DoRaw(ctx)
+			if err != nil {
+				return fmt.Errorf("reading the log of pod %s, container %s: %w", p.Name, c.Name, err)
+			}
+			devs, err := snap.ParseMetadata(string(log))
+			if err != nil {
+				return fmt.Errorf("pod %s, container %s: %w", p.Name, c.Name, err)
+			}
+			found[p.Name] = append(found[p.Name], devs...)
+		}
+	}
+	for i := range rows {
+		rows[i].Metadata = found[rows[i].Pod]
+	}
+	return nil
 }
 
 // settled: every pod runs or was found unschedulable, none is

@@ -86,6 +86,11 @@ type Requirements struct {
 	// Drivers must publish devices, beside the GPU driver:
 	// [nic.dralab.dev] for a scenario that pairs GPUs with NICs.
 	Drivers []string `json:"drivers,omitempty"`
+	// NodeLabels must each be on some node, as key=value:
+	// gpu.dralab.dev/device-metadata=true for a scenario that reads the
+	// device metadata files of the GPU driver, which labels the nodes
+	// where it writes them (gpus.deviceMetadata in a lab configuration).
+	NodeLabels []string `json:"nodeLabels,omitempty"`
 	// OverheadTiers must have free GPUs that add node resources to a pod
 	// (nodeAllocatableResources: a host-memory overhead), which needs the
 	// DRANodeAllocatableResources gate (lab/examples/frontier.yaml).
@@ -425,6 +430,12 @@ type Expectation struct {
 	// 1, nic.dralab.dev: 1} for a GPU and its NIC; every driver not
 	// named must have none.
 	DriverDevices map[string]int `json:"driverDevices,omitempty"`
+	// DeviceMetadata: the pod's container prints device metadata files
+	// (a hollow node's container does; a real one must print each as
+	// `path=first line`), and they name exactly the pod's allocated
+	// devices, each under its claim's request, with the attributes its
+	// ResourceSlice publishes.
+	DeviceMetadata bool `json:"deviceMetadata,omitempty"`
 	// NodeAllocatable is what the scheduler accounted for the pod's node
 	// resources through its devices, per resource: {memory: 8Gi} for a
 	// GPU's host-memory overhead (the pod's
@@ -627,6 +638,20 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 	checkTiers(field.NewPath("requires", "attachedTiers"), s.Requires.AttachedTiers)
 	checkTiers(field.NewPath("requires", "plainTiers"), s.Requires.PlainTiers)
 	checkTiers(field.NewPath("requires", "overheadTiers"), s.Requires.OverheadTiers)
+	for i, l := range s.Requires.NodeLabels {
+		lp := field.NewPath("requires", "nodeLabels").Index(i)
+		k, v, ok := strings.Cut(l, "=")
+		if !ok {
+			errs = append(errs, field.Invalid(lp, l, "want key=value, e.g. gpu.dralab.dev/device-metadata=true"))
+			continue
+		}
+		for _, msg := range validation.IsQualifiedName(k) {
+			errs = append(errs, field.Invalid(lp, l, msg))
+		}
+		for _, msg := range validation.IsValidLabelValue(v) {
+			errs = append(errs, field.Invalid(lp, l, msg))
+		}
+	}
 	for i, d := range s.Requires.Drivers {
 		if msgs := validation.IsDNS1123Subdomain(d); len(msgs) > 0 || !strings.Contains(d, ".") {
 			errs = append(errs, field.Invalid(field.NewPath("requires", "drivers").Index(i), d, "a driver's name, a DNS subdomain such as nic.dralab.dev"))

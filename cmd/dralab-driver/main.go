@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/dralab/dralab/drivers/cpuapp"
 	"github.com/dralab/dralab/drivers/gpuapp"
 	"github.com/dralab/dralab/drivers/nicapp"
 )
@@ -20,6 +21,7 @@ func main() {
 	defer stop()
 	cmd := gpuapp.NewCommand()
 	cmd.AddCommand(nicapp.NewCommand())
+	cmd.AddCommand(cpuapp.NewCommand())
 	if err := cmd.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "dralab-driver:", err)
 		stop()

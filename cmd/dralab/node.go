@@ -42,6 +42,7 @@ func newNodeCommand() *cobra.Command {
 	f.StringArrayVar(&labels, "label", nil, "a node label, key=value (repeatable)")
 	f.Float32Var(&o.QPS, "kube-api-qps", 50, "QPS of the kubelet's API client")
 	f.IntVar(&o.Burst, "kube-api-burst", 100, "burst of the kubelet's API client")
+	f.IntVar(&o.CPUs, "cpus", 0, "the node's logical CPUs (0: kubemark's 1)")
 	f.Int64Var(&o.Memory, "memory", 0, "the node's memory in bytes (0: kubemark's 3840Mi)")
 	f.Var(cliflag.NewMapStringBool(&o.FeatureGates), "feature-gates", "feature gates, A=true,B=false, as the control plane has them")
 	for _, name := range []string{"state-dir", "name", "port", "ca-cert"} {

@@ -42,6 +42,10 @@ const (
 	// NodeModeLabel is the node label saying how the node's GPUs are
 	// served: "dra", or "device-plugin" for GPUs that are only counted.
 	NodeModeLabel = "gpu.dralab.dev/mode"
+	// NodeDeviceMetadataLabel is "true" on a node whose GPU driver gives
+	// containers device metadata files: what a workload (or a scenario)
+	// that reads them selects nodes by.
+	NodeDeviceMetadataLabel = "gpu.dralab.dev/device-metadata"
 )
 
 // Tier is a family of GPU models that a workload treats alike.

@@ -45,6 +45,9 @@ type Options struct {
 	Partitioning string
 	Sharing      string
 	Attach       string
+	// DeviceMetadata gives each container of a claim a file of its GPUs'
+	// attributes (kit.Options.DeviceMetadata).
+	DeviceMetadata bool
 	// HostMemoryOverhead publishes each fake GPU's host-memory overhead
 	// (its profile's hostMemoryOverhead) as node-allocatable memory per pod.
 	HostMemoryOverhead bool
@@ -70,28 +73,15 @@ const EnvPrefix = "DRALAB_"
 // NewCommand returns the driver command.
 func NewCommand() *cobra.Command {
 	o := Options{}
-	cmd := &cobra.Command{
-		Use:   "dralab-driver",
-		Short: "dralab's GPU driver (" + gpu.DriverName + "): a DRA kubelet plugin, or a device plugin in counting mode",
-		Long: `dralab's GPU driver publishes a node's GPUs as DRA ResourceSlices and prepares claims
+	cmd := o.Command("dralab-driver",
+		"dralab's GPU driver ("+gpu.DriverName+"): a DRA kubelet plugin, or a device plugin in counting mode",
+		`dralab's GPU driver publishes a node's GPUs as DRA ResourceSlices and prepares claims
 with CDI specs (--mode=dra), or serves them through the kubelet's device-plugin API as the
-extended resource ` + gpu.ExtendedResource + ` (--mode=device-plugin), the way GPU device plugins count.
-Never run both modes on one node: the two allocators would hand out the same GPUs.
-
-Every flag can also be set through the environment variable named in brackets.`,
-		Args:          cobra.NoArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		PreRunE: func(cmd *cobra.Command, _ []string) error {
-			return env.Apply(cmd.Flags())
-		},
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.List {
-				return List(cmd.Context(), o, cmd.OutOrStdout())
-			}
-			return Run(cmd.Context(), o)
-		},
-	}
+extended resource `+gpu.ExtendedResource+` (--mode=device-plugin), the way GPU device plugins count.
+Never run both modes on one node: the two allocators would hand out the same GPUs.`,
+		env,
+		func(ctx context.Context, w io.Writer) error { return List(ctx, o, w) },
+		func(ctx context.Context) error { return Run(ctx, o) })
 	f := cmd.Flags()
 	o.AddFlags(f, "/var/lib/dralab-driver")
 	f.StringVar(&o.Mode, "mode", ModeDRA, "dra or device-plugin")
@@ -105,6 +95,7 @@ Every flag can also be set through the environment variable named in brackets.`,
 	f.StringVar(&o.Partitioning, "partitioning", "", "partition the fake GPUs: "+fakegpu.PartitioningMIG+" publishes each GPU's MIG placements beside it, all drawing from the GPU's counters (profiles with MIG: "+strings.Join(fakegpu.MIGProfileNames(), ", ")+"); empty: whole GPUs only")
 	f.StringVar(&o.Attach, "attach", "", "attach the fake GPUs on demand: "+fakegpu.AttachFabric+" gives each GPU the binding condition "+fakegpu.ConditionAttached+" (failure: "+fakegpu.ConditionAttachFailed+"), so the scheduler binds a pod only once an attach controller has set it in the claim's status; empty: GPUs are in the node")
 	f.StringVar(&o.Sharing, "sharing", "", "share the fake GPUs: "+fakegpu.SharingMemory+" lets several claims share a GPU, each asking for some of its memory; empty: one claim per GPU")
+	f.BoolVar(&o.DeviceMetadata, "device-metadata", false, "give each container of a claim a file of its GPUs' attributes, mounted through CDI at /var/run/kubernetes.io/dra-device-attributes/…/"+gpu.DriverName+"-metadata.json (device metadata, beta in Kubernetes 1.37)")
 	f.BoolVar(&o.HostMemoryOverhead, "host-memory-overhead", false, "publish each fake GPU's host-memory overhead (the profile's hostMemoryOverhead) as nodeAllocatableResources memory per pod, which the scheduler adds to the pod's memory on the node (needs the DRANodeAllocatableResources feature gate)")
 	f.StringVar(&o.Rack, "rack", "", "the node's rack: every GPU carries it as the attribute "+gpu.AttrRack+"; empty: unknown")
 	f.StringVar(&o.NVLinkDomain, "nvlink-domain", "", "the node's NVLink domain: every GPU carries it as the attribute "+gpu.AttrNVLinkDomain+"; empty: unknown")
@@ -176,6 +167,7 @@ func Run(ctx context.Context, o Options) error {
 		ko := o.Options(gpu.DriverName, client)
 		ko.CDIKind, ko.EnvPrefix = gpu.CDIKind, gpu.EnvPrefix
 		ko.Inventory, ko.Configure, ko.Metrics, ko.ReportHealth = inv, gpu.Configure, metrics, true
+		ko.DeviceMetadata = o.DeviceMetadata
 		d, err := kit.Start(ctx, ko)
 		if err != nil {
 			return err
@@ -186,6 +178,9 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	case ModeDevicePlugin:
+		if o.DeviceMetadata {
+			return fmt.Errorf("--device-metadata: the kubelet gives device metadata to claims; --mode %s serves an extended resource", ModeDevicePlugin)
+		}
 		p, err := kit.StartDevicePlugin(ctx, kit.DevicePluginOptions{
 			ResourceName: gpu.ExtendedResource,
 			Dir:          o.DevicePluginsDir,

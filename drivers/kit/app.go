@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -218,6 +219,72 @@ func (o *NodeFlags) Options(driverName string, client kubernetes.Interface) Opti
 		CheckpointPath:   filepath.Join(o.CheckpointDir, "checkpoint.json"),
 		RollingUpdateUID: types.UID(o.PodUID),
 	}
+}
+
+// Command is a driver application's command: before it runs, each flag
+// left unset takes its environment-variable twin; with --list it writes
+// the devices it would publish instead of running. The caller adds its
+// own flags to it, then documents them (Env.Document).
+func (o *NodeFlags) Command(use, short, long string, e Env, list func(ctx context.Context, w io.Writer) error, run func(ctx context.Context) error) *cobra.Command {
+	return &cobra.Command{
+		Use:           use,
+		Short:         short,
+		Long:          long + "\n\nEvery flag can also be set through the environment variable named in brackets.",
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			return e.Apply(cmd.Flags())
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.List {
+				return list(cmd.Context(), cmd.OutOrStdout())
+			}
+			return run(cmd.Context())
+		},
+	}
+}
+
+// RunDriver runs a driver on the kit until ctx ends: it checks the node
+// flags, connects to the API server, serves health and metrics, has setup
+// fill in the kit's options (the inventory, the CDI kind, the environment
+// prefix and what else is the driver's own), and starts the driver, whose
+// devices are healthy until it says otherwise.
+func (o *NodeFlags) RunDriver(ctx context.Context, e Env, driverName string, setup func(ctx context.Context, client kubernetes.Interface, ko *Options) error) error {
+	logger := klog.FromContext(ctx).WithValues("node", o.NodeName, "driver", driverName)
+	ctx = klog.NewContext(ctx, logger)
+	if err := o.CheckPodUID(e); err != nil {
+		return err
+	}
+	if err := o.CheckNodeName(e); err != nil {
+		return err
+	}
+	client, err := KubeClient(o.Kubeconfig, driverName)
+	if err != nil {
+		return err
+	}
+	health := &Health{}
+	metrics := NewMetrics(driverName)
+	stop, err := o.ServeEndpoints(ctx, e, health, metrics)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	ko := o.Options(driverName, client)
+	ko.Metrics, ko.ReportHealth = metrics, true
+	if err := setup(ctx, client, &ko); err != nil {
+		return err
+	}
+	d, err := Start(ctx, ko)
+	if err != nil {
+		return err
+	}
+	defer d.Stop()
+	health.Watch(d)
+	logger.Info("Driver running")
+	<-ctx.Done()
+	logger.Info("Driver stopping")
+	return nil
 }
 
 // WriteDevices writes an inventory's devices, as a ResourceSlice publishes

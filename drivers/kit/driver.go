@@ -25,9 +25,11 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
+	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
@@ -186,7 +188,20 @@ type Options struct {
 	// is healthy until the driver's monitor says otherwise through
 	// SetDeviceHealth. Without it the driver declines the stream.
 	ReportHealth bool
+	// DeviceMetadata has the kubelet plugin helper give each container of
+	// a claim a file of its devices' attributes (KEP-5304, beta in 1.37):
+	// per request, a metadata file in the plugin's data directory and a CDI
+	// spec in CDIDir that mounts it at
+	// /var/run/kubernetes.io/dra-device-attributes/…/metadata.json, written
+	// at prepare and removed at unprepare. The attributes are the ones the
+	// device publishes in the ResourceSlice.
+	DeviceMetadata bool
 }
+
+// MetadataVersions are the versions the device metadata files are
+// written in, newest first: metadata.resource.k8s.io/v1beta1, the one
+// Kubernetes 1.37 has. A consumer reads the first object it understands.
+var MetadataVersions = []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}
 
 // Driver is a running DRA kubelet plugin.
 type Driver struct {
@@ -238,6 +253,8 @@ func Start(ctx context.Context, opts Options) (*Driver, error) {
 		kubeletplugin.HealthService(opts.ReportHealth),
 		kubeletplugin.RollingUpdate(opts.RollingUpdateUID),
 		kubeletplugin.GRPCInterceptor(d.watchRegistration),
+		kubeletplugin.EnableDeviceMetadata(opts.DeviceMetadata, MetadataVersions),
+		kubeletplugin.CDIDirectory(opts.CDIDir),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("starting the kubelet plugin: %w", err)
@@ -843,6 +860,13 @@ func (d *Driver) pluginDevices(in []PreparedDevice) []kubeletplugin.Device {
 			ids = append(slices.Clip(ids), d.nodeDevice)
 		}
 		dev := kubeletplugin.Device{Requests: pd.Requests, PoolName: pd.Pool, DeviceName: pd.Device, CDIDeviceIDs: ids}
+		if inv, ok := d.devices[pd.Device]; ok && d.opts.DeviceMetadata {
+			attrs := make(map[string]resourceapi.DeviceAttribute, len(inv.API.Attributes))
+			for name, a := range inv.API.Attributes {
+				attrs[string(name)] = a
+			}
+			dev.Metadata = &kubeletplugin.DeviceMetadata{Attributes: attrs}
+		}
 		if pd.ShareID != "" {
 			dev.ShareID = ptr.To(types.UID(pd.ShareID))
 		}

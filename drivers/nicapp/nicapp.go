@@ -64,29 +64,16 @@ var env = kit.Env{Prefix: "DRALAB_"}
 // NewCommand returns the `nic` command.
 func NewCommand() *cobra.Command {
 	o := Options{}
-	cmd := &cobra.Command{
-		Use:   "nic",
-		Short: "dralab's NIC driver (" + fakenic.DriverName + "): a DRA kubelet plugin for a node's network adapters",
-		Long: `dralab's NIC driver publishes a node's network adapters, fake ones of a NIC profile, as DRA
+	cmd := o.Command("nic",
+		"dralab's NIC driver ("+fakenic.DriverName+"): a DRA kubelet plugin for a node's network adapters",
+		`dralab's NIC driver publishes a node's network adapters, fake ones of a NIC profile, as DRA
 ResourceSlices: each NIC under the PCIe root and on the NUMA node of the GPU of the same index
 (resource.kubernetes.io/pcieRoot and numaNode, as the GPU driver publishes them), with its link
 bandwidth as consumable capacity. A prepared claim's status carries each NIC's network data,
-and the container gets the NIC's interface name in ` + fakenic.EnvPrefix + `_<n>_INTERFACE.
-
-Every flag can also be set through the environment variable named in brackets.`,
-		Args:          cobra.NoArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		PreRunE: func(cmd *cobra.Command, _ []string) error {
-			return env.Apply(cmd.Flags())
-		},
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.List {
-				return List(cmd.Context(), o, cmd.OutOrStdout())
-			}
-			return Run(cmd.Context(), o)
-		},
-	}
+and the container gets the NIC's interface name in `+fakenic.EnvPrefix+`_<n>_INTERFACE.`,
+		env,
+		func(ctx context.Context, w io.Writer) error { return List(ctx, o, w) },
+		func(ctx context.Context) error { return Run(ctx, o) })
 	f := cmd.Flags()
 	o.AddFlags(f, "/var/lib/dralab-nic-driver")
 	f.StringVar(&o.Profile, "profile", "", "NIC profile: "+strings.Join(fakenic.ProfileNames(), ", "))
@@ -172,55 +159,26 @@ func inventory(o Options) (*fakenic.Inventory, error) {
 
 // Run runs the driver until ctx ends.
 func Run(ctx context.Context, o Options) error {
-	logger := klog.FromContext(ctx).WithValues("node", o.NodeName, "driver", fakenic.DriverName)
-	ctx = klog.NewContext(ctx, logger)
-	if err := o.CheckPodUID(env); err != nil {
-		return err
-	}
-	if err := o.CheckNodeName(env); err != nil {
-		return err
-	}
-	client, err := kit.KubeClient(o.Kubeconfig, fakenic.DriverName)
-	if err != nil {
-		return err
-	}
-	if err := fromNodeLabels(ctx, client, &o); err != nil {
-		return err
-	}
-	inv, err := inventory(o)
-	if err != nil {
-		return err
-	}
-	health := &kit.Health{}
-	metrics := kit.NewMetrics(fakenic.DriverName)
-	stop, err := o.ServeEndpoints(ctx, env, health, metrics)
-	if err != nil {
-		return err
-	}
-	defer stop()
-	ko := o.Options(fakenic.DriverName, client)
-	ko.CDIKind, ko.EnvPrefix, ko.Inventory, ko.Metrics = fakenic.CDIKind, fakenic.EnvPrefix, inv, metrics
-	if o.AttachInterfaces {
-		program, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("--attach-interfaces: the hook is this program: %w", err)
+	return o.RunDriver(ctx, env, fakenic.DriverName, func(ctx context.Context, client kubernetes.Interface, ko *kit.Options) error {
+		if err := fromNodeLabels(ctx, client, &o); err != nil {
+			return err
 		}
-		ko.Inventory = attaching{Inventory: inv, program: program}
-	}
-	// Fake NICs never fail: the kubelet hears they are healthy, rather
-	// than that their health is unknown.
-	ko.ReportHealth = true
-	ko.SkipNodeOperations = o.SkipNodeOperations
-	d, err := kit.Start(ctx, ko)
-	if err != nil {
-		return err
-	}
-	defer d.Stop()
-	health.Watch(d)
-	logger.Info("Driver running", "nics", o.NICs, "profile", o.Profile)
-	<-ctx.Done()
-	logger.Info("Driver stopping")
-	return nil
+		inv, err := inventory(o)
+		if err != nil {
+			return err
+		}
+		ko.CDIKind, ko.EnvPrefix, ko.Inventory = fakenic.CDIKind, fakenic.EnvPrefix, inv
+		if o.AttachInterfaces {
+			program, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("--attach-interfaces: the hook is this program: %w", err)
+			}
+			ko.Inventory = attaching{Inventory: inv, program: program}
+		}
+		ko.SkipNodeOperations = o.SkipNodeOperations
+		klog.FromContext(ctx).Info("Publishing NICs", "nics", o.NICs, "profile", o.Profile)
+		return nil
+	})
 }
 
 // fromNodeLabels fills the profile, the NIC count and the node's place

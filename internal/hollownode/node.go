@@ -56,23 +56,30 @@ type Options struct {
 	// FeatureGates are the lab's, as the control plane has them.
 	FeatureGates map[string]bool
 	// Memory is the node's memory in bytes, its capacity and allocatable;
-	// 0: kubemark's 3840Mi.
+	// 0: kubemark's 3840Mi. CPUs its logical CPUs; 0: kubemark's 1.
 	Memory int64
+	CPUs   int
 }
 
-// machine is kubemark's fake cAdvisor with the node's memory.
+// machine is kubemark's fake cAdvisor with the node's memory and CPUs.
 type machine struct {
 	*cadvisortest.Fake
 	memory int64
+	cpus   int
 }
 
-// MachineInfo reports the node's memory in place of kubemark's.
+// MachineInfo reports the node's memory and CPUs in place of kubemark's.
 func (m machine) MachineInfo(logger klog.Logger) (*cadvisorapi.MachineInfo, error) {
 	info, err := m.Fake.MachineInfo(logger)
-	if err != nil || m.memory == 0 {
+	if err != nil {
 		return info, err
 	}
-	info.MemoryCapacity = uint64(m.memory)
+	if m.memory > 0 {
+		info.MemoryCapacity = uint64(m.memory)
+	}
+	if m.cpus > 0 {
+		info.NumCores = m.cpus
+	}
 	return info, nil
 }
 
@@ -151,7 +158,7 @@ func Run(ctx context.Context, o Options) error {
 	containerManager := newDRAContainerManager(cm.NewStubContainerManager(), draManager, devicePlugins)
 
 	hk := kubemark.NewHollowKubelet(flags, config, client, heartbeatClient,
-		machine{Fake: &cadvisortest.Fake{NodeName: o.Name}, memory: o.Memory}, imageService, runtimeService, containerManager)
+		machine{Fake: &cadvisortest.Fake{NodeName: o.Name}, memory: o.Memory, cpus: o.CPUs}, imageService, runtimeService, containerManager)
 	recorder, stopRecorder := warningRecorder(ctx, client, o.Name)
 	defer stopRecorder()
 	hk.KubeletDeps.Recorder = recorder

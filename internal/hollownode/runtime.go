@@ -1,7 +1,9 @@
 package hollownode
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -16,6 +18,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	fakeremote "k8s.io/cri-client/pkg/fake"
+	"k8s.io/dynamic-resource-allocation/api/metadata"
 	"k8s.io/klog/v2"
 	kubelettypes "k8s.io/kubelet/pkg/types"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -26,7 +29,10 @@ import (
 // with the CDI library (the one containerd uses) and fails the container
 // when a device does not resolve. No process runs; instead the container
 // "prints its environment": its log holds the environment after CDI
-// injection, so `kubectl logs` shows what a real container would see.
+// injection, so `kubectl logs` shows what a real container would see, and
+// then each device metadata file that CDI mounts into it (a DRA driver's
+// device metadata) as `<path in the container>=<the file's first JSON
+// object on one line>`.
 type runtime struct {
 	*fakeremote.RemoteRuntime
 	cdi    *cdi.Cache
@@ -173,7 +179,39 @@ func (r *runtime) containerEnv(ctx context.Context, cfg *runtimeapi.ContainerCon
 	}
 	env := slices.Clone(spec.Process.Env)
 	slices.Sort(env)
-	return env, nil
+	files, err := metadataFiles(spec.Mounts)
+	if err != nil {
+		return nil, fmt.Errorf("container %s: %w", cfg.GetMetadata().GetName(), err)
+	}
+	return append(env, files...), nil
+}
+
+// metadataFiles reads the device metadata files a container's CDI edits
+// mount (sources on the node, destinations under the metadata directory),
+// sorted by destination: a file is a JSON stream of one object per API
+// version, newest first, and the line holds the first.
+func metadataFiles(mounts []oci.Mount) ([]string, error) {
+	var lines []string
+	for _, m := range mounts {
+		if !strings.HasPrefix(m.Destination, metadata.ContainerDir+"/") {
+			continue
+		}
+		data, err := os.ReadFile(m.Source)
+		if err != nil {
+			return nil, fmt.Errorf("device metadata file %s: %w", m.Destination, err)
+		}
+		var first json.RawMessage
+		if err := json.NewDecoder(bytes.NewReader(data)).Decode(&first); err != nil {
+			return nil, fmt.Errorf("device metadata file %s (%s): %w", m.Destination, m.Source, err)
+		}
+		var line bytes.Buffer
+		if err := json.Compact(&line, first); err != nil {
+			return nil, err
+		}
+		lines = append(lines, m.Destination+"="+line.String())
+	}
+	slices.Sort(lines)
+	return lines, nil
 }
 
 // writeLog writes lines in the CRI log format the kubelet reads.

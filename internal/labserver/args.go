@@ -35,6 +35,9 @@ func nodeArgs(dir labstate.Dir, n config.Node, caCert, gates string, verbosity i
 	if m := n.MemoryBytes(); m > 0 {
 		args = append(args, "--memory="+strconv.FormatInt(m, 10))
 	}
+	if n.CPUs != nil {
+		args = append(args, "--cpus="+strconv.Itoa(n.CPUs.Complexes*n.CPUs.CPUsPerComplex))
+	}
 	for k, v := range nodeLabels(n) {
 		args = append(args, "--label="+k+"="+v)
 	}
@@ -63,6 +66,9 @@ func driverArgs(dir labstate.Dir, n config.Node, hostMemoryOverhead bool, verbos
 	}
 	if n.GPUs.NVML != "" {
 		inventory = []string{"--inventory=nvml", "--nvml=" + nvml.SourceOf(n.GPUs.NVML)}
+	}
+	if n.GPUs.DeviceMetadata {
+		inventory = append(inventory, "--device-metadata")
 	}
 	if t := n.Topology; t != nil {
 		if t.Rack != "" {
@@ -128,6 +134,27 @@ func nicDriverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
 // the tests read its prepare calls.
 func nicDriver(dir labstate.Dir, n config.Node, verbosity int) (*process, error) {
 	return withMetrics(labstate.RoleNICDriver, n, dir.Node(n.Name).NICDriverMetrics(), func() []string { return nicDriverArgs(dir, n, verbosity) })
+}
+
+// cpuDriver is the CPU driver's process of a node (`dralab-driver cpu`).
+func cpuDriver(dir labstate.Dir, n config.Node, verbosity int) (*process, error) {
+	return withMetrics(labstate.RoleCPUDriver, n, dir.Node(n.Name).CPUDriverMetrics(), func() []string { return cpuDriverArgs(dir, n, verbosity) })
+}
+
+// cpuDriverArgs runs the CPU driver of a node, with its own ServiceAccount
+// token and checkpoint.
+func cpuDriverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
+	nd := dir.Node(n.Name)
+	return []string{"cpu",
+		"--complexes=" + strconv.Itoa(n.CPUs.Complexes), "--cpus-per-complex=" + strconv.Itoa(n.CPUs.CPUsPerComplex),
+		"--node-name=" + n.Name,
+		"--kubeconfig=" + nd.CPUDriverKubeconfig(),
+		"--kubelet-registrar-dir=" + nd.PluginsRegistry(),
+		"--kubelet-plugins-dir=" + nd.Plugins(),
+		"--cdi-dir=" + nd.CDI(),
+		"--checkpoint-dir=" + nd.CPUDriverCheckpoint(),
+		"--v=" + strconv.Itoa(verbosity),
+	}
 }
 
 func gpuDriver(dir labstate.Dir, n config.Node, hostMemoryOverhead bool, verbosity int) (*process, error) {
@@ -218,6 +245,9 @@ func nodeLabels(n config.Node) map[string]string {
 	}
 	if n.GPUs != nil && n.GPUs.Mode != "" {
 		labels[gpu.NodeModeLabel] = n.GPUs.Mode
+	}
+	if n.GPUs != nil && n.GPUs.DeviceMetadata {
+		labels[gpu.NodeDeviceMetadataLabel] = "true"
 	}
 	return labels
 }

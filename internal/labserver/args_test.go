@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/dralab/dralab/drivers/fakecpu"
+	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/lab/config"
 )
@@ -54,5 +56,48 @@ func TestHostMemoryArgs(t *testing.T) {
 	}
 	if slices.ContainsFunc(args, func(a string) bool { return len(a) > 8 && a[:9] == "--memory=" }) {
 		t.Errorf("a node without memory runs with %v", args)
+	}
+}
+
+// Device metadata reaches the GPU driver of fake and NVML GPUs alike.
+func TestDeviceMetadataArgs(t *testing.T) {
+	dir := labstate.Dir(t.TempDir())
+	for _, g := range []*config.GPUs{{Profile: "h100-80gb", Count: 1, Mode: config.GPUModeDRA}, {NVML: config.NVMLMockPrefix + "dgxa100", Mode: config.GPUModeDRA}} {
+		off := driverArgs(dir, config.Node{Name: "n", GPUs: g}, false, 0)
+		on := *g
+		on.DeviceMetadata = true
+		args := driverArgs(dir, config.Node{Name: "n", GPUs: &on}, false, 0)
+		if slices.Contains(off, "--device-metadata") || !slices.Contains(args, "--device-metadata") {
+			t.Errorf("%+v: without %v, with %v; want --device-metadata only with", g, off, args)
+		}
+		if l := nodeLabels(config.Node{Name: "n", GPUs: &on}); l[gpu.NodeDeviceMetadataLabel] != "true" {
+			t.Errorf("%+v with device metadata: node labels %v, want %s=true", g, l, gpu.NodeDeviceMetadataLabel)
+		}
+		if l := nodeLabels(config.Node{Name: "n", GPUs: g}); l[gpu.NodeDeviceMetadataLabel] != "" {
+			t.Errorf("%+v without device metadata: node labels %v", g, l)
+		}
+	}
+}
+
+// A node with cpus runs the CPU driver with its complexes, and its kubelet
+// reports their CPUs.
+func TestCPUArgs(t *testing.T) {
+	dir := labstate.Dir(t.TempDir())
+	n := config.Node{Name: "c", CPUs: &config.CPUs{Complexes: 4, CPUsPerComplex: 16}}
+	args := cpuDriverArgs(dir, n, 0)
+	for _, want := range []string{"cpu", "--complexes=4", "--cpus-per-complex=16", "--kubeconfig=" + dir.Node("c").CPUDriverKubeconfig(), "--checkpoint-dir=" + dir.Node("c").CPUDriverCheckpoint()} {
+		if !slices.Contains(args, want) {
+			t.Errorf("CPU driver args %v lack %s", args, want)
+		}
+	}
+	node, err := nodeArgs(dir, n, "ca.crt", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(node, "--cpus=64") {
+		t.Errorf("node args %v lack --cpus=64", node)
+	}
+	if config.MaxCPUComplexes != fakecpu.MaxComplexes || config.MaxCPUsPerComplex != fakecpu.MaxCPUsPerComplex {
+		t.Errorf("the configuration's limits %d, %d are not the CPU driver's %d, %d", config.MaxCPUComplexes, config.MaxCPUsPerComplex, fakecpu.MaxComplexes, fakecpu.MaxCPUsPerComplex)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/dralab/dralab/drivers/fakecpu"
 	"github.com/dralab/dralab/drivers/fakenic"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/kubeapply"
@@ -24,19 +25,24 @@ import (
 
 // applyDeviceClasses creates the GPU driver's DeviceClasses, as the driver's
 // Helm chart does on other clusters, when any node carries GPUs served
-// through DRA, and the NIC driver's when any node carries NICs.
+// through DRA, the NIC driver's when any node carries NICs, and the CPU
+// driver's when any node has cpus.
 func applyDeviceClasses(ctx context.Context, dir labstate.Dir, cfg *config.Config) error {
 	var classes []resourceapi.DeviceClass
-	gpus, nics := false, false
+	gpus, nics, cpus := false, false, false
 	for _, n := range cfg.Nodes {
 		gpus = gpus || (n.GPUs != nil && n.GPUs.Mode == config.GPUModeDRA)
 		nics = nics || n.NICs != nil
+		cpus = cpus || n.CPUs != nil
 	}
 	if gpus {
 		classes = append(classes, gpu.DeviceClasses()...)
 	}
 	if nics {
 		classes = append(classes, fakenic.DeviceClasses()...)
+	}
+	if cpus {
+		classes = append(classes, fakecpu.DeviceClasses()...)
 	}
 	if len(classes) == 0 {
 		return nil

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/fakecpu"
 	"github.com/dralab/dralab/drivers/fakenic"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/atomicfile"
@@ -62,7 +63,7 @@ type nodeDriver struct {
 }
 
 // driversOf are the drivers node n runs: the outside driver or the GPU
-// driver, and the NIC driver.
+// driver, the NIC driver and the CPU driver.
 func driversOf(dir labstate.Dir, cfg *config.Config, n config.Node) []nodeDriver {
 	var out []nodeDriver
 	nd := dir.Node(n.Name)
@@ -74,6 +75,9 @@ func driversOf(dir labstate.Dir, cfg *config.Config, n config.Node) []nodeDriver
 	}
 	if n.NICs != nil {
 		out = append(out, nodeDriver{driverAccess{fakenic.DriverName, driverauth.ModeDRA}, nd.NICDriverToken()})
+	}
+	if n.CPUs != nil {
+		out = append(out, nodeDriver{driverAccess{fakecpu.DriverName, driverauth.ModeDRA}, nd.CPUDriverToken()})
 	}
 	return out
 }

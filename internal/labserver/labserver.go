@@ -284,6 +284,12 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 				err = procs.startProcess(ctx, p)
 			}
 		}
+		if err == nil && n.CPUs != nil {
+			var p *process
+			if p, err = cpuDriver(dir, n, o.Verbosity); err == nil {
+				err = procs.startProcess(ctx, p)
+			}
+		}
 		if err != nil {
 			return err
 		}
@@ -330,6 +336,7 @@ func shutdown(ctx context.Context, procs *supervisor, dir labstate.Dir, cfg *con
 	bg := context.WithoutCancel(ctx)
 	procs.stop(bg, grace, labstate.RoleDriver)
 	procs.stop(bg, grace, labstate.RoleNICDriver)
+	procs.stop(bg, grace, labstate.RoleCPUDriver)
 	procs.stop(bg, grace, labstate.RoleNode)
 	logger.Info("Stopped the lab's drivers and nodes")
 	if cp != nil {

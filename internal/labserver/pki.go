@@ -94,6 +94,7 @@ func writePKI(dir labstate.Dir, server, lab string, nodes []string) (controlplan
 		for _, d := range []struct{ kubeconfig, token string }{
 			{dir.Node(n).DriverKubeconfig(), dir.Node(n).DriverToken()},
 			{dir.Node(n).NICDriverKubeconfig(), dir.Node(n).NICDriverToken()},
+			{dir.Node(n).CPUDriverKubeconfig(), dir.Node(n).CPUDriverToken()},
 		} {
 			driver := &clientcmdapi.AuthInfo{TokenFile: d.token}
 			if err := writeKubeconfig(d.kubeconfig, labstate.ContextName(lab), server, ca.CertPEM(), driver); err != nil {

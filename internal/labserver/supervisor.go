@@ -93,7 +93,7 @@ func (s *supervisor) spawn(ctx context.Context, p *process) error {
 	switch {
 	case p.bin != "":
 		exe = p.bin
-	case p.role == labstate.RoleDriver || p.role == labstate.RoleNICDriver:
+	case p.role == labstate.RoleDriver || p.role == labstate.RoleNICDriver || p.role == labstate.RoleCPUDriver:
 		exe = filepath.Join(filepath.Dir(exe), build.DriverBinary)
 	}
 	cmd := exec.Command(exe, p.args...)

@@ -255,12 +255,21 @@ func (n NodeDir) NICDriverKubeconfig() string { return n.path("nic-driver.kubeco
 func (n NodeDir) NICDriverToken() string      { return n.path("nic-driver.token") }
 func (n NodeDir) NICDriverCheckpoint() string { return n.path("nic-driver") }
 
+// CPUDriverKubeconfig, CPUDriverToken and CPUDriverCheckpoint are the CPU
+// driver's (cpu.dralab.dev), for a node with cpus.
+func (n NodeDir) CPUDriverKubeconfig() string { return n.path("cpu-driver.kubeconfig") }
+func (n NodeDir) CPUDriverToken() string      { return n.path("cpu-driver.token") }
+func (n NodeDir) CPUDriverCheckpoint() string { return n.path("cpu-driver") }
+
 // DriverMetrics holds the address (host:port) where the node's GPU
 // driver serves its Prometheus metrics, /metrics: its prepare and
 // unprepare calls; NICDriverMetrics the NIC driver's.
 func (n NodeDir) DriverMetrics() string { return n.path("driver-metrics-address") }
 
 func (n NodeDir) NICDriverMetrics() string { return n.path("nic-driver-metrics-address") }
+
+// CPUDriverMetrics holds the CPU driver's metrics address.
+func (n NodeDir) CPUDriverMetrics() string { return n.path("cpu-driver-metrics-address") }
 
 // DriversNamespace is the namespace of the lab drivers' ServiceAccounts.
 const DriversNamespace = "dralab-drivers"
@@ -310,6 +319,8 @@ const (
 	RoleDriver = "driver"
 	// RoleNICDriver is a node's NIC driver, beside its GPU driver.
 	RoleNICDriver = "nic-driver"
+	// RoleCPUDriver is a node's CPU driver (cpu.dralab.dev).
+	RoleCPUDriver = "cpu-driver"
 	// RoleContainerd is the container runtime of a real node.
 	RoleContainerd = "containerd"
 )

@@ -246,7 +246,27 @@ type Node struct {
 	// reports as capacity (less nothing reserved, as allocatable). Unset,
 	// a hollow node has kubemark's 3840Mi. A real node reports its host's.
 	Memory string `json:"memory,omitempty"`
+	// CPUs are the node's CPUs as core complexes, published by the CPU
+	// driver (cpu.dralab.dev), each mapped to the node's cpu: a hollow
+	// node's logical CPUs become complexes × cpusPerComplex. Needs the
+	// DRANodeAllocatableResources gate.
+	CPUs *CPUs `json:"cpus,omitempty"`
 }
+
+// CPUs say how a node's CPUs are grouped: Complexes core complexes (the
+// cores that share a level-3 cache) of CPUsPerComplex logical CPUs each,
+// e.g. {complexes: 4, cpusPerComplex: 16} for 64 CPUs.
+type CPUs struct {
+	Complexes      int `json:"complexes"`
+	CPUsPerComplex int `json:"cpusPerComplex"`
+}
+
+// MaxCPUComplexes and MaxCPUsPerComplex bound a node's cpus, as the CPU
+// driver does.
+const (
+	MaxCPUComplexes   = 64
+	MaxCPUsPerComplex = 64
+)
 
 // MemoryBytes is a hollow node's memory in bytes; 0 where memory is unset
 // (or invalid, which Validate refuses).
@@ -394,6 +414,13 @@ type GPUs struct {
 	// "2s" or "500ms" (default 2s, at most 5m: the scheduler gives up on
 	// binding conditions after 10 minutes). Only with attach.
 	AttachDelay string `json:"attachDelay,omitempty"`
+	// DeviceMetadata gives each container of a claim a file of its GPUs'
+	// attributes, mounted through CDI at
+	// /var/run/kubernetes.io/dra-device-attributes/…/gpu.dralab.dev-metadata.json
+	// (device metadata, beta in Kubernetes 1.37, a kubelet-plugin option:
+	// no gate). Fake and NVML GPUs served through DRA, on the embedded
+	// backend.
+	DeviceMetadata bool `json:"deviceMetadata,omitempty"`
 }
 
 // DefaultAttachDelay is how long attaching a fabric GPU takes unless
@@ -589,6 +616,27 @@ func (c *Config) validate() field.ErrorList {
 		if n.Topology != nil {
 			errs = append(errs, n.Topology.validate(p.Child("topology"), n.Labels)...)
 		}
+		if n.CPUs != nil {
+			cp := p.Child("cpus")
+			switch {
+			case c.Backend == BackendKind:
+				errs = append(errs, field.Forbidden(cp, "the CPU driver runs on the embedded backend only, so far"))
+			case n.Kind == NodeReal:
+				errs = append(errs, field.Forbidden(cp, "a real node has its host's CPUs: cpus sets a hollow node's"))
+			case c.Driver != nil:
+				errs = append(errs, field.Forbidden(cp, "the lab runs driver.command on every node instead of dralab's drivers"))
+			default:
+				if n.CPUs.Complexes < 1 || n.CPUs.Complexes > MaxCPUComplexes {
+					errs = append(errs, field.Invalid(cp.Child("complexes"), n.CPUs.Complexes, fmt.Sprintf("must be between 1 and %d", MaxCPUComplexes)))
+				}
+				if n.CPUs.CPUsPerComplex < 1 || n.CPUs.CPUsPerComplex > MaxCPUsPerComplex {
+					errs = append(errs, field.Invalid(cp.Child("cpusPerComplex"), n.CPUs.CPUsPerComplex, fmt.Sprintf("must be between 1 and %d", MaxCPUsPerComplex)))
+				}
+				if !c.GateEnabled(GateNodeAllocatableResources) {
+					errs = append(errs, field.Forbidden(cp, "needs featureGates: {"+GateNodeAllocatableResources+": true} (alpha, off by default): each complex maps to the node's cpu, which an API server without the gate drops from the CPU driver's ResourceSlices"))
+				}
+			}
+		}
 		if n.Memory != "" {
 			m, err := resource.ParseQuantity(n.Memory)
 			switch {
@@ -604,6 +652,9 @@ func (c *Config) validate() field.ErrorList {
 		}
 		if n.GPUs != nil && c.Backend == BackendKind && (n.GPUs.Partitioning != "" || n.GPUs.Sharing != "") {
 			errs = append(errs, field.Forbidden(p.Child("gpus"), "partitioning and sharing run on the embedded backend only, so far: the kind backend's chart does not pass them to the driver"))
+		}
+		if n.GPUs != nil && c.Backend == BackendKind && n.GPUs.DeviceMetadata {
+			errs = append(errs, field.Forbidden(p.Child("gpus", "deviceMetadata"), "device metadata runs on the embedded backend only, so far: the kind backend's chart does not pass it to the driver"))
 		}
 		if n.GPUs != nil && c.Backend == BackendKind && n.GPUs.Attach != "" {
 			errs = append(errs, field.Forbidden(p.Child("gpus", "attach"), "fabric attach runs on the embedded backend only, so far: its attach controller is part of the embedded lab process"))
@@ -660,6 +711,9 @@ func (g *GPUs) validate(gp *field.Path) field.ErrorList {
 		errs = append(errs, field.NotSupported(gp.Child("mode"), g.Mode, []string{GPUModeDRA, GPUModeDevicePlugin}))
 	}
 	errs = append(errs, g.validateModes(gp)...)
+	if g.DeviceMetadata && g.Mode == GPUModeDevicePlugin {
+		errs = append(errs, field.Forbidden(gp.Child("deviceMetadata"), "the kubelet gives device metadata to claims; mode device-plugin serves an extended resource"))
+	}
 	return append(errs, g.validateAttach(gp)...)
 }
 

@@ -87,6 +87,9 @@ type Row struct {
 	ExtendedResourceClaim bool
 	// Unschedulable: the scheduler tried the pod and found no place.
 	Unschedulable bool
+	// Metadata are the devices the pod's containers found in their device
+	// metadata files (ParseMetadata), where read; nil otherwise.
+	Metadata []MetadataDevice
 	// NodeAllocatable is what the scheduler accounted for the pod's node
 	// resources through its devices (DRAResources): a GPU's host memory.
 	NodeAllocatable v1.ResourceList

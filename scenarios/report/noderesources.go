@@ -24,8 +24,8 @@ const NodeResources = "NodeResources"
 // knows them by.
 var accounted = []struct {
 	name  v1.ResourceName
-	words string
-}{{v1.ResourceMemory, "host memory"}, {v1.ResourceCPU, "CPUs"}}
+	words string // a quantity in words: %s of host memory, %s CPUs
+}{{v1.ResourceMemory, "%s of host memory"}, {v1.ResourceCPU, "%s CPUs"}}
 
 // DRAResources is what the scheduler accounted for a bound pod through its
 // claims' devices (status.nodeAllocatableResourceClaimStatuses): mapped
@@ -96,14 +96,14 @@ func (s *Snapshot) whyNodeResources(ctx context.Context, pod *v1.Pod, message st
 						sum := add[node][a.name]
 						sum.Add(q)
 						add[node][a.name] = sum
-						via[node] = append(via[node], fmt.Sprintf("%s %s of %s for request %s", q.String(), a.words, d, req.Name))
+						via[node] = append(via[node], fmt.Sprintf(a.words+" for %s (request %s)", q.String(), d, req.Name))
 					}
 				}
 			}
 		}
 	}
 	own := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
-	var why []string
+	var why, room []string
 	for _, node := range slices.Sorted(maps.Keys(add)) {
 		n := s.Nodes[node]
 		if n == nil {
@@ -121,13 +121,21 @@ func (s *Snapshot) whyNodeResources(ctx context.Context, pod *v1.Pod, message st
 			free := alloc.DeepCopy()
 			free.Sub(held[a.name])
 			if need.Cmp(free) <= 0 {
+				room = append(room, fmt.Sprintf("node %s has "+a.words+" free, this pod needs %s with its devices", node, free.String(), need.String()))
 				continue
 			}
 			ownQ, over := own[a.name], minus(need, free)
 			heldQ, heldDRAQ := held[a.name], heldDRA[a.name]
-			why = append(why, fmt.Sprintf("node %s has %s of %s allocatable and its pods hold %s (%s of it through their devices); this pod asks %s for its containers and %s (the devices' nodeAllocatableResources): %s, %s more than is free",
-				node, alloc.String(), a.words, heldQ.String(), heldDRAQ.String(), ownQ.String(), strings.Join(via[node], ", "), need.String(), over.String()))
+			why = append(why, fmt.Sprintf("node %s has "+a.words+" allocatable and its pods hold %s (%s of it through their devices); this pod asks %s for its containers and, through its devices' nodeAllocatableResources, %s: %s, %s more than is free",
+				node, alloc.String(), heldQ.String(), heldDRAQ.String(), ownQ.String(), strings.Join(via[node], ", "), need.String(), over.String()))
 		}
+	}
+	if len(why) == 0 && len(room) > 0 {
+		// The scheduler's DynamicResources plugin retries a pod it refused
+		// when a claim, slice, class or node changes, not when a pod
+		// leaves a node: until then, or the scheduler's periodic retry of
+		// unschedulable pods, the pod waits with a stale message.
+		return "", message + " (stale: " + strings.Join(room, "; ") + "; the scheduler retries a pod its DynamicResources plugin refused when a claim, ResourceSlice, DeviceClass or node changes, not when a pod leaves the node, else within 5 minutes)", nil
 	}
 	if len(why) == 0 {
 		return "", "", nil

@@ -60,16 +60,17 @@ func TestWhyNodeResources(t *testing.T) {
 	if err != nil || code != NodeResources {
 		t.Fatalf("got %q %q %v, want NodeResources", code, msg, err)
 	}
-	for _, want := range []string{"node n has 64Gi of host memory allocatable", "its pods hold 48Gi (8Gi of it through their devices)", "asks 12Gi for its containers", "8Gi host memory of n/gpu-1", "20Gi, 4Gi more than is free"} {
+	for _, want := range []string{"node n has 64Gi of host memory allocatable", "its pods hold 48Gi (8Gi of it through their devices)", "asks 12Gi for its containers", "8Gi of host memory for n/gpu-1 (request gpu)", "20Gi, 4Gi more than is free"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message %q lacks %q", msg, want)
 		}
 	}
 
-	// With 12Gi more on the node the worker fits: no reason of this kind.
+	// With 12Gi more on the node the worker fits: no reason of this
+	// kind, and the scheduler's message is stale, which the report says.
 	s.Nodes["n"].Status.Allocatable[v1.ResourceMemory] = resource.MustParse("76Gi")
-	if code, msg, _ := s.whyNodeResources(ctx, &worker, "0/1 nodes are available: 1 Insufficient memory.", holders); code != "" {
-		t.Errorf("on a 76Gi node: %q %q, want no reason", code, msg)
+	if code, msg, _ := s.whyNodeResources(ctx, &worker, "0/1 nodes are available: 1 Insufficient memory.", holders); code != "" || !strings.Contains(msg, "stale: node n has 28Gi of host memory free, this pod needs 20Gi") {
+		t.Errorf("on a 76Gi node: %q %q, want no reason and the stale message named", code, msg)
 	}
 	s.Nodes["n"].Status.Allocatable[v1.ResourceMemory] = resource.MustParse("64Gi")
 	// The scheduler said nothing of memory: not ours to explain.

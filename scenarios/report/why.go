@@ -113,7 +113,7 @@ func (s *Snapshot) whyPod(ctx context.Context, pod *v1.Pod) (string, string, err
 			return code, msg, err
 		}
 	}
-	if code, msg, err := s.whyNodeResources(ctx, pod, message, holders); err != nil || code != "" {
+	if code, msg, err := s.whyNodeResources(ctx, pod, message, holders); err != nil || code != "" || msg != "" {
 		return code, msg, err
 	}
 	return "", message, nil

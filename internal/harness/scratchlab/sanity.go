@@ -12,6 +12,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/drivers/conformance/sanity"
+	"github.com/dralab/dralab/drivers/fakecpu"
 	"github.com/dralab/dralab/drivers/fakenic"
 	"github.com/dralab/dralab/internal/labstate"
 )
@@ -75,12 +76,16 @@ func RestartDriver(ctx context.Context, stateDir string, node string) error {
 }
 
 // RestartDriverOf is RestartDriver for the lab's driver of that name: the
-// NIC driver's process for nic.dralab.dev, else the node's GPU (or
+// NIC driver's process for nic.dralab.dev, the CPU driver's for
+// cpu.dralab.dev, else the node's GPU (or
 // outside) driver.
 func RestartDriverOf(ctx context.Context, stateDir, driver, node string) error {
 	role := labstate.RoleDriver
-	if driver == fakenic.DriverName {
+	switch driver {
+	case fakenic.DriverName:
 		role = labstate.RoleNICDriver
+	case fakecpu.DriverName:
+		role = labstate.RoleCPUDriver
 	}
 	return restart(ctx, stateDir, role, node)
 }

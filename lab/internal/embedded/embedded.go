@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
+	"github.com/dralab/dralab/drivers/fakecpu"
 	"github.com/dralab/dralab/drivers/fakenic"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/build"
@@ -329,7 +330,7 @@ var _ backend.DriverMetricser = &Backend{}
 func (b *Backend) DriverMetrics(name, node string) (map[string]string, error) {
 	nd := b.dir(name).Node(node)
 	out := map[string]string{}
-	for driver, file := range map[string]string{gpu.DriverName: nd.DriverMetrics(), fakenic.DriverName: nd.NICDriverMetrics()} {
+	for driver, file := range map[string]string{gpu.DriverName: nd.DriverMetrics(), fakenic.DriverName: nd.NICDriverMetrics(), fakecpu.DriverName: nd.CPUDriverMetrics()} {
 		data, err := os.ReadFile(file)
 		switch {
 		case errors.Is(err, os.ErrNotExist):

@@ -87,6 +87,13 @@ func (b *Backend) Status(ctx context.Context, name string) (*status.Status, erro
 			ns.Driver = strings.TrimPrefix(ns.Driver+"; NIC driver "+state, "; ")
 			driverOK = driverOK && ok
 		}
+		if n.CPUs != nil {
+			cpus := fmt.Sprintf("%d× %d-CPU complexes", n.CPUs.Complexes, n.CPUs.CPUsPerComplex)
+			state, _, ok := processState(s, labstate.RoleCPUDriver, n.Name)
+			ns.Profile = strings.TrimPrefix(ns.Profile+", "+cpus, ", ")
+			ns.Driver = strings.TrimPrefix(ns.Driver+"; CPU driver "+state, "; ")
+			driverOK = driverOK && ok
+		}
 		ns.Healthy = nodeOK && runtimeOK && driverOK
 		if !ns.Healthy {
 			st.Phase = status.PhaseDegraded
