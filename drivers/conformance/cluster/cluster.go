@@ -184,6 +184,7 @@ func (s *suite) features() []feature {
 		{"network data", manifest.NetworkData, "a prepared network device's claim status has its network data, and the container sees the interface it names", s.networkData},
 		{"derived attributes", manifest.DRADerivedAttributes, "requests matching on a derived attribute of the topology expression get devices of one value; requests held to values that share none wait", s.derivedAttributes},
 		{"list attributes", manifest.DRAListTypeAttributes, "a device with a list of values matches a device of each of them, and distinctAttribute keeps it from one that shares a value", s.listAttributes},
+		{"device metadata", manifest.DeviceMetadata, "a container finds its claim's device metadata file, naming the claim and exactly its allocated device with the attributes the device's ResourceSlice publishes", s.deviceMetadata},
 		{"optional node operations", manifest.DRAOptionalNodeOperations, "a pod given a device whose pool skips NodePrepareResources runs, its allocation carries the skip, and the driver never prepares it", s.optionalNodeOperations},
 	}
 }

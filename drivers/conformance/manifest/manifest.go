@@ -142,6 +142,13 @@ const (
 	// device runs without the driver preparing it. The cluster must have
 	// the DRAOptionalNodeOperations gate on (alpha in Kubernetes 1.37).
 	DRAOptionalNodeOperations Capability = "DRAOptionalNodeOperations"
+	// DeviceMetadata: the driver gives each container of a claim a device
+	// metadata file per request (the kubelet plugin helper's
+	// EnableDeviceMetadata, beta in Kubernetes 1.37, no gate), mounted at
+	// /var/run/kubernetes.io/dra-device-attributes/…/<driver>-metadata.json:
+	// it names the claim and exactly the devices allocated to the request,
+	// each with the attributes its ResourceSlice publishes.
+	DeviceMetadata Capability = "DeviceMetadata"
 )
 
 // knownCapabilities lists every capability, in the order of the constants.
@@ -162,6 +169,7 @@ var knownCapabilities = []Capability{
 	DRADerivedAttributes,
 	DRAListTypeAttributes,
 	DRAOptionalNodeOperations,
+	DeviceMetadata,
 }
 
 // Capabilities returns every capability a manifest may name.

@@ -35,7 +35,8 @@ import (
 // NUMA node) and a node whose X710 ports skip node operations. The
 // PodGroup API and its claims are on, for the group-claim check, and the
 // alpha gates of derived and list-type attributes and optional node
-// operations.
+// operations; every GPU served through DRA gives its containers device
+// metadata.
 func ConformanceConfig() (*config.Config, error) {
 	cfg := config.Default()
 	cfg.Nodes = append(cfg.Nodes,
@@ -46,6 +47,12 @@ func ConformanceConfig() (*config.Config, error) {
 		config.Node{Name: "nic-sd", GPUs: &config.GPUs{Profile: "a100-80gb", Count: 8}, NICs: &config.NICs{Profile: "cx7-sd-400g", Count: 1, NUMANodeList: true}},
 		config.Node{Name: "nic-quiet", NICs: &config.NICs{Profile: "x710-10g", Count: 2, SkipNodeOperations: true}},
 	)
+	// Every GPU served through DRA gives its containers device metadata.
+	for i := range cfg.Nodes {
+		if g := cfg.Nodes[i].GPUs; g != nil && g.Mode != config.GPUModeDevicePlugin {
+			g.DeviceMetadata = true
+		}
+	}
 	cfg.EnableGroupClaims(config.GateDerivedAttributes, config.GateListTypeAttributes, config.GateOptionalNodeOperations)
 	return cfg, cfg.Complete()
 }
