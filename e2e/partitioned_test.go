@@ -111,7 +111,10 @@ func TestWorkloadScenarios(t *testing.T) {
 // features on a lab of lab/examples/frontier.yaml: every DRA gate on, every
 // API version served.
 func TestFrontierScenarios(t *testing.T) {
-	runOnExampleLab(t, "frontier.yaml", "dralab-e2e-frontier", frontierScenarios)
+	l := runOnExampleLab(t, "frontier.yaml", "dralab-e2e-frontier", frontierScenarios)
+	t.Run("a ResourcePoolStatusRequest counts as the lab does", func(t *testing.T) {
+		checkPoolStatus(t, l)
+	})
 }
 
 // TestPartitionedScenarios starts its own lab from

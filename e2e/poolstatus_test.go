@@ -1,0 +1,159 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	resourcev1alpha3 "k8s.io/api/resource/v1alpha3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+
+	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/lab"
+	"github.com/dralab/dralab/scenarios/report"
+)
+
+// poolCount is what a pool has: devices published, and allocated to
+// claims.
+type poolCount struct{ total, allocated int32 }
+
+// checkPoolStatus asks the lab's controller manager for the GPU driver's
+// pools (a ResourcePoolStatusRequest, resource.k8s.io/v1alpha3, gate
+// DRAResourcePoolStatus) with an H100 held by a pod and after, and compares
+// each pool's devices and allocated devices with what the lab itself counts
+// from the ResourceSlices and the claims' allocations.
+func checkPoolStatus(t *testing.T, l *lab.Lab) {
+	ctx := context.Background()
+	restConfig, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := kubernetes.NewForConfigOrDie(restConfig)
+	ns := "pool-status"
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "h100"}, Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+		Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "h100." + gpu.DriverName}}}}}}
+	if _, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "holder"}, Spec: v1.PodSpec{
+		TerminationGracePeriodSeconds: ptr.To[int64](0),
+		Containers: []v1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}}}},
+		ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("h100")}},
+	}}
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "holder", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == v1.PodRunning, nil
+	}); err != nil {
+		t.Fatalf("the pod holding an H100 never ran: %v", err)
+	}
+	held := comparePoolStatus(ctx, t, client, "with-holder")
+	if n := held["gpu-h100"].allocated; n != 1 {
+		t.Errorf("with a pod holding an H100 the request counts %d allocated in pool gpu-h100, want 1", n)
+	}
+	if err := client.CoreV1().Pods(ns).Delete(ctx, "holder", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.ResourceV1().ResourceClaims(ns).Delete(ctx, "h100", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		claims, err := client.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+		return err == nil && len(claims.Items) == 0, nil
+	}); err != nil {
+		t.Fatalf("the claim never went: %v", err)
+	}
+	free := comparePoolStatus(ctx, t, client, "after")
+	if n := free["gpu-h100"].allocated; n != 0 {
+		t.Errorf("after the pod the request counts %d allocated in pool gpu-h100, want 0", n)
+	}
+}
+
+// comparePoolStatus creates a ResourcePoolStatusRequest for the GPU
+// driver, waits for the controller's answer and compares it, pool by pool,
+// with the lab's own count; it returns the answer.
+func comparePoolStatus(ctx context.Context, t *testing.T, client kubernetes.Interface, name string) map[string]poolCount {
+	t.Helper()
+	req := &resourcev1alpha3.ResourcePoolStatusRequest{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourcev1alpha3.ResourcePoolStatusRequestSpec{Driver: gpu.DriverName}}
+	if _, err := client.ResourceV1alpha3().ResourcePoolStatusRequests().Create(ctx, req, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = client.ResourceV1alpha3().ResourcePoolStatusRequests().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	var answer *resourcev1alpha3.ResourcePoolStatusRequest
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		r, err := client.ResourceV1alpha3().ResourcePoolStatusRequests().Get(ctx, name, metav1.GetOptions{})
+		if err != nil || r.Status == nil {
+			return false, nil
+		}
+		answer = r
+		return true, nil
+	}); err != nil {
+		t.Fatalf("ResourcePoolStatusRequest %s was never answered: %v", name, err)
+	}
+	if c := answer.Status.Conditions; len(c) == 0 || c[0].Type != "Complete" || c[0].Status != metav1.ConditionTrue {
+		t.Fatalf("ResourcePoolStatusRequest %s: conditions %+v, want Complete", name, c)
+	}
+	snap, err := report.Read(ctx, client, metav1.NamespaceAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lab := map[string]poolCount{}
+	for _, sl := range snap.Slices {
+		if sl.Spec.Driver == gpu.DriverName {
+			c := lab[sl.Spec.Pool.Name]
+			c.total += int32(len(sl.Spec.Devices))
+			lab[sl.Spec.Pool.Name] = c
+		}
+	}
+	for key := range snap.AllocatedDevices() {
+		for pool := range lab {
+			if rest, ok := strings.CutPrefix(key, gpu.DriverName+"/"+pool+"/"); ok && !strings.Contains(rest, "/") {
+				c := lab[pool]
+				c.allocated++
+				lab[pool] = c
+			}
+		}
+	}
+	got := map[string]poolCount{}
+	for _, p := range answer.Status.Pools {
+		if p.ValidationError != nil {
+			t.Errorf("pool %s: %s", p.PoolName, *p.ValidationError)
+			continue
+		}
+		got[p.PoolName] = poolCount{ptr.Deref(p.TotalDevices, -1), ptr.Deref(p.AllocatedDevices, -1)}
+		if a, u := ptr.Deref(p.AvailableDevices, -1), ptr.Deref(p.UnavailableDevices, -1); a+u+ptr.Deref(p.AllocatedDevices, 0) != ptr.Deref(p.TotalDevices, 0) {
+			t.Errorf("pool %s: %d available, %d unavailable and %d allocated do not add up to its %d devices", p.PoolName, a, u, ptr.Deref(p.AllocatedDevices, 0), ptr.Deref(p.TotalDevices, 0))
+		}
+	}
+	if !maps.Equal(got, lab) {
+		t.Errorf("%s: the request counts (devices, allocated) %v; the lab counts %v", name, fmt.Sprint(sorted(got)), fmt.Sprint(sorted(lab)))
+	}
+	t.Logf("%s: pools (devices, allocated) %v, as the lab counts them", name, sorted(got))
+	return got
+}
+
+func sorted(m map[string]poolCount) []string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, fmt.Sprintf("%s %d/%d", k, m[k].total, m[k].allocated))
+	}
+	return out
+}
