@@ -55,7 +55,8 @@ func TestOutsideDriverLab(t *testing.T) {
 // node: no MIG node, no shared node, no fabric node beside the others),
 // with partitionable devices, consumable capacity, binding conditions,
 // resource health (whose commands fail GPUs of dralab's own driver only)
-// and derived attributes (an alpha gate the lab leaves off) disabled, and
+// derived attributes (an alpha gate the lab leaves off) and device
+// metadata (its command does not ask for it) disabled, and
 // each of replace's keys
 // replaced by its value, once.
 func wholeGPUManifest(t *testing.T, replace map[string]string) string {
@@ -73,6 +74,8 @@ func wholeGPUManifest(t *testing.T, replace map[string]string) string {
 		"ResourceHealthStatus: true": "ResourceHealthStatus: false",
 		// The lab's gates stay at their defaults.
 		"DRADerivedAttributes: true": "DRADerivedAttributes: false",
+		// The outside driver's command gives no device metadata.
+		"DeviceMetadata: true": "DeviceMetadata: false",
 	}
 	maps.Copy(all, replace)
 	for from, to := range all {

@@ -107,19 +107,23 @@ func Conformance(ctx context.Context, o conformance.Options, labCfg *config.Conf
 // Lacks says what a lab of cfg lacks for the capabilities of dralab's
 // fake GPU or NIC driver that a manifest enables, as ConformanceConfig has
 // them: a MIG node for partitionable devices, a shared node for consumable
-// capacity, a fabric-attached node for binding conditions, NICs, a node
+// capacity, a fabric-attached node for binding conditions, a GPU node
+// with device metadata, NICs, a node
 // whose NICs skip node operations, the gates and APIs the capabilities
 // need. None for another driver, whose devices are its own.
 func Lacks(cfg *config.Config, m *manifest.Manifest) []string {
 	if cfg.Driver != nil || (m.Driver != gpu.DriverName && m.Driver != fakenic.DriverName) {
 		return nil
 	}
-	var mig, shared, fabric, nics, quiet bool
+	var mig, shared, fabric, metadata, nics, quiet bool
 	for _, n := range cfg.Nodes {
 		if g := n.GPUs; g != nil && g.NVML == "" && g.Mode != config.GPUModeDevicePlugin {
 			mig = mig || g.Partitioning == config.PartitioningMIG
 			shared = shared || g.Sharing == config.SharingMemory
 			fabric = fabric || g.Attach == config.AttachFabric
+		}
+		if g := n.GPUs; g != nil && g.Mode != config.GPUModeDevicePlugin {
+			metadata = metadata || g.DeviceMetadata
 		}
 		if n.NICs != nil {
 			nics = true
@@ -138,6 +142,7 @@ func Lacks(cfg *config.Config, m *manifest.Manifest) []string {
 		{manifest.DRAPartitionableDevices, !isGPU || mig, "a GPU with partitioning: mig"},
 		{manifest.DRAConsumableCapacity, !isGPU || shared, "a GPU with sharing: memory"},
 		{manifest.DRADeviceBindingConditions, !isGPU || fabric, "a GPU with attach: fabric"},
+		{manifest.DeviceMetadata, !isGPU || metadata, "a GPU with deviceMetadata: true"},
 		{manifest.DRAWorkloadResourceClaims, cfg.ServesGroupClaims(), "the PodGroup API (featureGates " + config.GateGenericWorkload + " and " + config.GateDRAWorkloadResourceClaims + ", runtimeConfig " + config.WorkloadAPIVersion + ")"},
 		{manifest.DRADerivedAttributes, gate(config.GateDerivedAttributes), "featureGates " + config.GateDerivedAttributes},
 		{manifest.DRAListTypeAttributes, gate(config.GateListTypeAttributes), "featureGates " + config.GateListTypeAttributes},
