@@ -56,7 +56,7 @@ func (s *Snapshot) whyNodeResources(ctx context.Context, pod *v1.Pod, message st
 	// (the free device that adds least, per request), and through which
 	// device.
 	add := map[string]v1.ResourceList{}
-	via := map[string][]string{}
+	via := map[string]map[v1.ResourceName][]string{}
 	for _, ref := range podClaims(pod) {
 		claim := s.Claims[claimKey(pod.Namespace, ref.name)]
 		if claim == nil || claim.Status.Allocation != nil {
@@ -91,12 +91,12 @@ func (s *Snapshot) whyNodeResources(ctx context.Context, pod *v1.Pod, message st
 					if q, ok := devicePerPod(d.dev, a.name); ok {
 						q.Mul(n)
 						if add[node] == nil {
-							add[node] = v1.ResourceList{}
+							add[node], via[node] = v1.ResourceList{}, map[v1.ResourceName][]string{}
 						}
 						sum := add[node][a.name]
 						sum.Add(q)
 						add[node][a.name] = sum
-						via[node] = append(via[node], fmt.Sprintf(a.words+" for %s (request %s)", q.String(), d, req.Name))
+						via[node][a.name] = append(via[node][a.name], fmt.Sprintf(a.words+" for %s (request %s)", q.String(), d, req.Name))
 					}
 				}
 			}
@@ -127,7 +127,7 @@ func (s *Snapshot) whyNodeResources(ctx context.Context, pod *v1.Pod, message st
 			ownQ, over := own[a.name], minus(need, free)
 			heldQ, heldDRAQ := held[a.name], heldDRA[a.name]
 			why = append(why, fmt.Sprintf("node %s has "+a.words+" allocatable and its pods hold %s (%s of it through their devices); this pod asks %s for its containers and, through its devices' nodeAllocatableResources, %s: %s, %s more than is free",
-				node, alloc.String(), heldQ.String(), heldDRAQ.String(), ownQ.String(), strings.Join(via[node], ", "), need.String(), over.String()))
+				node, alloc.String(), heldQ.String(), heldDRAQ.String(), ownQ.String(), strings.Join(via[node][a.name], ", "), need.String(), over.String()))
 		}
 	}
 	if len(why) == 0 && len(room) > 0 {

@@ -66,6 +66,15 @@ func TestWhyNodeResources(t *testing.T) {
 		}
 	}
 
+	// A device that adds CPUs too: the memory sentence names its memory
+	// only.
+	both := withOverhead("gpu-1", "8Gi")
+	both.NodeAllocatableResources[v1.ResourceCPU] = resourceapi.NodeAllocatableResource{Mapping: &resourceapi.NodeAllocatableMapping{DeviceMultiplier: ptr.To(resource.MustParse("4"))}}
+	s.Slices[1].Spec.Devices[1] = both
+	if _, msg, _ := s.whyNodeResources(ctx, &worker, "0/1 nodes are available: 1 Insufficient memory.", holders); !strings.Contains(msg, "8Gi of host memory for n/gpu-1") || strings.Contains(msg, "CPUs") {
+		t.Errorf("a device adding memory and CPUs, short of memory: %q, want its memory only", msg)
+	}
+
 	// With 12Gi more on the node the worker fits: no reason of this
 	// kind, and the scheduler's message is stale, which the report says.
 	s.Nodes["n"].Status.Allocatable[v1.ResourceMemory] = resource.MustParse("76Gi")
