@@ -46,10 +46,10 @@ var workloadScenarios = []string{"gang-vs-partial", "group-claim", "topology", "
 // lab/examples/gpu-nic.yaml runs: every other lab skips them as unmet.
 var nicScenarios = []string{"gpu-nic-pair", "bandwidth-shares", "no-prepare", "derived-alignment", "list-numa"}
 
-// frontierScenarios need devices that account node resources, which only
-// lab/examples/frontier.yaml (every 1.37 DRA gate on) publishes: every
-// other lab skips them as unmet.
-var frontierScenarios = []string{"host-memory", "device-metadata", "cpu-mapping"}
+// frontierScenarios need devices that account node resources, device
+// metadata or compatibility groups, which only lab/examples/frontier.yaml
+// (every 1.37 DRA gate on) publishes: every other lab skips them as unmet.
+var frontierScenarios = []string{"host-memory", "device-metadata", "cpu-mapping", "compatibility-groups"}
 
 // TestGPUNICScenarios runs the scenarios of GPUs and NICs on a lab of
 // lab/examples/gpu-nic.yaml: two drivers on every node, NIC i under the
@@ -203,7 +203,7 @@ var matrixLabs = []struct {
 	// the PodGroup API on (for the conformance run's group claims), so
 	// the workload scenarios that fit its 10 H100s run: a group's claim
 	// and a gang sharing a claim.
-	{"nvml-mock.yaml", []string{"counting", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions", "gang-vs-partial", "topology", "gang-fallback", "gang-partitions", "gpu-nic-pair", "bandwidth-shares", "no-prepare", "derived-alignment", "list-numa", "host-memory", "device-metadata", "cpu-mapping"}},
+	{"nvml-mock.yaml", []string{"counting", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions", "gang-vs-partial", "topology", "gang-fallback", "gang-partitions", "gpu-nic-pair", "bandwidth-shares", "no-prepare", "derived-alignment", "list-numa", "host-memory", "device-metadata", "cpu-mapping", "compatibility-groups"}},
 }
 
 // failedH100Unmet are the scenarios the default lab cannot run with one

@@ -35,6 +35,9 @@ type Inventory struct {
 	Attached map[string]int
 	// NodeLabels are the labels of the cluster's nodes, as key=value.
 	NodeLabels map[string]bool
+	// TimeSliced counts the free GPUs among Devices whose counter set
+	// also holds MIG devices and time-sliced shares.
+	TimeSliced map[string]int
 	// Overhead counts the free DRA GPUs per tier that add node resources
 	// to a pod (nodeAllocatableResources).
 	Overhead map[string]int
@@ -265,6 +268,7 @@ func Describe(e Expectation, inv Inventory) string {
 	add("subrequest", e.Subrequest)
 	add("tier", e.Tier)
 	add("MIG profile", e.Profile)
+	add("device type", e.DeviceType)
 	add("consuming", e.Consumed)
 	add("node tier", e.NodeTier)
 	if e.Devices != nil {
@@ -351,6 +355,9 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 		if e.Profile != "" && d.Profile != e.Profile {
 			mismatch("MIG profile", e.Profile, orNone(d.Profile), d.DeviceRef())
 		}
+		if e.DeviceType != "" && d.DeviceType != e.DeviceType {
+			mismatch("device type", e.DeviceType, orNone(d.DeviceType), d.DeviceRef())
+		}
 		if e.Consumed != "" && (d.ShareID == "" || !sameQuantity(d.Consumed, e.Consumed)) {
 			mismatch("consumed capacity of a share", e.Consumed, orNone(d.Consumed)+" share "+orNone(d.ShareID), d.DeviceRef())
 		}
@@ -387,7 +394,7 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 			}
 		}
 	}
-	if (e.Request != "" || e.Subrequest != "" || e.Tier != "" || e.Profile != "" || e.Consumed != "" || e.ExtendedResourceClaim || e.AdminAccess != nil || e.Health != "" || len(e.DeviceStatus) > 0 || len(e.StatusData) > 0 || e.NodeOperations != "") && len(devs) == 0 && e.Phase != "Pending" {
+	if (e.Request != "" || e.Subrequest != "" || e.Tier != "" || e.Profile != "" || e.DeviceType != "" || e.Consumed != "" || e.ExtendedResourceClaim || e.AdminAccess != nil || e.Health != "" || len(e.DeviceStatus) > 0 || len(e.StatusData) > 0 || e.NodeOperations != "") && len(devs) == 0 && e.Phase != "Pending" {
 		mismatch("allocated devices", "at least one", 0, o.Rows[0].Reason)
 	}
 	if e.Devices != nil && len(devs) != inv.Resolve(e.Devices) {

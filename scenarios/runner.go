@@ -186,12 +186,28 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 	if err != nil {
 		return Inventory{}, err
 	}
-	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, CountedNodes: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Overhead: map[string]int{}, NodeLabels: map[string]bool{}, Plain: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]report.FreeShare{}, Groups: map[string]map[string]map[string]int{}, Published: map[string]map[string]int{}, Drivers: map[string]int{}}
+	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, CountedNodes: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Overhead: map[string]int{}, TimeSliced: map[string]int{}, NodeLabels: map[string]bool{}, Plain: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]report.FreeShare{}, Groups: map[string]map[string]map[string]int{}, Published: map[string]map[string]int{}, Drivers: map[string]int{}}
 	shares := map[string]report.FreeShare{}
 	for _, f := range snap.FreeShares(gpu.CapacityMemory) {
 		shares[f.Driver+"/"+f.Pool+"/"+f.Device] = f
 	}
 	held := snap.AllocatedDevices()
+	// Counter sets (pool/set) with MIG devices, and with time-sliced shares.
+	kinds := map[string]map[string]bool{}
+	for _, sl := range snap.Slices {
+		if sl.Spec.Driver != gpu.DriverName {
+			continue
+		}
+		for _, d := range sl.Spec.Devices {
+			for _, cons := range d.ConsumesCounters {
+				k := sl.Spec.Pool.Name + "/" + cons.CounterSet
+				if kinds[k] == nil {
+					kinds[k] = map[string]bool{}
+				}
+				kinds[k][ptr.Deref(d.Attributes[gpu.AttrType].StringValue, "")] = true
+			}
+		}
+	}
 	for _, sl := range snap.Slices {
 		inv.Drivers[sl.Spec.Driver] += len(sl.Spec.Devices)
 		if sl.Spec.Driver != gpu.DriverName {
@@ -234,6 +250,12 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 			}
 			if len(sl.Spec.Devices[i].NodeAllocatableResources) > 0 {
 				inv.Overhead[tier]++
+			}
+			for _, cons := range sl.Spec.Devices[i].ConsumesCounters {
+				if k := kinds[sl.Spec.Pool.Name+"/"+cons.CounterSet]; k[gpu.TypeMIG] && k[gpu.TypeTimeSlice] {
+					inv.TimeSliced[tier]++
+					break
+				}
 			}
 			if d := &sl.Spec.Devices[i]; len(d.ConsumesCounters) == 0 && !ptr.Deref(d.AllowMultipleAllocations, false) && len(d.BindingConditions) == 0 {
 				inv.Plain[tier]++
@@ -331,6 +353,13 @@ func (inv Inventory) meets(req Requirements) error {
 	for _, l := range req.NodeLabels {
 		if !inv.NodeLabels[l] {
 			missing = append(missing, "a node labelled "+l)
+		}
+	}
+	for _, t := range req.TimeSlicedTiers {
+		// A claim cannot name the GPU another claim got: with two such
+		// GPUs, the second kind would go to the other one.
+		if n := inv.TimeSliced[t]; n != 1 {
+			missing = append(missing, fmt.Sprintf("exactly one free %s GPU offering MIG devices and time-sliced shares that exclude each other (partitioning: mig and timeSlices, with the DRADeviceCompatibilityGroups gate, as lab/examples/frontier.yaml has it; it has %d)", t, n))
 		}
 	}
 	for _, t := range req.OverheadTiers {

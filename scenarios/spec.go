@@ -91,6 +91,12 @@ type Requirements struct {
 	// device metadata files of the GPU driver, which labels the nodes
 	// where it writes them (gpus.deviceMetadata in a lab configuration).
 	NodeLabels []string `json:"nodeLabels,omitempty"`
+	// TimeSlicedTiers must have exactly one free GPU that offers MIG
+	// devices and time-sliced shares on one counter set, which exclude
+	// each other by their compatibility groups (partitioning: mig and
+	// timeSlices, with the DRADeviceCompatibilityGroups gate): a claim
+	// cannot name the GPU that another claim got.
+	TimeSlicedTiers []string `json:"timeSlicedTiers,omitempty"`
 	// OverheadTiers must have free GPUs that add node resources to a pod
 	// (nodeAllocatableResources: a host-memory overhead), which needs the
 	// DRANodeAllocatableResources gate (lab/examples/frontier.yaml).
@@ -380,6 +386,9 @@ type Expectation struct {
 	// bandwidth, 30G).
 	Profile  string `json:"profile,omitempty"`
 	Consumed string `json:"consumed,omitempty"`
+	// DeviceType is the type every GPU of the pod publishes: gpu, mig or
+	// time-slice (a time-sliced share of a GPU).
+	DeviceType string `json:"deviceType,omitempty"`
 	// NodeTier is the tier of the GPUs of the pod's node (for counted GPUs,
 	// where no device is named).
 	NodeTier string `json:"nodeTier,omitempty"`
@@ -420,7 +429,7 @@ type Expectation struct {
 	// cluster's state (the scheduler itself only says "cannot allocate all
 	// claims"): NoMatchingDevice, AllAllocated, Tainted, Insufficient (an
 	// extended resource), CounterExhausted, CapacityExhausted,
-	// SelectorError, ConstraintUnmet or NodeResources; for a pod of a PodGroup also
+	// SelectorError, ConstraintUnmet, IncompatibleGroups or NodeResources; for a pod of a PodGroup also
 	// GangIncomplete, GangShort, TopologyShort or GangUnschedulable.
 	// A list names reasons of which any may hold: [AllAllocated,
 	// CapacityExhausted] on a lab where the last matching device is a
@@ -465,6 +474,9 @@ const (
 	// shared device with too little capacity left for one more share.
 	ReasonCounterExhausted  = "CounterExhausted"
 	ReasonCapacityExhausted = "CapacityExhausted"
+	// A free device whose counters have room, kept out by the compatibility
+	// groups of what is allocated on its counter set.
+	ReasonIncompatibleGroups = "IncompatibleGroups"
 	// A selector that fails on a device, which makes the allocator give
 	// up the claim.
 	ReasonSelectorError = "SelectorError"
@@ -518,11 +530,14 @@ func (r Reasons) String() string { return strings.Join(r, " or ") }
 // resources excepted.
 var nodeResources = []string{"cpu", "memory", "ephemeral-storage", "hugepages-2Mi", "hugepages-1Gi"}
 
+// deviceTypes are the types of dralab's GPU driver's devices.
+var deviceTypes = []string{gpu.TypeGPU, gpu.TypeMIG, gpu.TypeTimeSlice}
+
 // healths are the health values the kubelet reports for a device.
 var healths = []string{"Healthy", "Unhealthy", "Unknown"}
 
 var reasons = []string{ReasonNoMatchingDevice, ReasonAllAllocated, ReasonTainted, ReasonInsufficient, ReasonCounterExhausted, ReasonCapacityExhausted, ReasonSelectorError, ReasonConstraintUnmet,
-	ReasonNodeResources, ReasonGangIncomplete, ReasonGangShort, ReasonTopologyShort, ReasonGangUnschedulable}
+	ReasonIncompatibleGroups, ReasonNodeResources, ReasonGangIncomplete, ReasonGangShort, ReasonTopologyShort, ReasonGangUnschedulable}
 
 // Parse decodes a scenario.yaml strictly and validates it; source names
 // the file in errors. files lists the scenario folder's files, which
@@ -638,6 +653,7 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 	checkTiers(field.NewPath("requires", "attachedTiers"), s.Requires.AttachedTiers)
 	checkTiers(field.NewPath("requires", "plainTiers"), s.Requires.PlainTiers)
 	checkTiers(field.NewPath("requires", "overheadTiers"), s.Requires.OverheadTiers)
+	checkTiers(field.NewPath("requires", "timeSlicedTiers"), s.Requires.TimeSlicedTiers)
 	for i, l := range s.Requires.NodeLabels {
 		lp := field.NewPath("requires", "nodeLabels").Index(i)
 		k, v, ok := strings.Cut(l, "=")
@@ -787,6 +803,9 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 			}
 			if op := e.NodeOperations; op != "" && op != NodeOperationsSkipped && op != NodeOperationsPrepared {
 				errs = append(errs, field.NotSupported(ep.Child("nodeOperations"), op, []string{NodeOperationsSkipped, NodeOperationsPrepared}))
+			}
+			if t := e.DeviceType; t != "" && !slices.Contains(deviceTypes, t) {
+				errs = append(errs, field.NotSupported(ep.Child("deviceType"), t, deviceTypes))
 			}
 			if h := e.Health; h != "" && !slices.Contains(healths, h) {
 				errs = append(errs, field.NotSupported(ep.Child("health"), h, healths))

@@ -28,6 +28,15 @@ type Inventory struct {
 	Partitioning string
 	// Sharing is "" (each GPU in one claim at a time) or SharingMemory.
 	Sharing string
+	// TimeSlices is the number of time-sliced shares each GPU offers, 0
+	// for none: devices <gpu>-ts-0 … that each take one of the GPU's
+	// time-slices counters, the whole GPU taking them all. Partitioned as
+	// well, the GPU offers MIG devices or shares, whichever a claim gets
+	// first: its MIG devices and its shares declare the compatibility
+	// groups gpu.GroupMIG and gpu.GroupTimeSliced (Kubernetes 1.37's
+	// DRADeviceCompatibilityGroups, alpha: a scheduler without the gate
+	// ignores such a pool, so the lab sets both only where the gate is on).
+	TimeSlices int
 	// Attach is "" (GPUs in the node) or AttachFabric.
 	Attach string
 	// Topology is where the node sits: every GPU and MIG device carries
@@ -97,20 +106,29 @@ func (inv *Inventory) Validate() error {
 	default:
 		return fmt.Errorf("sharing %q: want %s or nothing", inv.Sharing, SharingMemory)
 	}
+	switch {
+	case inv.TimeSlices < 0 || inv.TimeSlices > MaxTimeSlices:
+		return fmt.Errorf("time-slices %d: want between 0 and %d", inv.TimeSlices, MaxTimeSlices)
+	case inv.TimeSlices > 0 && inv.Sharing != "":
+		return fmt.Errorf("time-slices %d: a GPU shared by memory is not time-sliced too", inv.TimeSlices)
+	}
 	if inv.HostMemoryOverhead && inv.Profile.HostMemoryOverhead.Sign() <= 0 {
 		return fmt.Errorf("host-memory-overhead: GPU profile %s declares no hostMemoryOverhead", inv.Profile.Name)
 	}
 	switch inv.Attach {
 	case "":
 	case AttachFabric:
-		if inv.Partitioning != "" || inv.Sharing != "" {
-			return fmt.Errorf("attach %q: a fabric-attached GPU is attached whole, to one claim: not with partitioning or sharing", inv.Attach)
+		if inv.Partitioning != "" || inv.Sharing != "" || inv.TimeSlices > 0 {
+			return fmt.Errorf("attach %q: a fabric-attached GPU is attached whole, to one claim: not with partitioning, sharing or time slices", inv.Attach)
 		}
 	default:
 		return fmt.Errorf("attach %q: want %s or nothing", inv.Attach, AttachFabric)
 	}
 	return nil
 }
+
+// MaxTimeSlices bounds a GPU's time-sliced shares.
+const MaxTimeSlices = 16
 
 // MIGProfileNames lists the built-in profiles with MIG geometry, sorted.
 func MIGProfileNames() []string {
@@ -205,13 +223,32 @@ func (inv *Inventory) Devices(context.Context) ([]kit.Device, error) {
 				v1.ResourceMemory: {Overhead: &resourceapi.NodeAllocatableOverhead{PerPod: ptr.To(p.HostMemoryOverhead.DeepCopy())}},
 			}
 		}
+		if inv.TimeSlices > 0 {
+			// The GPU, its MIG devices and its shares all say so.
+			product[gpu.AttrTimeSlices] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(inv.TimeSlices))}
+			whole.API.Attributes[gpu.AttrTimeSlices] = product[gpu.AttrTimeSlices]
+		}
+		if inv.counted() {
+			counterSet := CounterSetName(i)
+			whole.API.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: counterSet, Counters: inv.counters()}}
+		}
 		switch {
 		case inv.Partitioning == PartitioningMIG:
 			counterSet := CounterSetName(i)
 			whole.API.Capacity[gpu.CapacityMultiprocessors] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(p.Multiprocessors), resource.DecimalSI)}
-			whole.API.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: counterSet, Counters: p.MIG.Counters(p.Memory, p.Multiprocessors)}}
 			whole.API.Attributes[gpu.AttrPartitioning] = resourceapi.DeviceAttribute{StringValue: ptr.To(gpu.PartitioningMIG)}
-			devices = append(devices, gpu.MIGDevices(name, uuid, p.ProductName, counterSet, product, p.MIG)...)
+			migs := gpu.MIGDevices(name, uuid, p.ProductName, counterSet, product, p.MIG)
+			if inv.TimeSlices > 0 {
+				for j := range migs {
+					migs[j].API.ConsumesCounters[0].CompatibilityGroups = []string{gpu.GroupMIG}
+				}
+			}
+			devices = append(devices, migs...)
+			devices = append(devices, inv.timeSlices(name, uuid, CounterSetName(i), product, gpu.GroupTimeSliced)...)
+		case inv.TimeSlices > 0:
+			// Without MIG there is nothing to exclude: the whole GPU takes
+			// every time slice, as counters say.
+			devices = append(devices, inv.timeSlices(name, uuid, CounterSetName(i), product, "")...)
 		case inv.Sharing == SharingMemory:
 			share(&whole.API, p)
 		case inv.Attach == AttachFabric:
@@ -232,14 +269,72 @@ func (inv *Inventory) CounterSets(context.Context) ([]resourceapi.CounterSet, er
 	if err := inv.Validate(); err != nil {
 		return nil, err
 	}
-	if inv.Partitioning != PartitioningMIG {
+	if !inv.counted() {
 		return nil, nil
 	}
 	sets := make([]resourceapi.CounterSet, 0, inv.Count)
 	for i := range inv.Count {
-		sets = append(sets, resourceapi.CounterSet{Name: CounterSetName(i), Counters: inv.Profile.MIG.Counters(inv.Profile.Memory, inv.Profile.Multiprocessors)})
+		sets = append(sets, resourceapi.CounterSet{Name: CounterSetName(i), Counters: inv.counters()})
 	}
 	return sets, nil
+}
+
+// counted says whether each GPU has a counter set: partitioned, or
+// time-sliced.
+func (inv *Inventory) counted() bool {
+	return inv.Partitioning == PartitioningMIG || inv.TimeSlices > 0
+}
+
+// counters are a GPU's counter set, which its whole device consumes: the
+// MIG geometry's, and its time slices.
+func (inv *Inventory) counters() map[string]resourceapi.Counter {
+	c := map[string]resourceapi.Counter{}
+	if inv.Partitioning == PartitioningMIG {
+		c = inv.Profile.MIG.Counters(inv.Profile.Memory, inv.Profile.Multiprocessors)
+	}
+	if inv.TimeSlices > 0 {
+		c[gpu.CounterTimeSlices] = resourceapi.Counter{Value: *resource.NewQuantity(int64(inv.TimeSlices), resource.DecimalSI)}
+	}
+	return c
+}
+
+// TimeSliceName names share j of GPU parent: gpu-0-ts-1.
+func TimeSliceName(parent string, j int) string { return fmt.Sprintf("%s-ts-%d", parent, j) }
+
+// timeSlices are GPU parent's time-sliced shares: each runs on the whole
+// GPU (its memory and multiprocessors are the GPU's), takes one time slice
+// of its counter set, and declares group, if any.
+func (inv *Inventory) timeSlices(parent, parentUUID, counterSet string, product map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, group string) []kit.Device {
+	p := inv.Profile
+	out := make([]kit.Device, 0, inv.TimeSlices)
+	for j := range inv.TimeSlices {
+		name := TimeSliceName(parent, j)
+		consumes := resourceapi.DeviceCounterConsumption{
+			CounterSet: counterSet,
+			Counters:   map[string]resourceapi.Counter{gpu.CounterTimeSlices: {Value: resource.MustParse("1")}},
+		}
+		if group != "" {
+			consumes.CompatibilityGroups = []string{group}
+		}
+		capacity := map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{gpu.CapacityMemory: {Value: p.Memory}}
+		if p.Multiprocessors > 0 {
+			capacity[gpu.CapacityMultiprocessors] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(p.Multiprocessors), resource.DecimalSI)}
+		}
+		out = append(out, kit.Device{
+			API: resourceapi.Device{
+				Name: name,
+				Attributes: with(product, map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+					gpu.AttrType:       {StringValue: ptr.To(gpu.TypeTimeSlice)},
+					gpu.AttrParentUUID: {StringValue: ptr.To(parentUUID)},
+				}),
+				Capacity:         capacity,
+				ConsumesCounters: []resourceapi.DeviceCounterConsumption{consumes},
+			},
+			Env:        map[string]string{"": name, "PARENT_UUID": parentUUID, "PRODUCT": p.ProductName, "TIME_SLICES": fmt.Sprint(inv.TimeSlices)},
+			StatusData: map[string]string{"parentUUID": parentUUID, "productName": p.ProductName},
+		})
+	}
+	return out
 }
 
 // CounterSetName names GPU i's counter set.

@@ -35,6 +35,9 @@ const (
 	// ClassMIG is the DeviceClass of MIG devices: GPU instances of a
 	// partitioned GPU, which a claim picks by profile.
 	ClassMIG = "mig." + DriverName
+	// ClassTimeSlice is the DeviceClass of time-sliced shares of a GPU:
+	// each share runs on the whole GPU, taking turns with the others.
+	ClassTimeSlice = "time-slice." + DriverName
 	// NodeProfileLabel is the node label naming the node's GPU profile.
 	NodeProfileLabel = "gpu.dralab.dev/profile"
 	// NodeGPUsLabel is the node label with the node's number of fake GPUs.
@@ -81,13 +84,14 @@ var driverSelector = fmt.Sprintf("device.driver == %q", DriverName)
 // Attributes and capacities the classes and claims rely on, in the
 // driver's domain, whatever the inventory.
 const (
-	// AttrType is TypeGPU for a whole GPU, TypeMIG for a MIG device.
+	// AttrType is TypeGPU for a whole GPU, TypeMIG for a MIG device,
+	// TypeTimeSlice for a time-sliced share.
 	AttrType = "type"
 	// AttrProfile is a MIG device's GPU instance profile, e.g. 1g.10gb.
 	AttrProfile = "profile"
 	// AttrUUID is a whole GPU's UUID.
 	AttrUUID = "uuid"
-	// AttrParentUUID is a MIG device's GPU's UUID.
+	// AttrParentUUID is a MIG device's or a time-sliced share's GPU's UUID.
 	AttrParentUUID = "parentUUID"
 	// AttrNUMA is the NUMA node of a GPU (and of its MIG devices), under
 	// the driver's own name, as GPU vendors' drivers publish it, not the
@@ -106,8 +110,26 @@ const (
 	CapacityMemory          = "memory"
 	CapacityMultiprocessors = "multiprocessors"
 
-	TypeGPU = "gpu"
-	TypeMIG = "mig"
+	TypeGPU       = "gpu"
+	TypeMIG       = "mig"
+	TypeTimeSlice = "time-slice"
+
+	// AttrTimeSlices is the number of time-sliced shares a GPU offers, on
+	// the GPU, its shares and its MIG devices: a claim for a MIG device of
+	// a GPU that could be time-sliced instead selects it with
+	// has(device.attributes["gpu.dralab.dev"].timeSlices).
+	AttrTimeSlices = "timeSlices"
+	// CounterTimeSlices counts a GPU's time-sliced shares in its counter
+	// set: a share takes one, the whole GPU all of them.
+	CounterTimeSlices = "time-slices"
+	// GroupMIG and GroupTimeSliced are the compatibility groups of a GPU
+	// offering MIG devices and time-sliced shares (Kubernetes 1.37's
+	// DRADeviceCompatibilityGroups, alpha): devices drawing on one counter
+	// set are allocated together only if they share a group, so a GPU runs
+	// MIG instances or time-sliced shares, whichever was allocated first,
+	// never both.
+	GroupMIG        = "mig"
+	GroupTimeSliced = "time-sliced"
 )
 
 // typeSelector matches devices of a type. Guarded with has(): a device
@@ -127,7 +149,9 @@ func DeviceClasses() []resourceapi.DeviceClass {
 	for _, t := range Tiers {
 		classes = append(classes, newClass(t.ClassName(), driverSelector, whole, t.Selector()))
 	}
-	return append(classes, newClass(ClassMIG, driverSelector, typeSelector(TypeMIG)))
+	return append(classes,
+		newClass(ClassMIG, driverSelector, typeSelector(TypeMIG)),
+		newClass(ClassTimeSlice, driverSelector, typeSelector(TypeTimeSlice)))
 }
 
 // newClass makes a class of one selector, the conditions joined with &&:

@@ -53,7 +53,7 @@ func TestTierClassesSelectTheirProfiles(t *testing.T) {
 	for _, c := range gpu.DeviceClasses() {
 		classes[c.Name] = c
 	}
-	if len(classes) != 5 {
+	if len(classes) != 6 {
 		t.Fatalf("classes: %v", classes)
 	}
 	profiles, err := fakegpu.Builtin()
@@ -126,29 +126,41 @@ func TestMIGClassSelectsMIGDevicesOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	devs, err := (&fakegpu.Inventory{Node: "n", Profile: p, Count: 2, Partitioning: fakegpu.PartitioningMIG}).Devices(context.Background())
+	devs, err := (&fakegpu.Inventory{Node: "n", Profile: p, Count: 2, Partitioning: fakegpu.PartitioningMIG, TimeSlices: 2}).Devices(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	migs := 0
+	migs, shares := 0, 0
 	for _, d := range devs {
 		dev := cel.Device{Driver: gpu.DriverName, Attributes: d.API.Attributes, Capacity: d.API.Capacity}
-		isMIG := *d.API.Attributes[gpu.AttrType].StringValue == gpu.TypeMIG
+		typ := *d.API.Attributes[gpu.AttrType].StringValue
+		isMIG, isShare := typ == gpu.TypeMIG, typ == gpu.TypeTimeSlice
 		if isMIG {
 			migs++
 		}
+		if isShare {
+			shares++
+		}
 		for name, class := range classes {
-			want := isMIG == (name == gpu.ClassMIG) && (name == gpu.ClassMIG || name == gpu.ClassAny || name == "h100."+gpu.DriverName)
+			var want bool
+			switch {
+			case isMIG:
+				want = name == gpu.ClassMIG
+			case isShare:
+				want = name == gpu.ClassTimeSlice
+			default:
+				want = name == gpu.ClassAny || name == "h100."+gpu.DriverName
+			}
 			if got := matches(t, class, dev); got != want {
 				t.Errorf("class %s on %s: %v, want %v", name, d.API.Name, got, want)
 			}
 		}
-		if tier, err := gpu.TierOf(context.Background(), dev); err != nil || (tier == "h100") == isMIG {
+		if tier, err := gpu.TierOf(context.Background(), dev); err != nil || (tier == "h100") == (isMIG || isShare) {
 			t.Errorf("TierOf(%s) = %q, %v", d.API.Name, tier, err)
 		}
 	}
-	if migs != 2*18 {
-		t.Errorf("%d MIG devices, want 18 per H100", migs)
+	if migs != 2*18 || shares != 2*2 {
+		t.Errorf("%d MIG devices and %d shares, want 18 and 2 per H100", migs, shares)
 	}
 	untyped := cel.Device{Driver: gpu.DriverName, Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		"productName": {StringValue: ptr.To("NVIDIA H100 80GB HBM3")},

@@ -45,6 +45,9 @@ type Options struct {
 	Partitioning string
 	Sharing      string
 	Attach       string
+	// TimeSlices is the number of time-sliced shares of each fake GPU
+	// (fakegpu.Inventory.TimeSlices).
+	TimeSlices int
 	// DeviceMetadata gives each container of a claim a file of its GPUs'
 	// attributes (kit.Options.DeviceMetadata).
 	DeviceMetadata bool
@@ -95,6 +98,7 @@ Never run both modes on one node: the two allocators would hand out the same GPU
 	f.StringVar(&o.Partitioning, "partitioning", "", "partition the fake GPUs: "+fakegpu.PartitioningMIG+" publishes each GPU's MIG placements beside it, all drawing from the GPU's counters (profiles with MIG: "+strings.Join(fakegpu.MIGProfileNames(), ", ")+"); empty: whole GPUs only")
 	f.StringVar(&o.Attach, "attach", "", "attach the fake GPUs on demand: "+fakegpu.AttachFabric+" gives each GPU the binding condition "+fakegpu.ConditionAttached+" (failure: "+fakegpu.ConditionAttachFailed+"), so the scheduler binds a pod only once an attach controller has set it in the claim's status; empty: GPUs are in the node")
 	f.StringVar(&o.Sharing, "sharing", "", "share the fake GPUs: "+fakegpu.SharingMemory+" lets several claims share a GPU, each asking for some of its memory; empty: one claim per GPU")
+	f.IntVar(&o.TimeSlices, "time-slices", 0, "offer each fake GPU as this many time-sliced shares too ("+gpu.ClassTimeSlice+"), each taking one of the GPU's time slices; with --partitioning "+fakegpu.PartitioningMIG+" a GPU runs MIG devices or shares, whichever is allocated first (compatibility groups: needs the DRADeviceCompatibilityGroups feature gate); 0: none")
 	f.BoolVar(&o.DeviceMetadata, "device-metadata", false, "give each container of a claim a file of its GPUs' attributes, mounted through CDI at /var/run/kubernetes.io/dra-device-attributes/…/"+gpu.DriverName+"-metadata.json (device metadata, beta in Kubernetes 1.37)")
 	f.BoolVar(&o.HostMemoryOverhead, "host-memory-overhead", false, "publish each fake GPU's host-memory overhead (the profile's hostMemoryOverhead) as nodeAllocatableResources memory per pod, which the scheduler adds to the pod's memory on the node (needs the DRANodeAllocatableResources feature gate)")
 	f.StringVar(&o.Rack, "rack", "", "the node's rack: every GPU carries it as the attribute "+gpu.AttrRack+"; empty: unknown")
@@ -302,10 +306,10 @@ func fakeInventory(o Options) (kit.Inventory, error) {
 	if o.GPUs < 1 {
 		return nil, fmt.Errorf("--gpus %d: a fake inventory needs at least one GPU", o.GPUs)
 	}
-	if (o.Partitioning != "" || o.Sharing != "" || o.Attach != "" || o.HostMemoryOverhead) && o.Mode == ModeDevicePlugin {
-		return nil, fmt.Errorf("--mode %s counts whole GPUs: --partitioning, --sharing, --attach and --host-memory-overhead need --mode %s", ModeDevicePlugin, ModeDRA)
+	if (o.Partitioning != "" || o.Sharing != "" || o.Attach != "" || o.TimeSlices != 0 || o.HostMemoryOverhead) && o.Mode == ModeDevicePlugin {
+		return nil, fmt.Errorf("--mode %s counts whole GPUs: --partitioning, --sharing, --attach, --time-slices and --host-memory-overhead need --mode %s", ModeDevicePlugin, ModeDRA)
 	}
-	inv := &fakegpu.Inventory{Node: o.NodeName, Profile: p, Count: o.GPUs, Partitioning: o.Partitioning, Sharing: o.Sharing, Attach: o.Attach, Topology: o.topology(), HostMemoryOverhead: o.HostMemoryOverhead}
+	inv := &fakegpu.Inventory{Node: o.NodeName, Profile: p, Count: o.GPUs, Partitioning: o.Partitioning, Sharing: o.Sharing, Attach: o.Attach, TimeSlices: o.TimeSlices, Topology: o.topology(), HostMemoryOverhead: o.HostMemoryOverhead}
 	if err := inv.Validate(); err != nil {
 		// The inventory says "partitioning …": the flag's name.
 		return nil, fmt.Errorf("--%w", err)

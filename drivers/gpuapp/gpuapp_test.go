@@ -33,7 +33,7 @@ func TestPartitioningAndSharingFlags(t *testing.T) {
 	}{
 		{func(o *Options) { o.Profile = "l4-24gb" }, `--partitioning "mig": GPU profile l4-24gb has no MIG geometry`},
 		{func(o *Options) { o.Sharing = "memory" }, `--sharing "memory": a GPU is partitioned or shared, not both`},
-		{func(o *Options) { o.Mode = ModeDevicePlugin }, "--partitioning, --sharing, --attach and --host-memory-overhead need --mode dra"},
+		{func(o *Options) { o.Mode = ModeDevicePlugin }, "--partitioning, --sharing, --attach, --time-slices and --host-memory-overhead need --mode dra"},
 		{func(o *Options) {
 			o.Partitioning, o.HostMemoryOverhead, o.ProfileFile, o.Profile = "", true, writeProfile(t, "hostMemoryOverhead: 2Gi", ""), ""
 		}, "--host-memory-overhead: GPU profile l4-24gb declares no hostMemoryOverhead"},

@@ -61,6 +61,9 @@ func driverArgs(dir labstate.Dir, n config.Node, hostMemoryOverhead bool, verbos
 	if a := n.GPUs.Attach; a != "" {
 		inventory = append(inventory, "--attach="+a)
 	}
+	if ts := n.GPUs.TimeSlices; ts > 0 {
+		inventory = append(inventory, "--time-slices="+strconv.Itoa(ts))
+	}
 	if hostMemoryOverhead && n.GPUs.Mode != config.GPUModeDevicePlugin {
 		inventory = append(inventory, "--host-memory-overhead")
 	}

@@ -403,6 +403,13 @@ type GPUs struct {
 	// Sharing "memory" lets several claims share each fake GPU, each asking
 	// for some of its memory (capacity.requests.memory).
 	Sharing string `json:"sharing,omitempty"`
+	// TimeSlices offers each fake GPU as this many time-sliced shares too
+	// (class time-slice.gpu.dralab.dev), each taking one of the GPU's time
+	// slices, the whole GPU all of them. With partitioning: mig the GPU
+	// runs MIG devices or shares, whichever a claim gets first: the two
+	// declare different compatibility groups, which needs the
+	// DRADeviceCompatibilityGroups gate (alpha, off by default).
+	TimeSlices int `json:"timeSlices,omitempty"`
 	// Attach "fabric" models GPUs in a PCIe/CXL switch, attached to the
 	// node on demand: each whole GPU publishes the binding condition
 	// dralab.dev/attached (failure: dralab.dev/attach-failed), the
@@ -650,8 +657,11 @@ func (c *Config) validate() field.ErrorList {
 				errs = append(errs, field.Invalid(p.Child("memory"), n.Memory, fmt.Sprintf("must be between %s and %s", MinNodeMemory.String(), MaxNodeMemory.String())))
 			}
 		}
-		if n.GPUs != nil && c.Backend == BackendKind && (n.GPUs.Partitioning != "" || n.GPUs.Sharing != "") {
-			errs = append(errs, field.Forbidden(p.Child("gpus"), "partitioning and sharing run on the embedded backend only, so far: the kind backend's chart does not pass them to the driver"))
+		if n.GPUs != nil && c.Backend == BackendKind && (n.GPUs.Partitioning != "" || n.GPUs.Sharing != "" || n.GPUs.TimeSlices != 0) {
+			errs = append(errs, field.Forbidden(p.Child("gpus"), "partitioning, sharing and time slices run on the embedded backend only, so far: the kind backend's chart does not pass them to the driver"))
+		}
+		if n.GPUs != nil && n.GPUs.TimeSlices > 0 && n.GPUs.Partitioning != "" && !c.GateEnabled(GateDeviceCompatibilityGroups) {
+			errs = append(errs, field.Forbidden(p.Child("gpus", "timeSlices"), "time slices beside MIG partitions need featureGates: {"+GateDeviceCompatibilityGroups+": true} (alpha, off by default): the two declare compatibility groups, and a scheduler without the gate ignores the node's GPUs"))
 		}
 		if n.GPUs != nil && c.Backend == BackendKind && n.GPUs.DeviceMetadata {
 			errs = append(errs, field.Forbidden(p.Child("gpus", "deviceMetadata"), "device metadata runs on the embedded backend only, so far: the kind backend's chart does not pass it to the driver"))
@@ -770,6 +780,17 @@ func (g *GPUs) validateModes(gp *field.Path) field.ErrorList {
 	if g.Partitioning != "" && g.Sharing != "" {
 		errs = append(errs, field.Forbidden(gp.Child("sharing"), "a GPU is partitioned or shared, not both: give partitioning or sharing"))
 	}
+	switch ts := g.TimeSlices; {
+	case ts == 0:
+	case ts < 0 || ts > MaxTimeSlices:
+		errs = append(errs, field.Invalid(gp.Child("timeSlices"), ts, fmt.Sprintf("must be between 1 and %d", MaxTimeSlices)))
+	case g.NVML != "":
+		errs = append(errs, field.Forbidden(gp.Child("timeSlices"), "only fake GPUs (profile and count) are time-sliced by the lab"))
+	case g.Mode == GPUModeDevicePlugin:
+		errs = append(errs, field.Forbidden(gp.Child("timeSlices"), "mode device-plugin counts whole GPUs; time slices need mode dra"))
+	case g.Sharing != "":
+		errs = append(errs, field.Forbidden(gp.Child("timeSlices"), "a GPU shared by memory is not time-sliced too: give sharing or timeSlices"))
+	}
 	return errs
 }
 
@@ -786,6 +807,8 @@ const (
 	PartitioningMIG = "mig"
 	SharingMemory   = "memory"
 	AttachFabric    = "fabric"
+	// MaxTimeSlices bounds timeSlices.
+	MaxTimeSlices = 16
 )
 
 // GPUCatalog is what only the GPU driver knows of the names a GPUs section

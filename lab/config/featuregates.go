@@ -148,6 +148,10 @@ const (
 	// (nodeAllocatableResources): the fake GPUs' host-memory overhead,
 	// which the scheduler adds to a pod's memory on the node.
 	GateNodeAllocatableResources = "DRANodeAllocatableResources"
+	// GateDeviceCompatibilityGroups lets devices on one counter set
+	// exclude each other (compatibilityGroups): a GPU's MIG devices and
+	// its time-sliced shares (gpus.timeSlices with partitioning: mig).
+	GateDeviceCompatibilityGroups = "DRADeviceCompatibilityGroups"
 )
 
 // EnableGroupClaims switches on, beside the configuration's own gates, the

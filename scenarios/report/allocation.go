@@ -51,6 +51,9 @@ type Row struct {
 	AdminAccess bool
 	// Profile is the MIG profile of a MIG device (1g.10gb).
 	Profile string
+	// DeviceType is the type a GPU of dralab's driver publishes: gpu,
+	// mig or time-slice.
+	DeviceType string
 	// ShareID and Consumed describe one share of a device that several
 	// claims share: the allocation's share ID and the memory it consumes.
 	ShareID  string
@@ -283,6 +286,9 @@ func (s *Snapshot) Rows(ctx context.Context) ([]Row, error) {
 				if dev := s.device(r.Driver, r.Pool, r.Device); dev != nil {
 					row.Product = stringAttr(dev, "productName")
 					row.Profile = stringAttr(dev, gpu.AttrProfile)
+					if r.Driver == gpu.DriverName {
+						row.DeviceType = stringAttr(dev, gpu.AttrType)
+					}
 					row.Attributes = stringAttrs(dev)
 					row.Taints = s.Taints(r.Driver, r.Pool, dev)
 					row.Tainted = len(row.Taints) > 0
@@ -619,6 +625,8 @@ func (r Row) partition() string {
 	switch {
 	case r.Profile != "":
 		return "MIG " + r.Profile
+	case r.DeviceType == gpu.TypeTimeSlice:
+		return "time slice"
 	case r.ShareID != "" && r.Consumed != "":
 		return r.Consumed + " (share " + r.ShareID + ")"
 	case r.ShareID != "":

@@ -22,6 +22,11 @@ const (
 	// CapacityExhausted: a matching shared device has too little of a
 	// capacity left for one more share.
 	CapacityExhausted = "CapacityExhausted"
+	// IncompatibleGroups: a matching device is free and its counters have
+	// room, but a device allocated on the same counter set shares no
+	// compatibility group with it (a GPU running MIG devices, asked for a
+	// time-sliced share).
+	IncompatibleGroups = "IncompatibleGroups"
 )
 
 // counterShortage says which counter keeps a free device from being
@@ -35,21 +40,13 @@ func (s *Snapshot) counterShortage(c deviceRef, namespace string) string {
 		}
 		used := map[string]*resource.Quantity{}
 		holders := map[string][]string{}
-		s.eachAllocated(func(claim string, r resourceapi.DeviceRequestAllocationResult, dev *resourceapi.Device) {
-			if r.Driver != c.driver || r.Pool != c.pool || dev == nil {
-				return
-			}
-			for _, cons := range dev.ConsumesCounters {
-				if cons.CounterSet != need.CounterSet {
-					continue
+		s.eachOnCounterSet(c, need.CounterSet, func(claim string, _ *resourceapi.Device, cons resourceapi.DeviceCounterConsumption) {
+			for name, q := range cons.Counters {
+				if used[name] == nil {
+					used[name] = &resource.Quantity{}
 				}
-				for name, q := range cons.Counters {
-					if used[name] == nil {
-						used[name] = &resource.Quantity{}
-					}
-					used[name].Add(q.Value)
-					holders[name] = append(holders[name], strings.TrimPrefix(claim, namespace+"/"))
-				}
+				used[name].Add(q.Value)
+				holders[name] = append(holders[name], strings.TrimPrefix(claim, namespace+"/"))
 			}
 		})
 		names := make([]string, 0, len(need.Counters))
@@ -73,6 +70,98 @@ func (s *Snapshot) counterShortage(c deviceRef, namespace string) string {
 		}
 	}
 	return ""
+}
+
+// groupShortage says which allocated devices keep a free device out by
+// their compatibility groups: on a counter set the device consumes, they
+// have no group in common with it (each of them, or all of them together).
+// "" when the groups admit it.
+func (s *Snapshot) groupShortage(c deviceRef, namespace string) string {
+	if g := s.groupConflict(c, namespace); g != nil {
+		return fmt.Sprintf("%s %s", c, g)
+	}
+	return ""
+}
+
+// groupConflict is what keeps free devices out by compatibility groups:
+// what is allocated on a counter set of their pool.
+type groupConflict struct {
+	pool, set string
+	// groups are the devices' own; holders the allocated devices that
+	// share none with them, with their groups and claims.
+	groups, holders string
+}
+
+func (g *groupConflict) String() string {
+	return fmt.Sprintf("(%s) shares no compatibility group with what is allocated on counter set %s: %s", g.groups, g.set, g.holders)
+}
+
+// groupConflict is groupShortage's finding, nil when the groups admit c.
+func (s *Snapshot) groupConflict(c deviceRef, namespace string) *groupConflict {
+	cand := devices.Device{Driver: c.driver, Pool: c.pool, Device: *c.dev}
+	for _, need := range c.dev.ConsumesCounters {
+		var apart, all []string
+		together := devices.Groups{}
+		s.eachOnCounterSet(c, need.CounterSet, func(claim string, dev *resourceapi.Device, cons resourceapi.DeviceCounterConsumption) {
+			held := devices.Device{Driver: c.driver, Pool: c.pool, Device: *dev}
+			one := devices.Groups{}
+			one.Take(held)
+			together.Take(held)
+			words := fmt.Sprintf("%s (%s) of %s", dev.Name, groupWords(cons.CompatibilityGroups), strings.TrimPrefix(claim, namespace+"/"))
+			all = append(all, words)
+			if !one.Admits(cand) {
+				apart = append(apart, words)
+			}
+		})
+		if together.Admits(cand) {
+			continue
+		}
+		if len(apart) == 0 {
+			apart = all // no one device, but all of them together
+		}
+		sort.Strings(apart)
+		return &groupConflict{pool: c.pool, set: need.CounterSet, groups: groupWords(need.CompatibilityGroups), holders: strings.Join(dedupe(apart), ", ")}
+	}
+	return nil
+}
+
+// groupConflicts says in one sentence per conflict which free devices
+// their compatibility groups keep out: "pool/d1, d2 (group g) share no
+// compatibility group with …".
+func (s *Snapshot) groupConflicts(cands []deviceRef, namespace string) []string {
+	byConflict := map[groupConflict][]string{}
+	var order []groupConflict
+	for _, c := range cands {
+		g := s.groupConflict(c, namespace)
+		if g == nil {
+			continue
+		}
+		if _, ok := byConflict[*g]; !ok {
+			order = append(order, *g)
+		}
+		byConflict[*g] = append(byConflict[*g], c.dev.Name)
+	}
+	var out []string
+	for _, g := range order {
+		names := byConflict[g]
+		verb := "shares"
+		if len(names) > 1 {
+			verb = "share"
+		}
+		out = append(out, fmt.Sprintf("%s/%s (%s) %s no compatibility group with what is allocated on counter set %s: %s", g.pool, strings.Join(names, ", "), g.groups, verb, g.set, g.holders))
+	}
+	return out
+}
+
+// groupWords names a device's compatibility groups.
+func groupWords(groups []string) string {
+	if len(groups) == 0 {
+		return "no group"
+	}
+	if len(groups) == 1 {
+		return "group " + groups[0]
+	}
+	return "groups " + strings.Join(groups, ", ")
 }
 
 // capacityShortage checks one more share of a device that several claims
@@ -167,8 +256,24 @@ func (s *Snapshot) eachAllocated(f func(claim string, r resourceapi.DeviceReques
 	})
 }
 
+// eachOnCounterSet calls f for each allocated device of c's pool that
+// consumes counter set set, with its claim and what it consumes there.
+func (s *Snapshot) eachOnCounterSet(c deviceRef, set string, f func(claim string, dev *resourceapi.Device, cons resourceapi.DeviceCounterConsumption)) {
+	s.eachAllocated(func(claim string, r resourceapi.DeviceRequestAllocationResult, dev *resourceapi.Device) {
+		if r.Driver != c.driver || r.Pool != c.pool || dev == nil {
+			return
+		}
+		for _, cons := range dev.ConsumesCounters {
+			if cons.CounterSet == set {
+				f(claim, dev, cons)
+			}
+		}
+	})
+}
+
 // FreePartitions counts, per MIG profile, how many more devices of that
-// profile the published counters allow beside the devices allocated now,
+// profile the published counters allow beside the devices allocated now
+// (and their compatibility groups),
 // taking free devices first-fit in publication order as the allocator
 // does. Devices that consume no counters are not partitions; tainted
 // devices are not free.
@@ -184,12 +289,13 @@ func (s *Snapshot) FreePartitions() map[string]int {
 		profiles[stringAttr(&d.Device, gpu.AttrProfile)] = true
 	}
 	for profile := range profiles {
-		left := st.CountersLeft()
+		left, groups := st.CountersLeft(), st.GroupsHeld()
 		for _, d := range parts {
-			if _, ok := held[d.Key()]; ok || stringAttr(&d.Device, gpu.AttrProfile) != profile || !left.Fits(d) {
+			if _, ok := held[d.Key()]; ok || stringAttr(&d.Device, gpu.AttrProfile) != profile || !left.Fits(d) || !groups.Admits(d) {
 				continue
 			}
 			left.Take(d)
+			groups.Take(d)
 			out[profile]++
 		}
 	}

@@ -123,3 +123,47 @@ func TestFreePartitions(t *testing.T) {
 		t.Errorf("one 1g allocated: %v, want 1g: 1, 2g: 0", got)
 	}
 }
+
+// A free share whose counters have room, on a counter set where a MIG
+// device of another group is allocated, is IncompatibleGroups, naming the
+// device and its claim; a second MIG device of the same group fits, and
+// the whole GPU, of no group, is kept out by counters first.
+func TestWhyIncompatibleGroups(t *testing.T) {
+	grouped := func(d resourceapi.Device, groups ...string) resourceapi.Device {
+		d.ConsumesCounters[0].CompatibilityGroups = groups
+		return withName(d)
+	}
+	s := snapshot([]resourceapi.Device{
+		grouped(resourceapi.Device{Name: "mig-0", ConsumesCounters: consumes("gpu-0-counters", map[string]string{"slice-0": "1"})}, "mig"),
+		grouped(resourceapi.Device{Name: "mig-1", ConsumesCounters: consumes("gpu-0-counters", map[string]string{"slice-1": "1"})}, "mig"),
+		grouped(resourceapi.Device{Name: "ts-0", ConsumesCounters: consumes("gpu-0-counters", map[string]string{"time-slices": "1"})}, "time-sliced"),
+		grouped(resourceapi.Device{Name: "both", ConsumesCounters: consumes("gpu-0-counters", map[string]string{"time-slices": "1"})}, "time-sliced", "mig"),
+		withName(resourceapi.Device{Name: "gpu-0", ConsumesCounters: consumes("gpu-0-counters", map[string]string{"time-slices": "1"})}),
+	}, claimOn("small", "mig-0", nil))
+	s.Slices[0].Spec.SharedCounters[0].Counters["time-slices"] = resourceapi.Counter{Value: resource.MustParse("2")}
+	holders := s.AllocatedDevices()
+	ctx := context.Background()
+	code, msg, err := s.whyAlternatives(ctx, "ns", "share", []alternative{named("ts-0")}, holders)
+	if want := "n/ts-0 (group time-sliced) shares no compatibility group with what is allocated on counter set gpu-0-counters: mig-0 (group mig) of small"; err != nil || code != IncompatibleGroups || !strings.Contains(msg, want) {
+		t.Errorf("share: %s %q %v, want %s: %q", code, msg, err, IncompatibleGroups, want)
+	}
+	for _, fits := range []string{"mig-1", "both"} {
+		if code, msg, _ := s.whyAlternatives(ctx, "ns", fits, []alternative{named(fits)}, holders); code != "" {
+			t.Errorf("%s shares group mig with mig-0, yet: %s %q", fits, code, msg)
+		}
+	}
+	if code, msg, _ := s.whyAlternatives(ctx, "ns", "whole", []alternative{named("gpu-0")}, holders); code != IncompatibleGroups || !strings.Contains(msg, "n/gpu-0 (no group)") {
+		t.Errorf("a device of no group beside a grouped one: %s %q", code, msg)
+	}
+	// Two holders whose groups meet only in one that the candidate lacks:
+	// neither keeps it out alone, both together do.
+	s = snapshot([]resourceapi.Device{
+		grouped(resourceapi.Device{Name: "a", ConsumesCounters: consumes("gpu-0-counters", map[string]string{"slice-0": "1"})}, "x", "y"),
+		grouped(resourceapi.Device{Name: "b", ConsumesCounters: consumes("gpu-0-counters", map[string]string{"slice-1": "1"})}, "y", "z"),
+		grouped(resourceapi.Device{Name: "c", ConsumesCounters: consumes("gpu-0-counters", map[string]string{"time-slices": "1"})}, "x", "z"),
+	}, claimOn("one", "a", nil), claimOn("two", "b", nil))
+	s.Slices[0].Spec.SharedCounters[0].Counters["time-slices"] = resourceapi.Counter{Value: resource.MustParse("2")}
+	if code, msg, _ := s.whyAlternatives(ctx, "ns", "c", []alternative{named("c")}, s.AllocatedDevices()); code != IncompatibleGroups || !strings.Contains(msg, "a (groups x, y) of one, b (groups y, z) of two") {
+		t.Errorf("groups in common only pairwise: %s %q", code, msg)
+	}
+}

@@ -240,7 +240,7 @@ func (s *Snapshot) whyTogether(ctx context.Context, claim *resourceapi.ResourceC
 				switch state, detail := s.classify(d, alt, claim.Namespace, holders); state {
 				case available:
 					sd.free[place] = append(sd.free[place], d.dev.Name)
-				case heldByClaim, noRoom, tainted, noCounter:
+				case heldByClaim, noRoom, tainted, noCounter, apart:
 					sd.busy[place] = append(sd.busy[place], strings.TrimPrefix(detail, d.pool+"/"))
 				}
 			}
@@ -350,6 +350,9 @@ const (
 	tainted
 	// noCounter: allocated partitions hold its counters.
 	noCounter
+	// apart: what is allocated on its counter set shares no
+	// compatibility group with it.
+	apart
 )
 
 // classify says whether alt could have device c now and, if not, why, in
@@ -367,9 +370,12 @@ func (s *Snapshot) classify(c deviceRef, alt alternative, namespace string, hold
 	// The allocator checks counters for admin access too: an admin claim
 	// for a partitioned GPU whose counters another claim holds is
 	// refused.
-	var counters string
+	var counters, groups string
 	if !shared && (!held || alt.adminAccess) {
 		counters = s.counterShortage(c, namespace)
+		if counters == "" {
+			groups = s.groupShortage(c, namespace)
+		}
 	}
 	blocking := s.blockingTaints(c, alt.tolerations)
 	switch {
@@ -381,6 +387,8 @@ func (s *Snapshot) classify(c deviceRef, alt alternative, namespace string, hold
 		return tainted, fmt.Sprintf("%s (%s)", c, strings.Join(blocking, ", "))
 	case counters != "":
 		return noCounter, counters
+	case groups != "":
+		return apart, groups
 	}
 	return available, ""
 }
@@ -395,6 +403,9 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 		// Partitioned and shared devices: no counter left, no capacity
 		// left, or a request larger than the device.
 		counters, shares, never []string
+		// Free devices that what is allocated beside them keeps out by
+		// compatibility groups.
+		incompatible []deviceRef
 		// constrained: alternatives with enough free devices, none of
 		// whose sets meets the match constraint; short: the free devices
 		// of alternatives with too few.
@@ -429,6 +440,8 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 				taint = append(taint, detail)
 			case noCounter:
 				counters = append(counters, detail)
+			case apart:
+				incompatible = append(incompatible, c)
 			default:
 				free = append(free, c)
 			}
@@ -459,12 +472,16 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 		return NoMatchingDevice, fmt.Sprintf("%s: no device in the cluster matches class %s and its selectors", what, strings.Join(dedupe(classes), " or ")), nil
 	case len(constrained) > 0:
 		return ConstraintUnmet, fmt.Sprintf("%s: %s", what, strings.Join(constrained, "; ")), nil
-	case len(shares) > 0 || len(counters) > 0:
+	case len(shares) > 0 || len(counters) > 0 || len(incompatible) > 0:
 		code := CapacityExhausted
-		if len(shares) == 0 {
+		switch {
+		case len(shares) > 0:
+		case len(counters) > 0:
 			code = CounterExhausted
+		default:
+			code = IncompatibleGroups
 		}
-		parts := append(append([]string{}, shares...), counters...)
+		parts := append(append(append([]string{}, shares...), counters...), s.groupConflicts(incompatible, namespace)...)
 		if len(allocated) > 0 {
 			sort.Strings(allocated)
 			parts = append(parts, fmt.Sprintf("allocated: %s", strings.Join(allocated, ", ")))

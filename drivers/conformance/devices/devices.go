@@ -197,7 +197,6 @@ func (s *State) Held() map[Key]string {
 // counter is negative.
 func (s *State) CountersLeft() Counters {
 	left := Counters{}
-	published := map[Key]Device{}
 	for _, sl := range s.Current("", "") {
 		for _, cs := range sl.Spec.SharedCounters {
 			m := map[string]resource.Quantity{}
@@ -206,6 +205,16 @@ func (s *State) CountersLeft() Counters {
 			}
 			left[SetKey{sl.Spec.Driver, sl.Spec.Pool.Name, cs.Name}] = m
 		}
+	}
+	s.eachAllocatedDevice(left.Take)
+	return left
+}
+
+// eachAllocatedDevice calls f with each allocation's device, as the
+// Current slices publish it.
+func (s *State) eachAllocatedDevice(f func(Device)) {
+	published := map[Key]Device{}
+	for _, sl := range s.Current("", "") {
 		for _, d := range sl.Spec.Devices {
 			dev := Device{Driver: sl.Spec.Driver, Pool: sl.Spec.Pool.Name, Device: d}
 			published[dev.Key()] = dev
@@ -213,10 +222,9 @@ func (s *State) CountersLeft() Counters {
 	}
 	s.Allocated(func(_ *resourceapi.ResourceClaim, r resourceapi.DeviceRequestAllocationResult) {
 		if d, ok := published[Key{r.Driver, r.Pool, r.Device}]; ok {
-			left.Take(d)
+			f(d)
 		}
 	})
-	return left
 }
 
 // Fits reports whether the counters have room for everything d consumes.
@@ -249,7 +257,8 @@ func (c Counters) Take(d Device) {
 // Free returns the devices of driver on node ("" for any) the allocator
 // could give now to a request without tolerations, each on its own:
 // published in the newest generation of its pool, held by no claim,
-// fitting the counters left and untainted.
+// fitting the counters left and the compatibility groups of what is
+// allocated on them, and untainted.
 func (s *State) Free(driver, node string) []Device {
 	return s.FreeFor(driver, node, nil)
 }
@@ -258,10 +267,10 @@ func (s *State) Free(driver, node string) []Device {
 // taint they tolerate is free.
 func (s *State) FreeFor(driver, node string, tolerations []resourceapi.DeviceToleration) []Device {
 	held := s.Held()
-	left := s.CountersLeft()
+	left, groups := s.CountersLeft(), s.GroupsHeld()
 	var out []Device
 	for _, d := range s.Published(driver, node) {
-		if _, ok := held[d.Key()]; !ok && left.Fits(d) && len(s.Blocked(d, tolerations)) == 0 {
+		if _, ok := held[d.Key()]; !ok && left.Fits(d) && groups.Admits(d) && len(s.Blocked(d, tolerations)) == 0 {
 			out = append(out, d)
 		}
 	}
@@ -270,16 +279,17 @@ func (s *State) FreeFor(driver, node string, tolerations []resourceapi.DeviceTol
 
 // Together returns up to n of the given free devices that can all be
 // allocated at once, first fit in their order: each one taken leaves less
-// of the counters for the next.
+// of the counters for the next, and narrows their compatibility groups.
 func (s *State) Together(free []Device, n int) []Device {
-	left := s.CountersLeft()
+	left, groups := s.CountersLeft(), s.GroupsHeld()
 	var out []Device
 	for _, d := range free {
 		if len(out) == n {
 			break
 		}
-		if left.Fits(d) {
+		if left.Fits(d) && groups.Admits(d) {
 			left.Take(d)
+			groups.Take(d)
 			out = append(out, d)
 		}
 	}

@@ -108,8 +108,9 @@ func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.Resourc
 	// published counts a node's devices; whole counts its whole GPUs, as a
 	// partitioned GPU is published with its MIG devices beside it; kept
 	// counts the whole GPUs that are as the node's configuration promises
-	// (partitioned, shared, fabric-attached), parts its MIG devices.
-	published, whole, kept, parts := map[string]int{}, map[string]int{}, map[string]int{}, map[string]int{}
+	// (partitioned, shared, fabric-attached), parts its MIG devices,
+	// slicesOf its time-sliced shares.
+	published, whole, kept, parts, slicesOf := map[string]int{}, map[string]int{}, map[string]int{}, map[string]int{}, map[string]int{}
 	gpusOf := map[string]*config.GPUs{}
 	for _, n := range cfg.Nodes {
 		gpusOf[n.Name] = n.GPUs
@@ -150,6 +151,8 @@ func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.Resourc
 						}
 					case gpu.TypeMIG:
 						parts[name]++
+					case gpu.TypeTimeSlice:
+						slicesOf[name]++
 					}
 				}
 			}
@@ -184,8 +187,8 @@ func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.Resourc
 			}
 		case n.GPUs.Mode == config.GPUModeDRA && (whole[n.Name] != n.GPUs.Count || !complete[node.Name]):
 			missing[n.Name] = notReady{why: fmt.Sprintf("has %d of its %d GPUs in ResourceSlices", whole[n.Name], n.GPUs.Count), driver: true}
-		case n.GPUs.Mode == config.GPUModeDRA && (kept[n.Name] != n.GPUs.Count || n.GPUs.Partitioning == config.PartitioningMIG && parts[n.Name] == 0):
-			missing[n.Name] = notReady{why: fmt.Sprintf("has %d of its %d GPUs published as its configuration says (%s), with %d MIG devices", kept[n.Name], n.GPUs.Count, promises(n.GPUs), parts[n.Name]), driver: true}
+		case n.GPUs.Mode == config.GPUModeDRA && (kept[n.Name] != n.GPUs.Count || n.GPUs.Partitioning == config.PartitioningMIG && parts[n.Name] == 0 || slicesOf[n.Name] != n.GPUs.Count*n.GPUs.TimeSlices):
+			missing[n.Name] = notReady{why: fmt.Sprintf("has %d of its %d GPUs published as its configuration says (%s), with %d MIG devices and %d of %d time-sliced shares", kept[n.Name], n.GPUs.Count, promises(n.GPUs), parts[n.Name], slicesOf[n.Name], n.GPUs.Count*n.GPUs.TimeSlices), driver: true}
 		case n.GPUs.Mode == config.GPUModeDevicePlugin:
 			q := node.Status.Allocatable[v1.ResourceName(gpu.ExtendedResource)]
 			if q.Value() != int64(n.GPUs.Count) {
@@ -253,7 +256,7 @@ func promised(g *config.GPUs, d resourceapi.Device) bool {
 	if g == nil {
 		return true
 	}
-	return (g.Partitioning != config.PartitioningMIG || len(d.ConsumesCounters) > 0) &&
+	return (g.Partitioning != config.PartitioningMIG && g.TimeSlices == 0 || len(d.ConsumesCounters) > 0) &&
 		(g.Sharing != config.SharingMemory || ptr.Deref(d.AllowMultipleAllocations, false)) &&
 		(g.Attach != config.AttachFabric || len(d.BindingConditions) > 0)
 }
@@ -269,6 +272,9 @@ func promises(g *config.GPUs) string {
 	}
 	if g.Attach != "" {
 		out = append(out, "attach: "+g.Attach)
+	}
+	if g.TimeSlices > 0 {
+		out = append(out, fmt.Sprintf("timeSlices: %d", g.TimeSlices))
 	}
 	if len(out) == 0 {
 		return "whole GPUs"
