@@ -29,9 +29,10 @@ type poolCount struct{ total, allocated int32 }
 
 // checkPoolStatus asks the lab's controller manager for the GPU driver's
 // pools (a ResourcePoolStatusRequest, resource.k8s.io/v1alpha3, gate
-// DRAResourcePoolStatus) with an H100 held by a pod and after, and compares
-// each pool's devices and allocated devices with what the lab itself counts
-// from the ResourceSlices and the claims' allocations.
+// DRAResourcePoolStatus) with an H100 and a time-sliced A100 share held by
+// a pod and after, and compares each pool's devices and allocated devices,
+// and each partition type's devices and allocatable ones, with what the lab
+// itself counts from the ResourceSlices and the claims' allocations.
 func checkPoolStatus(t *testing.T, l *lab.Lab) {
 	ctx := context.Background()
 	restConfig, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
@@ -44,34 +45,49 @@ func checkPoolStatus(t *testing.T, l *lab.Lab) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
-	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "h100"}, Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-		Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "h100." + gpu.DriverName}}}}}}
-	if _, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// A pod holding an H100, and one holding a time-sliced share of the
+	// partitioned A100 (another node).
+	for _, h := range []struct{ pod, claim, class string }{{"holder", "h100", "h100." + gpu.DriverName}, {"sharer", "share", gpu.ClassTimeSlice}} {
+		claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: h.claim}, Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: h.class}}}}}}
+		if _, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: h.pod}, Spec: v1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			Containers:                    []v1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}}}},
+			ResourceClaims:                []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(h.claim)}},
+		}}
+		if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			p, err := client.CoreV1().Pods(ns).Get(ctx, h.pod, metav1.GetOptions{})
+			return err == nil && p.Status.Phase == v1.PodRunning, nil
+		}); err != nil {
+			t.Fatalf("the pod holding claim %s never ran: %v", h.claim, err)
+		}
 	}
-	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "holder"}, Spec: v1.PodSpec{
-		TerminationGracePeriodSeconds: ptr.To[int64](0),
-		Containers: []v1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}}}},
-		ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("h100")}},
-	}}
-	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := client.CoreV1().Pods(ns).Get(ctx, "holder", metav1.GetOptions{})
-		return err == nil && p.Status.Phase == v1.PodRunning, nil
-	}); err != nil {
-		t.Fatalf("the pod holding an H100 never ran: %v", err)
-	}
-	held := comparePoolStatus(ctx, t, client, "with-holder")
+	held, types := comparePoolStatus(ctx, t, client, "with-holder")
 	if n := held["gpu-h100"].allocated; n != 1 {
 		t.Errorf("with a pod holding an H100 the request counts %d allocated in pool gpu-h100, want 1", n)
 	}
-	if err := client.CoreV1().Pods(ns).Delete(ctx, "holder", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
-		t.Fatal(err)
+	// The share takes a time slice and the whole GPU's place; the MIG
+	// placements fit by counters, which is all the pool status weighs,
+	// but their group keeps them out.
+	for typ, want := range map[string][3]int{"gpu-0/time-slice": {4, 3, 3}, "gpu-0/whole": {1, 0, 0}, "gpu-0/1g.10gb@0": {1, 1, 0}} {
+		pt := types["gpu-a100-mig "+typ]
+		if got := [3]int{pt.Total, pt.Allocatable, pt.Admitted}; got != want {
+			t.Errorf("with a share held, partition type %s: (devices, allocatable, admitted by groups) %v, want %v", typ, got, want)
+		}
 	}
-	if err := client.ResourceV1().ResourceClaims(ns).Delete(ctx, "h100", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+	for pod, claim := range map[string]string{"holder": "h100", "sharer": "share"} {
+		if err := client.CoreV1().Pods(ns).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := client.ResourceV1().ResourceClaims(ns).Delete(ctx, claim, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		claims, err := client.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
@@ -79,16 +95,17 @@ func checkPoolStatus(t *testing.T, l *lab.Lab) {
 	}); err != nil {
 		t.Fatalf("the claim never went: %v", err)
 	}
-	free := comparePoolStatus(ctx, t, client, "after")
+	free, _ := comparePoolStatus(ctx, t, client, "after")
 	if n := free["gpu-h100"].allocated; n != 0 {
 		t.Errorf("after the pod the request counts %d allocated in pool gpu-h100, want 0", n)
 	}
 }
 
 // comparePoolStatus creates a ResourcePoolStatusRequest for the GPU
-// driver, waits for the controller's answer and compares it, pool by pool,
-// with the lab's own count; it returns the answer.
-func comparePoolStatus(ctx context.Context, t *testing.T, client kubernetes.Interface, name string) map[string]poolCount {
+// driver, waits for the controller's answer and compares it, pool by pool
+// and partition type by partition type, with the lab's own count; it
+// returns the answer's pools and the lab's partition types.
+func comparePoolStatus(ctx context.Context, t *testing.T, client kubernetes.Interface, name string) (map[string]poolCount, map[string]report.PartitionType) {
 	t.Helper()
 	req := &resourcev1alpha3.ResourcePoolStatusRequest{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourcev1alpha3.ResourcePoolStatusRequestSpec{Driver: gpu.DriverName}}
 	if _, err := client.ResourceV1alpha3().ResourcePoolStatusRequests().Create(ctx, req, metav1.CreateOptions{}); err != nil {
@@ -143,11 +160,12 @@ func comparePoolStatus(ctx context.Context, t *testing.T, client kubernetes.Inte
 			t.Errorf("pool %s: %d available, %d unavailable and %d allocated do not add up to its %d devices", p.PoolName, a, u, ptr.Deref(p.AllocatedDevices, 0), ptr.Deref(p.TotalDevices, 0))
 		}
 	}
+	types := checkPartitionSummary(t, name, snap, answer)
 	if !maps.Equal(got, lab) {
 		t.Errorf("%s: the request counts (devices, allocated) %v; the lab counts %v", name, fmt.Sprint(sorted(got)), fmt.Sprint(sorted(lab)))
 	}
 	t.Logf("%s: pools (devices, allocated) %v, as the lab counts them", name, sorted(got))
-	return got
+	return got, types
 }
 
 func sorted(m map[string]poolCount) []string {
@@ -156,4 +174,45 @@ func sorted(m map[string]poolCount) []string {
 		out = append(out, fmt.Sprintf("%s %d/%d", k, m[k].total, m[k].allocated))
 	}
 	return out
+}
+
+// checkPartitionSummary compares each partition summary of the answer
+// (DRAPartitionableDevicesType: the slices of the frontier lab's
+// partitioned, time-sliced A100 name gpu.dralab.dev/partitionType) with
+// the lab's own count (report.PartitionTypes): the devices of each type,
+// and how many more of them the counters left allow. It returns the lab's
+// count by type.
+func checkPartitionSummary(t *testing.T, name string, snap *report.Snapshot, answer *resourcev1alpha3.ResourcePoolStatusRequest) map[string]report.PartitionType {
+	t.Helper()
+	lab := map[string]report.PartitionType{}
+	for _, pt := range snap.PartitionTypes() {
+		if pt.Driver == gpu.DriverName {
+			lab[pt.Pool+" "+pt.Type] = pt
+		}
+	}
+	got := map[string]bool{}
+	for _, p := range answer.Status.Pools {
+		for _, ps := range p.PartitionSummary {
+			k := p.PoolName + " " + ps.Type
+			got[k] = true
+			want, ok := lab[k]
+			switch {
+			case !ok:
+				t.Errorf("%s: pool %s, partition type %s (%s): the lab has no such type", name, p.PoolName, ps.Type, ps.Attribute)
+			case ps.Attribute != want.Attribute:
+				t.Errorf("%s: pool %s summarizes by %s, the slices name %s", name, p.PoolName, ps.Attribute, want.Attribute)
+			case int(ptr.Deref(ps.Total, -1)) != want.Total || int(ptr.Deref(ps.Allocatable, -1)) != want.Allocatable:
+				t.Errorf("%s: pool %s, partition type %s: the answer counts %d devices, %d allocatable; the lab %d, %d", name, p.PoolName, ps.Type, ptr.Deref(ps.Total, -1), ptr.Deref(ps.Allocatable, -1), want.Total, want.Allocatable)
+			}
+		}
+	}
+	for k := range lab {
+		if !got[k] {
+			t.Errorf("%s: the lab counts partition type %s, the answer has none", name, k)
+		}
+	}
+	if len(lab) == 0 {
+		t.Errorf("%s: no pool names partition types; the frontier lab's partitioned A100 should", name)
+	}
+	return lab
 }

@@ -47,6 +47,12 @@ type Inventory struct {
 	// DRANodeAllocatableResources, alpha: an API server without the gate
 	// drops the field, so the lab sets this only where the gate is on).
 	HostMemoryOverhead bool
+	// PartitionTypes gives every device of a partitioned or time-sliced
+	// GPU its partition type (gpu.AttrPartitionType, setPartitionType):
+	// the driver then names the attribute as its slices'
+	// partitionTypeAttribute (Kubernetes 1.37's DRAPartitionableDevicesType,
+	// alpha), which a ResourcePoolStatusRequest counts by.
+	PartitionTypes bool
 }
 
 // Partitioning and sharing modes.
@@ -111,6 +117,8 @@ func (inv *Inventory) Validate() error {
 		return fmt.Errorf("time-slices %d: want between 0 and %d", inv.TimeSlices, MaxTimeSlices)
 	case inv.TimeSlices > 0 && inv.Sharing != "":
 		return fmt.Errorf("time-slices %d: a GPU shared by memory is not time-sliced too", inv.TimeSlices)
+	case inv.PartitionTypes && !inv.counted():
+		return errors.New("partition-types: the GPUs are neither partitioned nor time-sliced; give partitioning or time-slices too")
 	}
 	if inv.HostMemoryOverhead && inv.Profile.HostMemoryOverhead.Sign() <= 0 {
 		return fmt.Errorf("host-memory-overhead: GPU profile %s declares no hostMemoryOverhead", inv.Profile.Name)
@@ -185,6 +193,7 @@ func (inv *Inventory) Devices(context.Context) ([]kit.Device, error) {
 	}
 	var devices []kit.Device
 	for i := range inv.Count {
+		first := len(devices)
 		name := fmt.Sprintf("gpu-%d", i)
 		uuid := gpu.DeviceUUID(inv.Node, i)
 		slot := pcilayout.GPU(i)
@@ -258,8 +267,32 @@ func (inv *Inventory) Devices(context.Context) ([]kit.Device, error) {
 			whole.API.Attributes[AttrAttach] = resourceapi.DeviceAttribute{StringValue: ptr.To(AttachFabric)}
 		}
 		devices = append(devices, whole)
+		if inv.PartitionTypes {
+			for j := range devices[first:] {
+				setPartitionType(&devices[first+j].API, name)
+			}
+		}
 	}
 	return devices, nil
+}
+
+// setPartitionType gives a device of GPU parent its partition type
+// (gpu.AttrPartitionType): devices of one type must consume the same
+// counters of the same counter set, or the pool status controller refuses
+// the pool (PartitionCostMismatch). A MIG instance's memory slices depend
+// on its placement, so each placement is a type of its own,
+// "gpu-0/1g.10gb@3"; the time-sliced shares of a GPU are one type,
+// "gpu-0/time-slice"; the whole GPU is "gpu-0/whole".
+func setPartitionType(d *resourceapi.Device, parent string) {
+	typ := parent + "/" + gpu.PartitionWhole
+	switch ptr.Deref(d.Attributes[gpu.AttrType].StringValue, "") {
+	case gpu.TypeMIG:
+		start := d.Name[strings.LastIndex(d.Name, "-")+1:]
+		typ = parent + "/" + ptr.Deref(d.Attributes[gpu.AttrProfile].StringValue, "") + "@" + start
+	case gpu.TypeTimeSlice:
+		typ = parent + "/" + gpu.TypeTimeSlice
+	}
+	d.Attributes[gpu.AttrPartitionType] = resourceapi.DeviceAttribute{StringValue: ptr.To(typ)}
 }
 
 // CounterSets implements kit.CounterInventory: a partitioned GPU's counter

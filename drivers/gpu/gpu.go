@@ -105,6 +105,14 @@ const (
 	// device.attributes["gpu.dralab.dev"].?partitioning.orValue("") == "mig".
 	AttrPartitioning = "partitioning"
 	PartitioningMIG  = "mig"
+	// AttrPartitionType names a partitioned or time-sliced GPU's devices'
+	// partition type where the driver publishes it (--partition-types):
+	// the GPU's name and PartitionWhole on the whole GPU, its name and the
+	// profile and placement on a MIG device (gpu-0/1g.10gb@3), its name and
+	// TypeTimeSlice on a share. A slice's partitionTypeAttribute names it,
+	// and a pool status request counts by it.
+	AttrPartitionType = "partitionType"
+	PartitionWhole    = "whole"
 	// CapacityMemory and CapacityMultiprocessors are a device's memory
 	// and streaming multiprocessors.
 	CapacityMemory          = "memory"

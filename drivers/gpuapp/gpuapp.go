@@ -51,6 +51,9 @@ type Options struct {
 	// DeviceMetadata gives each container of a claim a file of its GPUs'
 	// attributes (kit.Options.DeviceMetadata).
 	DeviceMetadata bool
+	// PartitionTypes names each partitioned fake GPU's devices' partition
+	// type as its slices' partitionTypeAttribute.
+	PartitionTypes bool
 	// HostMemoryOverhead publishes each fake GPU's host-memory overhead
 	// (its profile's hostMemoryOverhead) as node-allocatable memory per pod.
 	HostMemoryOverhead bool
@@ -100,6 +103,7 @@ Never run both modes on one node: the two allocators would hand out the same GPU
 	f.StringVar(&o.Sharing, "sharing", "", "share the fake GPUs: "+fakegpu.SharingMemory+" lets several claims share a GPU, each asking for some of its memory; empty: one claim per GPU")
 	f.IntVar(&o.TimeSlices, "time-slices", 0, "offer each fake GPU as this many time-sliced shares too ("+gpu.ClassTimeSlice+"), each taking one of the GPU's time slices; with --partitioning "+fakegpu.PartitioningMIG+" a GPU runs MIG devices or shares, whichever is allocated first (compatibility groups: needs the DRADeviceCompatibilityGroups feature gate); 0: none")
 	f.BoolVar(&o.DeviceMetadata, "device-metadata", false, "give each container of a claim a file of its GPUs' attributes, mounted through CDI at /var/run/kubernetes.io/dra-device-attributes/…/"+gpu.DriverName+"-metadata.json (device metadata, beta in Kubernetes 1.37)")
+	f.BoolVar(&o.PartitionTypes, "partition-types", false, "give every device of a partitioned or time-sliced fake GPU its partition type ("+gpu.AttrPartitionType+": gpu-0/"+gpu.PartitionWhole+", gpu-0/1g.10gb@3 for a MIG placement, gpu-0/"+gpu.TypeTimeSlice+") and name it as the slices' partitionTypeAttribute, which a pool status request counts by (needs --partitioning or --time-slices, and the DRAPartitionableDevicesType feature gate)")
 	f.BoolVar(&o.HostMemoryOverhead, "host-memory-overhead", false, "publish each fake GPU's host-memory overhead (the profile's hostMemoryOverhead) as nodeAllocatableResources memory per pod, which the scheduler adds to the pod's memory on the node (needs the DRANodeAllocatableResources feature gate)")
 	f.StringVar(&o.Rack, "rack", "", "the node's rack: every GPU carries it as the attribute "+gpu.AttrRack+"; empty: unknown")
 	f.StringVar(&o.NVLinkDomain, "nvlink-domain", "", "the node's NVLink domain: every GPU carries it as the attribute "+gpu.AttrNVLinkDomain+"; empty: unknown")
@@ -172,6 +176,12 @@ func Run(ctx context.Context, o Options) error {
 		ko.CDIKind, ko.EnvPrefix = gpu.CDIKind, gpu.EnvPrefix
 		ko.Inventory, ko.Configure, ko.Metrics, ko.ReportHealth = inv, gpu.Configure, metrics, true
 		ko.DeviceMetadata = o.DeviceMetadata
+		if o.PartitionTypes {
+			if o.Inventory != InventoryFake {
+				return fmt.Errorf("--partition-types: only a fake inventory's partitioned GPUs carry partition types")
+			}
+			ko.PartitionTypeAttribute = gpu.DriverName + "/" + gpu.AttrPartitionType
+		}
 		d, err := kit.Start(ctx, ko)
 		if err != nil {
 			return err
@@ -309,7 +319,7 @@ func fakeInventory(o Options) (kit.Inventory, error) {
 	if (o.Partitioning != "" || o.Sharing != "" || o.Attach != "" || o.TimeSlices != 0 || o.HostMemoryOverhead) && o.Mode == ModeDevicePlugin {
 		return nil, fmt.Errorf("--mode %s counts whole GPUs: --partitioning, --sharing, --attach, --time-slices and --host-memory-overhead need --mode %s", ModeDevicePlugin, ModeDRA)
 	}
-	inv := &fakegpu.Inventory{Node: o.NodeName, Profile: p, Count: o.GPUs, Partitioning: o.Partitioning, Sharing: o.Sharing, Attach: o.Attach, TimeSlices: o.TimeSlices, Topology: o.topology(), HostMemoryOverhead: o.HostMemoryOverhead}
+	inv := &fakegpu.Inventory{Node: o.NodeName, Profile: p, Count: o.GPUs, Partitioning: o.Partitioning, Sharing: o.Sharing, Attach: o.Attach, TimeSlices: o.TimeSlices, Topology: o.topology(), HostMemoryOverhead: o.HostMemoryOverhead, PartitionTypes: o.PartitionTypes}
 	if err := inv.Validate(); err != nil {
 		// The inventory says "partitioning …": the flag's name.
 		return nil, fmt.Errorf("--%w", err)

@@ -196,6 +196,13 @@ type Options struct {
 	// at prepare and removed at unprepare. The attributes are the ones the
 	// device publishes in the ResourceSlice.
 	DeviceMetadata bool
+	// PartitionTypeAttribute, a fully qualified attribute name, is the
+	// partitionTypeAttribute of every slice with devices that consume
+	// counters (Kubernetes 1.37's DRAPartitionableDevicesType, alpha: an
+	// API server without the gate drops it): each such device carries the
+	// attribute, its value naming the device's partition type, which a
+	// pool status request counts by. Empty: none.
+	PartitionTypeAttribute string
 }
 
 // MetadataVersions are the versions the device metadata files are
@@ -350,10 +357,16 @@ func (d *Driver) resources() resourceslice.DriverResources {
 	d.slicesMu.Lock()
 	defer d.slicesMu.Unlock()
 	pool := d.slices
-	if d.opts.SkipNodeOperations {
+	if d.opts.SkipNodeOperations || d.opts.PartitionTypeAttribute != "" {
 		pool = slices.Clone(pool)
-		for i := range pool {
+	}
+	for i := range pool {
+		if d.opts.SkipNodeOperations {
 			pool[i].SkipNodeOperations = []resourceapi.SkipNodeOperation{resourceapi.SkipNodeOperationAll}
+		}
+		partitioned := slices.ContainsFunc(pool[i].Devices, func(dev resourceapi.Device) bool { return len(dev.ConsumesCounters) > 0 })
+		if d.opts.PartitionTypeAttribute != "" && partitioned {
+			pool[i].PartitionTypeAttribute = ptr.To(resourceapi.FullyQualifiedName(d.opts.PartitionTypeAttribute))
 		}
 	}
 	return resourceslice.DriverResources{

@@ -55,6 +55,10 @@ type Node struct {
 	Counted            bool
 	CountedTier        string
 	Allocatable, InUse int64
+	// Partitions are the partition types of the node's pools, where their
+	// slices name a partitionTypeAttribute (the DRAPartitionableDevicesType
+	// gate): what a ResourcePoolStatusRequest answers, counted by the lab.
+	Partitions []report.PartitionType
 }
 
 // Device states, in words; a tile's class names them too.
@@ -198,7 +202,7 @@ func Build(ctx context.Context, title string, snap *report.Snapshot) (*Page, err
 			for _, m := range migs[attr(d, gpu.AttrUUID)] {
 				mref := s.Spec.Driver + "/" + s.Spec.Pool.Name + "/" + m.Name
 				for _, h := range holders[mref] {
-					h.Part = fmt.Sprintf("%s (%s)", m.Name, attr(m, gpu.AttrProfile))
+					h.Part = fmt.Sprintf("%s (%s)", m.Name, or(attr(m, gpu.AttrProfile), "time slice"))
 					t.Holders = append(t.Holders, h)
 					if mh := health[mref]; mh != "" && t.Health == "" {
 						t.Health = mh
@@ -209,6 +213,9 @@ func Build(ctx context.Context, title string, snap *report.Snapshot) (*Page, err
 			t.states(isTrue(d.AllowMultipleAllocations))
 			node(nodeName).Devices = append(node(nodeName).Devices, t)
 		}
+	}
+	for _, pt := range snap.PartitionTypes() {
+		node(poolNode(snap, pt.Driver, pt.Pool)).Partitions = append(node(poolNode(snap, pt.Driver, pt.Pool)).Partitions, pt)
 	}
 	for name, n := range snap.Nodes {
 		q := n.Status.Allocatable[v1.ResourceName(gpu.ExtendedResource)]
@@ -362,6 +369,24 @@ func attr(d resourceapi.Device, name resourceapi.QualifiedName) string {
 }
 
 func isTrue(b *bool) bool { return b != nil && *b }
+
+func or(s, otherwise string) string {
+	if s == "" {
+		return otherwise
+	}
+	return s
+}
+
+// poolNode is the node of a driver's pool: its slices', or the pool's
+// name for a pool of no node.
+func poolNode(snap *report.Snapshot, driver, pool string) string {
+	for _, s := range snap.Slices {
+		if s.Spec.Driver == driver && s.Spec.Pool.Name == pool && s.Spec.NodeName != nil {
+			return *s.Spec.NodeName
+		}
+	}
+	return pool
+}
 
 // memory is a size in GiB, as GPU memory is spoken of.
 func memory(q resource.Quantity) string {

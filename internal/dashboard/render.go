@@ -6,6 +6,8 @@ import (
 	"html/template"
 	"io"
 	"strings"
+
+	"github.com/dralab/dralab/scenarios/report"
 )
 
 //go:embed page.html report.html
@@ -15,6 +17,14 @@ var pageTemplate = template.Must(template.New("page.html").Funcs(template.FuncMa
 	"join": strings.Join,
 	"stateText": func(t Tile) string {
 		return strings.Join(t.States, ", ")
+	},
+	"withRoom": func(pts []report.PartitionType) (n int) {
+		for _, pt := range pts {
+			if pt.Allocatable > 0 {
+				n++
+			}
+		}
+		return n
 	},
 }).ParseFS(pageFS, "page.html", "report.html"))
 

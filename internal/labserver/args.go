@@ -49,7 +49,10 @@ func nodeArgs(dir labstate.Dir, n config.Node, caCert, gates string, verbosity i
 //
 // hostMemoryOverhead (the lab's DRANodeAllocatableResources gate) has fake
 // GPUs served through DRA publish their profile's host-memory overhead.
-func driverArgs(dir labstate.Dir, n config.Node, hostMemoryOverhead bool, verbosity int) []string {
+//
+// partitionTypes (the lab's DRAPartitionableDevicesType gate) has
+// partitioned or time-sliced fake GPUs name their partition types.
+func driverArgs(dir labstate.Dir, n config.Node, hostMemoryOverhead, partitionTypes bool, verbosity int) []string {
 	nd := dir.Node(n.Name)
 	inventory := []string{"--inventory=fake", "--profile=" + n.GPUs.Profile, "--gpus=" + strconv.Itoa(n.GPUs.Count)}
 	if p := n.GPUs.Partitioning; p != "" {
@@ -66,6 +69,9 @@ func driverArgs(dir labstate.Dir, n config.Node, hostMemoryOverhead bool, verbos
 	}
 	if hostMemoryOverhead && n.GPUs.Mode != config.GPUModeDevicePlugin {
 		inventory = append(inventory, "--host-memory-overhead")
+	}
+	if partitionTypes && (n.GPUs.Partitioning != "" || n.GPUs.TimeSlices > 0) {
+		inventory = append(inventory, "--partition-types")
 	}
 	if n.GPUs.NVML != "" {
 		inventory = []string{"--inventory=nvml", "--nvml=" + nvml.SourceOf(n.GPUs.NVML)}
@@ -160,8 +166,10 @@ func cpuDriverArgs(dir labstate.Dir, n config.Node, verbosity int) []string {
 	}
 }
 
-func gpuDriver(dir labstate.Dir, n config.Node, hostMemoryOverhead bool, verbosity int) (*process, error) {
-	return withMetrics(labstate.RoleDriver, n, dir.Node(n.Name).DriverMetrics(), func() []string { return driverArgs(dir, n, hostMemoryOverhead, verbosity) })
+func gpuDriver(dir labstate.Dir, n config.Node, hostMemoryOverhead, partitionTypes bool, verbosity int) (*process, error) {
+	return withMetrics(labstate.RoleDriver, n, dir.Node(n.Name).DriverMetrics(), func() []string {
+		return driverArgs(dir, n, hostMemoryOverhead, partitionTypes, verbosity)
+	})
 }
 
 func withMetrics(role string, n config.Node, file string, driverArgs func() []string) (*process, error) {

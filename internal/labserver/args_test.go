@@ -38,7 +38,7 @@ func TestHostMemoryArgs(t *testing.T) {
 		gate     bool
 		overhead bool
 	}{{dra, true, true}, {dra, false, false}, {counted, true, false}, {nvmlNode, true, false}} {
-		args := driverArgs(dir, c.n, c.gate, 0)
+		args := driverArgs(dir, c.n, c.gate, false, 0)
 		if got := slices.Contains(args, "--host-memory-overhead"); got != c.overhead {
 			t.Errorf("node %s, gate %v: driver args %v, --host-memory-overhead %v, want %v", c.n.Name, c.gate, args, got, c.overhead)
 		}
@@ -63,10 +63,10 @@ func TestHostMemoryArgs(t *testing.T) {
 func TestDeviceMetadataArgs(t *testing.T) {
 	dir := labstate.Dir(t.TempDir())
 	for _, g := range []*config.GPUs{{Profile: "h100-80gb", Count: 1, Mode: config.GPUModeDRA}, {NVML: config.NVMLMockPrefix + "dgxa100", Mode: config.GPUModeDRA}} {
-		off := driverArgs(dir, config.Node{Name: "n", GPUs: g}, false, 0)
+		off := driverArgs(dir, config.Node{Name: "n", GPUs: g}, false, false, 0)
 		on := *g
 		on.DeviceMetadata = true
-		args := driverArgs(dir, config.Node{Name: "n", GPUs: &on}, false, 0)
+		args := driverArgs(dir, config.Node{Name: "n", GPUs: &on}, false, false, 0)
 		if slices.Contains(off, "--device-metadata") || !slices.Contains(args, "--device-metadata") {
 			t.Errorf("%+v: without %v, with %v; want --device-metadata only with", g, off, args)
 		}
@@ -99,5 +99,23 @@ func TestCPUArgs(t *testing.T) {
 	}
 	if config.MaxCPUComplexes != fakecpu.MaxComplexes || config.MaxCPUsPerComplex != fakecpu.MaxCPUsPerComplex {
 		t.Errorf("the configuration's limits %d, %d are not the CPU driver's %d, %d", config.MaxCPUComplexes, config.MaxCPUsPerComplex, fakecpu.MaxComplexes, fakecpu.MaxCPUsPerComplex)
+	}
+}
+
+// Partitioned and time-sliced fake GPUs name their partition types where
+// the lab's gate is on; whole ones never do.
+func TestPartitionTypeArgs(t *testing.T) {
+	dir := labstate.Dir(t.TempDir())
+	mig := config.Node{Name: "m", GPUs: &config.GPUs{Profile: "a100-80gb", Count: 1, Partitioning: config.PartitioningMIG, Mode: config.GPUModeDRA}}
+	whole := config.Node{Name: "w", GPUs: &config.GPUs{Profile: "a100-80gb", Count: 1, Mode: config.GPUModeDRA}}
+	sliced := config.Node{Name: "s", GPUs: &config.GPUs{Profile: "l4-24gb", Count: 1, TimeSlices: 2, Mode: config.GPUModeDRA}}
+	for _, c := range []struct {
+		n    config.Node
+		gate bool
+		want bool
+	}{{mig, true, true}, {mig, false, false}, {whole, true, false}, {sliced, true, true}} {
+		if got := slices.Contains(driverArgs(dir, c.n, false, c.gate, 0), "--partition-types"); got != c.want {
+			t.Errorf("node %s, gate %v: --partition-types %v, want %v", c.n.Name, c.gate, got, c.want)
+		}
 	}
 }

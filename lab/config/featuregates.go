@@ -152,6 +152,10 @@ const (
 	// exclude each other (compatibilityGroups): a GPU's MIG devices and
 	// its time-sliced shares (gpus.timeSlices with partitioning: mig).
 	GateDeviceCompatibilityGroups = "DRADeviceCompatibilityGroups"
+	// GatePartitionableDevicesType lets a slice name its devices'
+	// partition-type attribute (partitionTypeAttribute): partitioned fake
+	// GPUs then name theirs.
+	GatePartitionableDevicesType = "DRAPartitionableDevicesType"
 )
 
 // EnableGroupClaims switches on, beside the configuration's own gates, the

@@ -130,7 +130,10 @@ func (s *Snapshot) groupConflict(c deviceRef, namespace string) *groupConflict {
 // compatibility group with …".
 func (s *Snapshot) groupConflicts(cands []deviceRef, namespace string) []string {
 	byConflict := map[groupConflict][]string{}
+	// counted: those of them a pool status counts allocatable.
+	counted := map[groupConflict]int{}
 	var order []groupConflict
+	var types map[string]PartitionType
 	for _, c := range cands {
 		g := s.groupConflict(c, namespace)
 		if g == nil {
@@ -140,6 +143,17 @@ func (s *Snapshot) groupConflicts(cands []deviceRef, namespace string) []string 
 			order = append(order, *g)
 		}
 		byConflict[*g] = append(byConflict[*g], c.dev.Name)
+		if typ, ok := s.partitionTypeOf(c); ok {
+			if types == nil {
+				types = map[string]PartitionType{}
+				for _, pt := range s.PartitionTypes() {
+					types[pt.Driver+"/"+pt.Pool+" "+pt.Type] = pt
+				}
+			}
+			if types[c.driver+"/"+c.pool+" "+typ].Allocatable > 0 {
+				counted[*g]++
+			}
+		}
 	}
 	var out []string
 	for _, g := range order {
@@ -148,7 +162,11 @@ func (s *Snapshot) groupConflicts(cands []deviceRef, namespace string) []string 
 		if len(names) > 1 {
 			verb = "share"
 		}
-		out = append(out, fmt.Sprintf("%s/%s (%s) %s no compatibility group with what is allocated on counter set %s: %s", g.pool, strings.Join(names, ", "), g.groups, verb, g.set, g.holders))
+		line := fmt.Sprintf("%s/%s (%s) %s no compatibility group with what is allocated on counter set %s: %s", g.pool, strings.Join(names, ", "), g.groups, verb, g.set, g.holders)
+		if n := counted[g]; n > 0 {
+			line += fmt.Sprintf(" (a ResourcePoolStatusRequest counts %d of them allocatable: it weighs counters, not compatibility groups)", n)
+		}
+		out = append(out, line)
 	}
 	return out
 }

@@ -147,6 +147,16 @@ func TestWhyIncompatibleGroups(t *testing.T) {
 	if want := "n/ts-0 (group time-sliced) shares no compatibility group with what is allocated on counter set gpu-0-counters: mig-0 (group mig) of small"; err != nil || code != IncompatibleGroups || !strings.Contains(msg, want) {
 		t.Errorf("share: %s %q %v, want %s: %q", code, msg, err, IncompatibleGroups, want)
 	}
+	// Where the slices name partition types, the explanation says what a
+	// pool status would count: the share fits by counters.
+	s.Slices[1].Spec.PartitionTypeAttribute = ptr.To(resourceapi.FullyQualifiedName(drv + "/partitionType"))
+	for i := range s.Slices[1].Spec.Devices {
+		d := &s.Slices[1].Spec.Devices[i]
+		d.Attributes["partitionType"] = resourceapi.DeviceAttribute{StringValue: ptr.To(d.Name)}
+	}
+	if _, msg, _ := s.whyAlternatives(ctx, "ns", "share", []alternative{named("ts-0")}, holders); !strings.Contains(msg, "(a ResourcePoolStatusRequest counts 1 of them allocatable: it weighs counters, not compatibility groups)") {
+		t.Errorf("with partition types: %q", msg)
+	}
 	for _, fits := range []string{"mig-1", "both"} {
 		if code, msg, _ := s.whyAlternatives(ctx, "ns", fits, []alternative{named(fits)}, holders); code != "" {
 			t.Errorf("%s shares group mig with mig-0, yet: %s %q", fits, code, msg)

@@ -32,6 +32,7 @@ func Validate(t testing.TB, driver, node string, pool []resourceslice.Slice) {
 				Driver: driver, NodeName: ptr.To(node),
 				Pool:    resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: int64(len(pool))},
 				Devices: s.Devices, SharedCounters: s.SharedCounters,
+				PartitionTypeAttribute: s.PartitionTypeAttribute, SkipNodeOperations: s.SkipNodeOperations,
 			},
 		}
 		var internal resourceinternal.ResourceSlice
