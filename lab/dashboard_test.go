@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -47,6 +48,10 @@ func TestDashboardOnLab(t *testing.T) {
 		t.Fatalf("dashboard URL %q, want a loopback URL with a token", url)
 	}
 
+	// The metrics panel before any claim is prepared: every node's row.
+	panelURL := strings.Replace(url, "/?token=", "/metrics-panel?token=", 1)
+	before := metricsPanel(t, panelURL)
+
 	const ns = "default"
 	if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, scratchlab.ClaimTemplate(ns, "h100", gpu.Tiers[0].ClassName(), "", ""), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -65,6 +70,11 @@ func TestDashboardOnLab(t *testing.T) {
 	}
 
 	checkDashboardDOM(ctx, t, chromium, url, client)
+	probe, err := client.CoreV1().Pods(ns).Get(ctx, "dashboard-probe", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMetricsPanel(t, url, probe.Spec.NodeName, before)
 	// The dashboard lab:dashboard serves itself where the lab's backend
 	// serves none (kind): the same page, from this process.
 	sctx, cancel := context.WithCancel(ctx)
@@ -86,6 +96,54 @@ func TestDashboardOnLab(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized || strings.Contains(string(body), "gpu-") {
 		t.Errorf("without the token: %d %q, want 401 and no data", resp.StatusCode, body)
+	}
+}
+
+// metricsPanel reads the dashboard's metrics panel and returns its rows'
+// data-prepares by node: what the kubelets count of NodePrepareResources.
+func metricsPanel(t *testing.T, panelURL string) map[string]string {
+	t.Helper()
+	resp, err := http.Get(panelURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the metrics panel: %s %q", resp.Status, body)
+	}
+	out := map[string]string{}
+	for _, m := range regexp.MustCompile(`<tr data-node="([^"]+)" data-prepares="([0-9]+)"`).FindAllStringSubmatch(string(body), -1) {
+		out[m[1]] = m[2]
+	}
+	return out
+}
+
+// checkMetricsPanel opens the dashboard in Chromium and waits for its
+// metrics panel to count, on the node of a pod that claimed a GPU, more
+// prepares by the kubelet than before, and at least one by the GPU
+// driver: the figures of lab:metrics, live on the page.
+func checkMetricsPanel(t *testing.T, url, node string, before map[string]string) {
+	t.Helper()
+	if _, ok := before[node]; !ok {
+		t.Fatalf("the metrics panel had no row for node %s before the pod: %v", node, before)
+	}
+	b := browsertest.New(t)
+	ctx, cancel := context.WithTimeout(b.Ctx, time.Minute)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Navigate(url)); err != nil {
+		t.Fatalf("opening the dashboard: %v", err)
+	}
+	row := `#metrics-panel tr[data-node="` + node + `"]`
+	moved := `(function () { var r = document.querySelector('` + row + `'); var d = r && r.querySelector('[data-driver="` + gpu.DriverName + `"][data-prepares]');
+	  return !!r && Number(r.dataset.prepares) > ` + before[node] + ` && !!d && Number(d.dataset.prepares) >= 1; })()`
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](moved, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		html, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.getElementById("metrics-panel") || {}).innerHTML || "no panel"`))
+		t.Fatalf("the metrics panel never counted the pod's prepare on %s (before: %s): %v\n%s", node, before[node], err, html)
+	}
+	t.Logf("the metrics panel counts the pod's prepare on %s (before: %s)", node, before[node])
+	if p := b.Problems(); len(p) > 0 {
+		t.Errorf("the page's console: %v", p)
 	}
 }
 

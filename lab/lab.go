@@ -20,6 +20,7 @@ import (
 
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/dashboard"
+	"github.com/dralab/dralab/internal/drametrics"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/internal/backend"
@@ -270,7 +271,10 @@ func (l *Lab) DashboardURL() (string, error) {
 // lab:dashboard does there. Like the lab process's, it listens on
 // 127.0.0.1 only and only reads the cluster.
 func (l *Lab) ServeDashboard(ctx context.Context) (string, error) {
-	return dashboard.Serve(ctx, l.Kubeconfig(), "dralab: "+l.cfg.Name)
+	metrics := func(ctx context.Context) (*drametrics.Snapshot, error) {
+		return drametrics.Read(ctx, l.Kubeconfig(), l.NodeNames(), l.DriverMetrics)
+	}
+	return dashboard.Serve(ctx, l.Kubeconfig(), "dralab: "+l.cfg.Name, metrics)
 }
 
 // Status reports the lab's state.

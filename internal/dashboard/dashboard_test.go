@@ -117,17 +117,7 @@ func TestBuild(t *testing.T) {
 }
 
 func newServer(t *testing.T, client *fake.Clientset) *httptest.Server {
-	s := &dashboard.Server{Client: client, Title: "dralab: test", Token: "s3cret", Debounce: 10 * time.Millisecond}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go s.Watch(ctx)
-	srv := httptest.NewServer(s.Handler())
-	t.Cleanup(func() {
-		// An event stream ends with its connection.
-		srv.CloseClientConnections()
-		srv.Close()
-	})
-	return srv
+	return metricsServer(t, client, nil)
 }
 
 // Without the token: 401 and not a word of the cluster.

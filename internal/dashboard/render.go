@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/dralab/dralab/internal/drametrics"
 	"github.com/dralab/dralab/scenarios/report"
 )
 
@@ -18,6 +19,8 @@ var pageTemplate = template.Must(template.New("page.html").Funcs(template.FuncMa
 	"stateText": func(t Tile) string {
 		return strings.Join(t.States, ", ")
 	},
+	"claimsInUse":      drametrics.FormatClaimsInUse,
+	"claimsInUseTotal": func(m map[string]float64) float64 { return m[drametrics.AnyDriver] },
 	"withRoom": func(pts []report.PartitionType) (n int) {
 		for _, pt := range pts {
 			if pt.Allocatable > 0 {
@@ -40,6 +43,9 @@ type Options struct {
 	Large bool
 	// LargeURL and NormalURL switch the type size.
 	LargeURL, NormalURL string
+	// MetricsURL, if set, is where the live page reads its metrics panel
+	// every few seconds and on every change of the cluster.
+	MetricsURL string
 }
 
 type pageData struct {
@@ -50,6 +56,12 @@ type pageData struct {
 // Render writes the whole page.
 func Render(w io.Writer, p *Page, o Options) error {
 	return pageTemplate.ExecuteTemplate(w, "page", pageData{p, o})
+}
+
+// RenderMetrics writes the metrics panel of a snapshot of the cluster's
+// DRA metrics.
+func RenderMetrics(w io.Writer, s *drametrics.Snapshot) error {
+	return pageTemplate.ExecuteTemplate(w, "metrics", s)
 }
 
 // RenderView writes the page's view alone: what a live page swaps in.

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/dralab/dralab/internal/drametrics"
 	"github.com/dralab/dralab/scenarios/report"
 )
 
@@ -37,6 +39,10 @@ type Server struct {
 	Token string
 	// Debounce gathers a burst of changes into one update.
 	Debounce time.Duration
+	// Metrics, if set, reads the cluster's DRA metrics for the page's
+	// metrics panel (/metrics-panel): the kubelets', the scheduler's and
+	// the drivers', as lab:metrics prints them.
+	Metrics func(context.Context) (*drametrics.Snapshot, error)
 
 	mu      sync.Mutex
 	subs    map[chan string]struct{}
@@ -130,8 +136,9 @@ func (s *Server) Listen(ctx context.Context) (string, error) {
 }
 
 // Serve serves the live dashboard of the cluster of a kubeconfig, with a
-// new token, until ctx ends, and returns its URL.
-func Serve(ctx context.Context, kubeconfig, title string) (string, error) {
+// new token, until ctx ends, and returns its URL. metrics, if not nil,
+// reads the cluster's DRA metrics for the page's panel.
+func Serve(ctx context.Context, kubeconfig, title string, metrics func(context.Context) (*drametrics.Snapshot, error)) (string, error) {
 	restConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return "", err
@@ -145,7 +152,7 @@ func Serve(ctx context.Context, kubeconfig, title string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	s := &Server{Client: client, Title: title, Token: token}
+	s := &Server{Client: client, Title: title, Token: token, Metrics: metrics}
 	return s.Listen(ctx)
 }
 
@@ -155,6 +162,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /{$}", s.page)
 	mux.HandleFunc("GET /view", s.view)
 	mux.HandleFunc("GET /events", s.events)
+	mux.HandleFunc("GET /metrics-panel", s.metricsPanel)
 	return s.authorized(mux)
 }
 
@@ -202,6 +210,9 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	o := Options{Live: true, EventsURL: "events?token=" + url.QueryEscape(s.Token), Large: q.Get("large") == "1"}
+	if s.Metrics != nil {
+		o.MetricsURL = "metrics-panel?token=" + url.QueryEscape(s.Token)
+	}
 	q.Set("large", "1")
 	o.LargeURL = "?" + q.Encode()
 	q.Del("large")
@@ -225,6 +236,28 @@ func (s *Server) view(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	_, _ = w.Write([]byte(v))
+}
+
+// metricsPanel reads the cluster's DRA metrics and writes the panel.
+func (s *Server) metricsPanel(w http.ResponseWriter, r *http.Request) {
+	if s.Metrics == nil {
+		http.NotFound(w, r)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
+	defer cancel()
+	snap, err := s.Metrics(ctx)
+	if err != nil {
+		http.Error(w, "reading the metrics: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	var b bytes.Buffer
+	if err := RenderMetrics(&b, snap); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(b.Bytes())
 }
 
 // events streams the view, as server-sent events, whenever the cluster

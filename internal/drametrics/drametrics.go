@@ -217,7 +217,7 @@ func Write(w io.Writer, s *Snapshot) error {
 		kube := []string{"?", "?", "?", "?"}
 		if n.KubeletErr == nil {
 			k := n.Kubelet
-			kube = []string{k.Prepare.String(), k.Unprepare.String(), fmt.Sprint(k.Errors), claimsInUse(k.ClaimsInUse)}
+			kube = []string{k.Prepare.String(), k.Unprepare.String(), fmt.Sprint(k.Errors), FormatClaimsInUse(k.ClaimsInUse)}
 		}
 		var calls, held []string
 		for _, name := range slices.Sorted(maps.Keys(n.Drivers)) {
@@ -238,15 +238,7 @@ func Write(w io.Writer, s *Snapshot) error {
 		_, err := fmt.Fprintf(w, "\nScheduler: %v\n", s.SchedulerErr)
 		return err
 	}
-	var parts []string
-	for _, p := range slices.Sorted(maps.Keys(s.Scheduler.Evaluations)) {
-		part := fmt.Sprintf("%s %g", p, s.Scheduler.Evaluations[p])
-		if t, ok := s.Scheduler.Durations[p]; ok && t.Count > 0 {
-			part += fmt.Sprintf(" (timed %d, mean %s)", t.Count, seconds(t.Mean()))
-		}
-		parts = append(parts, part)
-	}
-	_, err := fmt.Fprintf(w, "\nScheduler, DynamicResources plugin evaluations: %s (timed in one cycle of ten)\n", dash(strings.Join(parts, ", ")))
+	_, err := fmt.Fprintf(w, "\nScheduler, DynamicResources plugin evaluations: %s (timed in one cycle of ten)\n", s.Scheduler)
 	if err != nil {
 		return err
 	}
@@ -265,7 +257,23 @@ func Write(w io.Writer, s *Snapshot) error {
 	return nil
 }
 
-func claimsInUse(m map[string]float64) string {
+// String names the DynamicResources plugin's evaluations by extension
+// point, with the sampled timings: "PreFilter 4 (timed 1, mean 0.2ms), …".
+func (s Scheduler) String() string {
+	var parts []string
+	for _, p := range slices.Sorted(maps.Keys(s.Evaluations)) {
+		part := fmt.Sprintf("%s %g", p, s.Evaluations[p])
+		if t, ok := s.Durations[p]; ok && t.Count > 0 {
+			part += fmt.Sprintf(" (timed %d, mean %s)", t.Count, seconds(t.Mean()))
+		}
+		parts = append(parts, part)
+	}
+	return dash(strings.Join(parts, ", "))
+}
+
+// FormatClaimsInUse says a kubelet's claims in use: in all, and by driver
+// where it counts them.
+func FormatClaimsInUse(m map[string]float64) string {
 	total := m[AnyDriver]
 	var by []string
 	for _, d := range slices.Sorted(maps.Keys(m)) {

@@ -5,8 +5,12 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/dralab/dralab/drivers/fakecpu"
+	"github.com/dralab/dralab/drivers/fakenic"
+	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/atomicfile"
 	"github.com/dralab/dralab/internal/dashboard"
+	"github.com/dralab/dralab/internal/drametrics"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/lab/config"
 )
@@ -14,10 +18,19 @@ import (
 // startDashboard serves the lab's live dashboard on a loopback port, with a
 // random token, until ctx ends, and records its URL in the state
 // directory, readable by the lab's owner only. The dashboard only reads
-// the cluster.
+// the cluster. Its metrics panel reads what lab:metrics prints.
 func startDashboard(ctx context.Context, dir labstate.Dir, cfg *config.Config) error {
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("dashboard"))
-	url, err := dashboard.Serve(ctx, dir.Kubeconfig(), "dralab: "+cfg.Name)
+	nodes := make([]string, 0, len(cfg.Nodes))
+	for _, n := range cfg.Nodes {
+		nodes = append(nodes, n.Name)
+	}
+	metrics := func(ctx context.Context) (*drametrics.Snapshot, error) {
+		return drametrics.Read(ctx, dir.Kubeconfig(), nodes, func(node string) (map[string]string, error) {
+			return dir.Node(node).DriverMetricsAddresses(gpu.DriverName, fakenic.DriverName, fakecpu.DriverName)
+		})
+	}
+	url, err := dashboard.Serve(ctx, dir.Kubeconfig(), "dralab: "+cfg.Name, metrics)
 	if err != nil {
 		return err
 	}

@@ -271,6 +271,24 @@ func (n NodeDir) NICDriverMetrics() string { return n.path("nic-driver-metrics-a
 // CPUDriverMetrics holds the CPU driver's metrics address.
 func (n NodeDir) CPUDriverMetrics() string { return n.path("cpu-driver-metrics-address") }
 
+// DriverMetricsAddresses reads the metrics addresses the node's drivers
+// were started with, by driver name: the GPU, NIC and CPU drivers' names
+// as given, each only where the node runs that driver.
+func (n NodeDir) DriverMetricsAddresses(gpuDriver, nicDriver, cpuDriver string) (map[string]string, error) {
+	out := map[string]string{}
+	for driver, file := range map[string]string{gpuDriver: n.DriverMetrics(), nicDriver: n.NICDriverMetrics(), cpuDriver: n.CPUDriverMetrics()} {
+		data, err := os.ReadFile(file)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
+			return nil, err
+		default:
+			out[driver] = strings.TrimSpace(string(data))
+		}
+	}
+	return out, nil
+}
+
 // DriversNamespace is the namespace of the lab drivers' ServiceAccounts.
 const DriversNamespace = "dralab-drivers"
 

@@ -328,19 +328,7 @@ var _ backend.DriverMetricser = &Backend{}
 // DriverMetrics implements backend.DriverMetricser: the addresses the
 // node's GPU and NIC drivers were started with, from the node's state.
 func (b *Backend) DriverMetrics(name, node string) (map[string]string, error) {
-	nd := b.dir(name).Node(node)
-	out := map[string]string{}
-	for driver, file := range map[string]string{gpu.DriverName: nd.DriverMetrics(), fakenic.DriverName: nd.NICDriverMetrics(), fakecpu.DriverName: nd.CPUDriverMetrics()} {
-		data, err := os.ReadFile(file)
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-		case err != nil:
-			return nil, err
-		default:
-			out[driver] = strings.TrimSpace(string(data))
-		}
-	}
-	return out, nil
+	return b.dir(name).Node(node).DriverMetricsAddresses(gpu.DriverName, fakenic.DriverName, fakecpu.DriverName)
 }
 
 var _ backend.GPUFaulter = &Backend{}
