@@ -62,7 +62,7 @@ func dashboardDuringFallback(ctx context.Context, t *testing.T, cfg *envconf.Con
 	if theLab == nil || errors.Is(err, lab.ErrNoDashboard) {
 		sctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		url, err = dashboard.Serve(sctx, cfg.KubeconfigFile(), "dralab e2e")
+		url, err = dashboard.Serve(sctx, cfg.KubeconfigFile(), "dralab e2e", nil)
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -115,6 +115,9 @@ func TestFrontierScenarios(t *testing.T) {
 	t.Run("a ResourcePoolStatusRequest counts as the lab does", func(t *testing.T) {
 		checkPoolStatus(t, l)
 	})
+	t.Run("an extended resource cannot be backed by a GPU with host-memory overhead in 1.37", func(t *testing.T) {
+		checkExtendedResourceOverhead(t, l)
+	})
 }
 
 // TestPartitionedScenarios starts its own lab from

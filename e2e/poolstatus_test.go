@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	resourcev1alpha3 "k8s.io/api/resource/v1alpha3"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -215,4 +216,57 @@ func checkPartitionSummary(t *testing.T, name string, snap *report.Snapshot, ans
 		t.Errorf("%s: no pool names partition types; the frontier lab's partitioned A100 should", name)
 	}
 	return lab
+}
+
+// checkExtendedResourceOverhead keeps track of a Kubernetes 1.37.2 bug
+// (kubernetes/kubernetes#141467, fixed for 1.38 by #141556): a pod asking
+// for an extended resource backed by DRA, given a device that declares
+// nodeAllocatableResources (an H100 with its host-memory overhead), is
+// never bound: the scheduler records the device's share under the name of
+// its in-memory claim, which the API server refuses. The conformance
+// suite's extended-resource check keeps off such nodes; once Kubernetes
+// fixes it, this fails, and both can go.
+func checkExtendedResourceOverhead(t *testing.T, l *lab.Lab) {
+	ctx := context.Background()
+	restConfig, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := kubernetes.NewForConfigOrDie(restConfig)
+	ns := "extended-overhead"
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	res := v1.ResourceName("deviceclass.resource.kubernetes.io/h100." + gpu.DriverName)
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "counted"}, Spec: v1.PodSpec{
+		TerminationGracePeriodSeconds: ptr.To[int64](0),
+		Containers: []v1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{
+			Requests: v1.ResourceList{v1.ResourceMemory: resource.MustParse("1Gi")},
+			Limits:   v1.ResourceList{res: resource.MustParse("1")},
+		}}},
+	}}
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const bug = "no mapping found in pod reference"
+	var last string
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "counted", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if p.Spec.NodeName != "" {
+			return false, fmt.Errorf("pod counted was bound to %s: Kubernetes records an extended resource's device share now (kubernetes/kubernetes#141556?); drop this check and the conformance suite's detour", p.Spec.NodeName)
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == v1.PodScheduled {
+				last = c.Message
+			}
+		}
+		return strings.Contains(last, bug), nil
+	}); err != nil {
+		t.Fatalf("pod counted, asking %s on a lab whose H100s declare host-memory overhead: %v (last: %q)", res, err, last)
+	}
+	t.Logf("pod counted is not bound: %s", last)
 }

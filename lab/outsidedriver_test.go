@@ -76,6 +76,8 @@ func wholeGPUManifest(t *testing.T, replace map[string]string) string {
 		"DRADerivedAttributes: true": "DRADerivedAttributes: false",
 		// The outside driver's command gives no device metadata.
 		"DeviceMetadata: true": "DeviceMetadata: false",
+		// Nor does it publish what its devices cost the node.
+		"DRANodeAllocatableResources: true": "DRANodeAllocatableResources: false",
 	}
 	maps.Copy(all, replace)
 	for from, to := range all {

@@ -26,19 +26,22 @@ func TestRealNodesAttachNICInterfaces(t *testing.T) {
 }
 
 // Fake GPUs served through DRA publish their host-memory overhead where the
-// lab's gate is on; counted GPUs and NVML's never do. A hollow node's
+// lab's gate is on and the node's memory is set; counted GPUs and NVML's
+// never do. A hollow node's
 // memory reaches its kubelet in bytes.
 func TestHostMemoryArgs(t *testing.T) {
 	dir := labstate.Dir(t.TempDir())
-	dra := config.Node{Name: "a", GPUs: &config.GPUs{Profile: "h100-80gb", Count: 2, Mode: config.GPUModeDRA}}
+	dra := config.Node{Name: "a", Memory: "64Gi", GPUs: &config.GPUs{Profile: "h100-80gb", Count: 2, Mode: config.GPUModeDRA}}
 	counted := config.Node{Name: "b", GPUs: &config.GPUs{Profile: "h100-80gb", Count: 2, Mode: config.GPUModeDevicePlugin}}
 	nvmlNode := config.Node{Name: "c", GPUs: &config.GPUs{NVML: config.NVMLMockPrefix + "dgxa100", Mode: config.GPUModeDRA}}
+	defaultMemory := config.Node{Name: "e", GPUs: &config.GPUs{Profile: "h100-80gb", Count: 2, Mode: config.GPUModeDRA}}
 	for _, c := range []struct {
 		n        config.Node
 		gate     bool
 		overhead bool
-	}{{dra, true, true}, {dra, false, false}, {counted, true, false}, {nvmlNode, true, false}} {
-		args := driverArgs(dir, c.n, c.gate, false, 0)
+	}{{dra, true, true}, {dra, false, false}, {counted, true, false}, {nvmlNode, true, false}, {defaultMemory, true, false}} {
+		cfg := &config.Config{FeatureGates: map[string]bool{config.GateNodeAllocatableResources: c.gate}}
+		args := driverArgs(dir, c.n, cfg.HostMemoryOverhead(c.n), false, 0)
 		if got := slices.Contains(args, "--host-memory-overhead"); got != c.overhead {
 			t.Errorf("node %s, gate %v: driver args %v, --host-memory-overhead %v, want %v", c.n.Name, c.gate, args, got, c.overhead)
 		}

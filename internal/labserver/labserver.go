@@ -274,7 +274,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 			}
 		case n.GPUs != nil:
 			var p *process
-			if p, err = gpuDriver(dir, n, cfg.GateEnabled(config.GateNodeAllocatableResources), cfg.GateEnabled(config.GatePartitionableDevicesType), o.Verbosity); err == nil {
+			if p, err = gpuDriver(dir, n, cfg.HostMemoryOverhead(n), cfg.GateEnabled(config.GatePartitionableDevicesType), o.Verbosity); err == nil {
 				err = procs.startProcess(ctx, p)
 			}
 		}

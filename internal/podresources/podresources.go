@@ -33,6 +33,15 @@ type Row struct {
 // List calls List on the kubelet's podresources socket and returns the
 // rows of every container of every pod, sorted.
 func List(ctx context.Context, socket string) ([]Row, error) {
+	resp, err := ListResponse(ctx, socket)
+	if err != nil {
+		return nil, err
+	}
+	return Rows(resp), nil
+}
+
+// ListResponse calls List on the kubelet's podresources socket.
+func ListResponse(ctx context.Context, socket string) (*podresourcesapi.ListPodResourcesResponse, error) {
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, fmt.Errorf("podresources socket %s: %w", socket, err)
@@ -44,7 +53,7 @@ func List(ctx context.Context, socket string) ([]Row, error) {
 	if err != nil {
 		return nil, fmt.Errorf("podresources List on %s: %w", socket, err)
 	}
-	return Rows(resp), nil
+	return resp, nil
 }
 
 // Rows lays out a List response.

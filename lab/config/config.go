@@ -245,6 +245,9 @@ type Node struct {
 	// Memory is a hollow node's memory, e.g. 64Gi: what its kubelet
 	// reports as capacity (less nothing reserved, as allocatable). Unset,
 	// a hollow node has kubemark's 3840Mi. A real node reports its host's.
+	// Where the DRANodeAllocatableResources gate is on, the fake GPUs of a
+	// node with memory (or of a real node) publish their host memory
+	// overhead (HostMemoryOverhead).
 	Memory string `json:"memory,omitempty"`
 	// CPUs are the node's CPUs as core complexes, published by the CPU
 	// driver (cpu.dralab.dev), each mapped to the node's cpu: a hollow

@@ -158,6 +158,14 @@ const (
 	GatePartitionableDevicesType = "DRAPartitionableDevicesType"
 )
 
+// HostMemoryOverhead says whether node n's fake GPUs publish their host
+// memory overhead: where the DRANodeAllocatableResources gate is on, on a
+// node whose memory is a server's, set (memory) or a real host's. A
+// hollow node's default 3840Mi would fit no GPU's overhead.
+func (c *Config) HostMemoryOverhead(n Node) bool {
+	return c.GateEnabled(GateNodeAllocatableResources) && (n.Memory != "" || n.Kind == NodeReal)
+}
+
 // EnableGroupClaims switches on, beside the configuration's own gates, the
 // PodGroup API and its claims (GenericWorkload, DRAWorkloadResourceClaims,
 // scheduling.k8s.io/v1beta1), and the extra gates named.

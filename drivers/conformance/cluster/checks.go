@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -243,11 +244,27 @@ func (k *kit) taintRule(d resourceapi.DeviceRequestAllocationResult) *resourceap
 }
 
 // extendedResource: a pod asking for the class's extended resource gets a
-// device through a claim the scheduler makes for it.
+// device through a claim the scheduler makes for it. The pod keeps off the
+// nodes whose devices declare nodeAllocatableResources: Kubernetes 1.37's
+// scheduler records such a device's share under a claim name its API
+// server refuses, and the pod is never bound (kubernetes/kubernetes#141467,
+// fixed for 1.38 by #141556).
 func (s *suite) extendedResource(ctx context.Context, logf logFunc, k *kit) error {
 	name := v1.ResourceName(s.m.ExtendedResource())
+	costly, err := k.nodesDeclaringNodeAllocatable(ctx)
+	if err != nil {
+		return err
+	}
+	quiet, err := k.quietNodes(ctx)
+	if err != nil {
+		return err
+	}
+	if len(costly) > 0 {
+		logf("the pod keeps off nodes %s, whose devices declare nodeAllocatableResources (kubernetes/kubernetes#141467)", strings.Join(costly, ", "))
+	}
 	if err := k.pod(ctx, "counted", nil, func(p *v1.Pod) {
 		p.Spec.Containers[0].Resources.Limits = v1.ResourceList{name: resource.MustParse("1")}
+		offNodes(p, append(slices.Clone(quiet), costly...))
 	}); err != nil {
 		return err
 	}

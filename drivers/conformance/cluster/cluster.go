@@ -33,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
@@ -61,6 +62,11 @@ type Options struct {
 	// the same nodes: the list-attributes check may pair the driver's
 	// devices with theirs, aligned by their topology expressions.
 	Together []*manifest.Manifest
+	// PodResources, if set, calls List on a node's kubelet podresources
+	// API (its socket, /var/lib/kubelet/pod-resources/kubelet.sock on a
+	// real node): the KubeletPodResourcesDynamicResources check needs it,
+	// and is not verified without.
+	PodResources func(ctx context.Context, node string) (*podresourcesapi.ListPodResourcesResponse, error)
 }
 
 // Labels of every object the suite creates. A run removes objects with
@@ -185,6 +191,8 @@ func (s *suite) features() []feature {
 		{"derived attributes", manifest.DRADerivedAttributes, "requests matching on a derived attribute of the topology expression get devices of one value; requests held to values that share none wait", s.derivedAttributes},
 		{"list attributes", manifest.DRAListTypeAttributes, "a device with a list of values matches a device of each of them, and distinctAttribute keeps it from one that shares a value", s.listAttributes},
 		{"device metadata", manifest.DeviceMetadata, "a container finds its claim's device metadata file, naming the claim and exactly its allocated device with the attributes the device's ResourceSlice publishes", s.deviceMetadata},
+		{"node-allocatable resources", manifest.DRANodeAllocatableResources, "a pod's status accounts exactly the node resources its device declares, and a pod whose container fits a node's free resources alone, but not with its device's share, waits", s.nodeAllocatable},
+		{"podresources", manifest.KubeletPodResourcesDynamicResources, "a node's kubelet lists on its podresources API the pod's container with exactly its claim's allocated device, and not once the pod is gone", s.podResources},
 		{"optional node operations", manifest.DRAOptionalNodeOperations, "a pod given a device whose pool skips NodePrepareResources runs, its allocation carries the skip, and the driver never prepares it", s.optionalNodeOperations},
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -87,6 +88,19 @@ type fakeCluster struct {
 	// status holds True for each result as it is allocated: met before
 	// anyone could see the pod wait.
 	conditionsAtAllocation func(resourceapi.DeviceRequestAllocationResult) []string
+	// nodeMemory, when set, is the node's allocatable memory, which the
+	// scheduler accounts: containers' requests and the perPod memory
+	// overhead of their devices (nodeAllocatableResources), recorded in
+	// a bound pod's status, and a pod that does not fit is unschedulable
+	// for "Insufficient memory". ignoreOverhead makes it leave the
+	// devices' overhead out of the fit (it still records it); misaccount,
+	// if set, changes what it records.
+	nodeMemory     *resource.Quantity
+	ignoreOverhead atomic.Bool
+	misaccount     func(*v1.NodeAllocatableResourceClaimStatus)
+	// why is what the scheduler says of the pod it last found
+	// unschedulable.
+	why string
 
 	mu sync.Mutex
 	// allocated holds every device ever allocated, driver/pool/device.
@@ -253,8 +267,9 @@ func (f *fakeCluster) schedule(ctx context.Context, refuse string) {
 		if pod.Spec.NodeName != "" {
 			continue
 		}
+		f.why = "0/1 nodes are available: cannot allocate all claims."
 		if !f.allocate(ctx, pod) {
-			pod.Status.Conditions = []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionFalse, Reason: v1.PodReasonUnschedulable}}
+			pod.Status.Conditions = []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionFalse, Reason: v1.PodReasonUnschedulable, Message: f.why}}
 			_, _ = f.client.CoreV1().Pods(pod.Namespace).Update(ctx, pod, metav1.UpdateOptions{})
 			continue
 		}
@@ -267,6 +282,9 @@ func (f *fakeCluster) schedule(ctx context.Context, refuse string) {
 		f.mu.Lock()
 		pod.Status.Phase = f.phase
 		f.mu.Unlock()
+		if f.nodeMemory != nil {
+			pod.Status.NodeAllocatableResourceClaimStatuses = f.accounting(ctx, pod)
+		}
 		if f.configuredInvalid(ctx, pod) {
 			switch refuse {
 			case refuseWithEvent:
@@ -359,6 +377,10 @@ func (f *fakeCluster) allocate(ctx context.Context, pod *v1.Pod) bool {
 		claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
 		updates = append(updates, claim)
 	}
+	if f.nodeMemory != nil && !f.memoryFits(ctx, pod, updates) {
+		f.why = "0/1 nodes are available: 1 Insufficient memory."
+		return false
+	}
 	for _, c := range updates {
 		if f.conditionsAtAllocation != nil {
 			c.Status.Devices = deviceStatuses(c.Status.Allocation.Devices.Results, f.conditionsAtAllocation)
@@ -373,6 +395,72 @@ func (f *fakeCluster) allocate(ctx context.Context, pod *v1.Pod) bool {
 		f.mu.Unlock()
 	}
 	return true
+}
+
+// overheadOf is the perPod memory overhead the devices of a claim's
+// results declare.
+func (f *fakeCluster) overheadOf(results []resourceapi.DeviceRequestAllocationResult) resource.Quantity {
+	var sum resource.Quantity
+	for _, r := range results {
+		if o := f.device(r.Device).NodeAllocatableResources[v1.ResourceMemory].Overhead; o != nil && o.PerPod != nil {
+			sum.Add(*o.PerPod)
+		}
+	}
+	return sum
+}
+
+// memoryFits says whether the pod, with the claims about to be allocated
+// and those it already has, fits the node's memory beside the bound pods.
+func (f *fakeCluster) memoryFits(ctx context.Context, pod *v1.Pod, updates []*resourceapi.ResourceClaim) bool {
+	need := pod.Spec.Containers[0].Resources.Requests[v1.ResourceMemory].DeepCopy()
+	for _, c := range updates {
+		if !f.ignoreOverhead.Load() {
+			q := f.overheadOf(c.Status.Allocation.Devices.Results)
+			need.Add(q)
+		}
+	}
+	pods, err := f.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false
+	}
+	free := f.nodeMemory.DeepCopy()
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == "" || p.Name == pod.Name && p.Namespace == pod.Namespace {
+			continue
+		}
+		free.Sub(p.Spec.Containers[0].Resources.Requests[v1.ResourceMemory])
+		for _, s := range p.Status.NodeAllocatableResourceClaimStatuses {
+			for _, o := range s.Overhead {
+				if o.PerPod != nil {
+					free.Sub(*o.PerPod)
+				}
+			}
+		}
+	}
+	return need.Cmp(free) <= 0
+}
+
+// accounting is what the scheduler records of a bound pod's claims' node
+// resources: each claim's devices' memory overhead per pod.
+func (f *fakeCluster) accounting(ctx context.Context, pod *v1.Pod) []v1.NodeAllocatableResourceClaimStatus {
+	var out []v1.NodeAllocatableResourceClaimStatus
+	for _, pc := range pod.Spec.ResourceClaims {
+		claim, err := f.client.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, *pc.ResourceClaimName, metav1.GetOptions{})
+		if err != nil || claim.Status.Allocation == nil {
+			continue
+		}
+		q := f.overheadOf(claim.Status.Allocation.Devices.Results)
+		if q.Sign() == 0 {
+			continue
+		}
+		s := v1.NodeAllocatableResourceClaimStatus{ResourceClaimName: pc.Name, Containers: []string{pod.Spec.Containers[0].Name},
+			Overhead: []v1.NodeAllocatableOverheadResources{{Name: v1.ResourceMemory, PerPod: &q}}}
+		if f.misaccount != nil {
+			f.misaccount(&s)
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // device returns the fake node's device of that name.

@@ -149,6 +149,21 @@ const (
 	// it names the claim and exactly the devices allocated to the request,
 	// each with the attributes its ResourceSlice publishes.
 	DeviceMetadata Capability = "DeviceMetadata"
+	// DRANodeAllocatableResources: the driver's devices declare what they
+	// cost the node (nodeAllocatableResources: a mapping to its CPUs or
+	// memory, or an overhead such as a GPU's host memory), a pod's status
+	// accounts exactly what its device declares, and the scheduler keeps
+	// a pod off a node whose free resources its containers fit but not
+	// with its device's share. The cluster must have the
+	// DRANodeAllocatableResources gate on (alpha in Kubernetes 1.37), and a
+	// node whose free devices of the class all declare some.
+	DRANodeAllocatableResources Capability = "DRANodeAllocatableResources"
+	// KubeletPodResourcesDynamicResources: the kubelet lists each
+	// container's DRA devices on its podresources API (GA), as the driver
+	// prepared them: the claim, the allocated device, its CDI device IDs.
+	// The suite reads a node's socket where it can reach the node (the
+	// embedded lab).
+	KubeletPodResourcesDynamicResources Capability = "KubeletPodResourcesDynamicResources"
 )
 
 // knownCapabilities lists every capability, in the order of the constants.
@@ -170,6 +185,8 @@ var knownCapabilities = []Capability{
 	DRAListTypeAttributes,
 	DRAOptionalNodeOperations,
 	DeviceMetadata,
+	DRANodeAllocatableResources,
+	KubeletPodResourcesDynamicResources,
 }
 
 // Capabilities returns every capability a manifest may name.

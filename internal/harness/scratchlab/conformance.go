@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"k8s.io/client-go/kubernetes"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/dralab/dralab/drivers/conformance"
 	"github.com/dralab/dralab/drivers/conformance/manifest"
@@ -16,6 +17,7 @@ import (
 	"github.com/dralab/dralab/drivers/fakenic"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/podresources"
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab/config"
 )
@@ -48,12 +50,17 @@ func ConformanceConfig() (*config.Config, error) {
 		config.Node{Name: "nic-quiet", NICs: &config.NICs{Profile: "x710-10g", Count: 2, SkipNodeOperations: true}},
 	)
 	// Every GPU served through DRA gives its containers device metadata.
+	// The H100 server has a server's memory: its GPUs publish their host
+	// memory overhead (the DRANodeAllocatableResources gate).
 	for i := range cfg.Nodes {
 		if g := cfg.Nodes[i].GPUs; g != nil && g.Mode != config.GPUModeDevicePlugin {
 			g.DeviceMetadata = true
 		}
+		if cfg.Nodes[i].Name == "gpu-h100" {
+			cfg.Nodes[i].Memory = "256Gi"
+		}
 	}
-	cfg.EnableGroupClaims(config.GateDerivedAttributes, config.GateListTypeAttributes, config.GateOptionalNodeOperations)
+	cfg.EnableGroupClaims(config.GateDerivedAttributes, config.GateListTypeAttributes, config.GateOptionalNodeOperations, config.GateNodeAllocatableResources)
 	return cfg, cfg.Complete()
 }
 
@@ -84,6 +91,11 @@ func Conformance(ctx context.Context, o conformance.Options, labCfg *config.Conf
 		if o.Cluster.CommandEnv, err = CommandEnv(ctx, l); err != nil {
 			return nil, err
 		}
+		st, err := l.Status(ctx)
+		if err != nil {
+			return nil, err
+		}
+		o.Cluster.PodResources = podResourcesOf(labstate.Dir(st.StateDir))
 	}
 	if o.Cluster.CommandEnv == nil {
 		// A lab of this machine that the kubeconfig names: the manifest's
@@ -92,6 +104,9 @@ func Conformance(ctx context.Context, o conformance.Options, labCfg *config.Conf
 		if t, err := target.Resolve(target.Request{Kubeconfig: o.Kubeconfig, Context: o.Context, Consent: o.Target, Lab: o.Lab}); err == nil && t.LabDir != "" {
 			if o.Cluster.CommandEnv, err = commandEnv(ctx, labstate.Dir(t.LabDir)); err != nil {
 				return nil, err
+			}
+			if o.Cluster.PodResources == nil {
+				o.Cluster.PodResources = podResourcesOf(labstate.Dir(t.LabDir))
 			}
 		}
 	}
@@ -102,6 +117,14 @@ func Conformance(ctx context.Context, o conformance.Options, labCfg *config.Conf
 		return SanityConfig(ctx, t.LabDir, client, m)
 	}
 	return conformance.Run(ctx, o)
+}
+
+// podResourcesOf reads the podresources socket of a node of the lab whose
+// state is in dir: its hollow or real kubelet's.
+func podResourcesOf(dir labstate.Dir) func(context.Context, string) (*podresourcesapi.ListPodResourcesResponse, error) {
+	return func(ctx context.Context, node string) (*podresourcesapi.ListPodResourcesResponse, error) {
+		return podresources.ListResponse(ctx, dir.Node(node).PodResourcesSocket())
+	}
 }
 
 // Lacks says what a lab of cfg lacks for the capabilities of dralab's
@@ -115,9 +138,10 @@ func Lacks(cfg *config.Config, m *manifest.Manifest) []string {
 	if cfg.Driver != nil || (m.Driver != gpu.DriverName && m.Driver != fakenic.DriverName) {
 		return nil
 	}
-	var mig, shared, fabric, metadata, nics, quiet bool
+	var mig, shared, fabric, metadata, overhead, nics, quiet bool
 	for _, n := range cfg.Nodes {
 		if g := n.GPUs; g != nil && g.NVML == "" && g.Mode != config.GPUModeDevicePlugin {
+			overhead = overhead || cfg.HostMemoryOverhead(n)
 			mig = mig || g.Partitioning == config.PartitioningMIG
 			shared = shared || g.Sharing == config.SharingMemory
 			fabric = fabric || g.Attach == config.AttachFabric
@@ -143,6 +167,7 @@ func Lacks(cfg *config.Config, m *manifest.Manifest) []string {
 		{manifest.DRAConsumableCapacity, !isGPU || shared, "a GPU with sharing: memory"},
 		{manifest.DRADeviceBindingConditions, !isGPU || fabric, "a GPU with attach: fabric"},
 		{manifest.DeviceMetadata, !isGPU || metadata, "a GPU with deviceMetadata: true"},
+		{manifest.DRANodeAllocatableResources, !isGPU || overhead, "a GPU node with memory (its GPUs' host memory overhead) and featureGates " + config.GateNodeAllocatableResources},
 		{manifest.DRAWorkloadResourceClaims, cfg.ServesGroupClaims(), "the PodGroup API (featureGates " + config.GateGenericWorkload + " and " + config.GateDRAWorkloadResourceClaims + ", runtimeConfig " + config.WorkloadAPIVersion + ")"},
 		{manifest.DRADerivedAttributes, gate(config.GateDerivedAttributes), "featureGates " + config.GateDerivedAttributes},
 		{manifest.DRAListTypeAttributes, gate(config.GateListTypeAttributes), "featureGates " + config.GateListTypeAttributes},

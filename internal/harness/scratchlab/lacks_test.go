@@ -8,9 +8,9 @@ import (
 	"github.com/dralab/dralab/lab/config"
 )
 
-// README's default lab lacks the GPUs four of the fake driver's
-// capabilities need, the PodGroup API a fifth needs and the gate of a
-// sixth, each named; the conformance lab has them all. For the NIC
+// README's default lab lacks the GPUs five of the fake driver's
+// capabilities need, the PodGroup API a sixth needs and the gate of a
+// seventh, each named; the conformance lab has them all. For the NIC
 // driver's manifest it lacks NICs as well.
 func TestLacks(t *testing.T) {
 	m, err := manifest.Load("../../../drivers/fakegpu/driver.yaml")
@@ -18,7 +18,7 @@ func TestLacks(t *testing.T) {
 		t.Fatal(err)
 	}
 	lacks := Lacks(config.Default(), m)
-	if got := strings.Join(lacks, "; "); len(lacks) != 6 || !strings.Contains(got, "featureGates DRADerivedAttributes (for DRADerivedAttributes)") || !strings.Contains(got, "deviceMetadata: true (for DeviceMetadata)") || !strings.Contains(got, "partitioning: mig (for DRAPartitionableDevices)") ||
+	if got := strings.Join(lacks, "; "); len(lacks) != 7 || !strings.Contains(got, "featureGates DRANodeAllocatableResources (for DRANodeAllocatableResources)") || !strings.Contains(got, "featureGates DRADerivedAttributes (for DRADerivedAttributes)") || !strings.Contains(got, "deviceMetadata: true (for DeviceMetadata)") || !strings.Contains(got, "partitioning: mig (for DRAPartitionableDevices)") ||
 		!strings.Contains(got, "sharing: memory (for DRAConsumableCapacity)") || !strings.Contains(got, "attach: fabric (for DRADeviceBindingConditions)") ||
 		!strings.Contains(got, "GenericWorkload and DRAWorkloadResourceClaims, runtimeConfig scheduling.k8s.io/v1beta1) (for DRAWorkloadResourceClaims)") {
 		t.Errorf("Lacks(default lab) = %q, want the MIG, shared and fabric GPUs and the PodGroup API", got)
