@@ -71,12 +71,12 @@ func runConformance(ctx context.Context, t *testing.T, l *lab.Lab, client kubern
 		sanity.Test(t, sc)
 	})
 	t.Run("conformance cluster", func(t *testing.T) {
-		cmdEnv, err := scratchlab.CommandEnv(ctx, l)
+		co, err := scratchlab.ClusterOptions(ctx, l)
 		if err != nil {
 			t.Fatal(err)
 		}
 		testenv := env.NewWithConfig(envconf.New().WithKubeconfigFile(l.Kubeconfig()))
-		testenv.Test(t, cluster.Features(m, cluster.Options{CommandEnv: cmdEnv})...)
+		testenv.Test(t, cluster.Features(m, co)...)
 	})
 }
 

@@ -88,11 +88,11 @@ func TestFeaturesOnLab(t *testing.T) {
 
 	created := watchCreated(ctx, t, client)
 	testenv := env.NewWithConfig(envconf.New().WithKubeconfigFile(l.Kubeconfig()))
-	cmdEnv, err := scratchlab.CommandEnv(ctx, l)
+	co, err := scratchlab.ClusterOptions(ctx, l)
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Test(t, cluster.Features(m, cluster.Options{CommandEnv: cmdEnv})...)
+	testenv.Test(t, cluster.Features(m, co)...)
 	namespaces, rules := created()
 
 	if _, err := client.ResourceV1().DeviceTaintRules().Get(ctx, "conformance-interrupted", metav1.GetOptions{}); !apierrors.IsNotFound(err) {

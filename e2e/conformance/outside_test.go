@@ -159,6 +159,7 @@ func TestOutsideModule(t *testing.T) {
 	tool := exec.CommandContext(ctx, filepath.Join(gobin, "dralab-conformance"),
 		"--manifest", driverManifest, "--kubeconfig", l.Kubeconfig(), "--target", consent,
 		"--node", node.NodeName, "--registrar-dir", node.RegistrarDir, "--cdi-dir", node.CDIDir,
+		"--podresources-socket", labstate.Dir(st.StateDir).Node(node.NodeName).PodResourcesSocket(),
 		"--restart-command", fmt.Sprintf("kill -9 %d", driver.PID), "--junit", junit, "--html", html)
 	// The manifest's health commands act on the lab through dralab.
 	tool.Env = append(os.Environ(), commandEnv...)
@@ -167,7 +168,7 @@ func TestOutsideModule(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dralab-conformance: %v", err)
 	}
-	for _, want := range []string{"PASS sanity/concurrent", "PASS sanity/restart", "PASS cluster/single device", "PASS cluster/partitionable devices", "0 failed"} {
+	for _, want := range []string{"PASS sanity/concurrent", "PASS sanity/restart", "PASS cluster/single device", "PASS cluster/partitionable devices", "PASS cluster/podresources", "0 failed"} {
 		if !strings.Contains(string(summary), want) {
 			t.Errorf("the tool's output lacks %q", want)
 		}

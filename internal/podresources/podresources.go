@@ -11,11 +11,10 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
-	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	client "github.com/dralab/dralab/drivers/conformance/podresources"
 )
 
 // Row is one device a container got through a claim, as the kubelet
@@ -42,18 +41,7 @@ func List(ctx context.Context, socket string) ([]Row, error) {
 
 // ListResponse calls List on the kubelet's podresources socket.
 func ListResponse(ctx context.Context, socket string) (*podresourcesapi.ListPodResourcesResponse, error) {
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, fmt.Errorf("podresources socket %s: %w", socket, err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := podresourcesapi.NewPodResourcesListerClient(conn).List(ctx, &podresourcesapi.ListPodResourcesRequest{})
-	if err != nil {
-		return nil, fmt.Errorf("podresources List on %s: %w", socket, err)
-	}
-	return resp, nil
+	return client.List(ctx, socket)
 }
 
 // Rows lays out a List response.

@@ -67,6 +67,9 @@ type Options struct {
 	// real node): the KubeletPodResourcesDynamicResources check needs it,
 	// and is not verified without.
 	PodResources func(ctx context.Context, node string) (*podresourcesapi.ListPodResourcesResponse, error)
+	// PodResourcesNodes are the nodes PodResources can read, where the
+	// check's pod is kept; empty: every node.
+	PodResourcesNodes []string
 }
 
 // Labels of every object the suite creates. A run removes objects with

@@ -88,14 +88,11 @@ func Conformance(ctx context.Context, o conformance.Options, labCfg *config.Conf
 			// Imported on a real node; any image "runs" on a hollow one.
 			o.Cluster.Image = realnode.BusyboxImage
 		}
-		if o.Cluster.CommandEnv, err = CommandEnv(ctx, l); err != nil {
-			return nil, err
-		}
-		st, err := l.Status(ctx)
+		co, err := ClusterOptions(ctx, l)
 		if err != nil {
 			return nil, err
 		}
-		o.Cluster.PodResources = podResourcesOf(labstate.Dir(st.StateDir))
+		o.Cluster.CommandEnv, o.Cluster.PodResources = co.CommandEnv, co.PodResources
 	}
 	if o.Cluster.CommandEnv == nil {
 		// A lab of this machine that the kubeconfig names: the manifest's
@@ -106,7 +103,7 @@ func Conformance(ctx context.Context, o conformance.Options, labCfg *config.Conf
 				return nil, err
 			}
 			if o.Cluster.PodResources == nil {
-				o.Cluster.PodResources = podResourcesOf(labstate.Dir(t.LabDir))
+				o.Cluster.PodResources = PodResourcesOf(labstate.Dir(t.LabDir))
 			}
 		}
 	}
@@ -119,9 +116,10 @@ func Conformance(ctx context.Context, o conformance.Options, labCfg *config.Conf
 	return conformance.Run(ctx, o)
 }
 
-// podResourcesOf reads the podresources socket of a node of the lab whose
-// state is in dir: its hollow or real kubelet's.
-func podResourcesOf(dir labstate.Dir) func(context.Context, string) (*podresourcesapi.ListPodResourcesResponse, error) {
+// PodResourcesOf reads the podresources socket of a node of the lab whose
+// state is in dir, its hollow or real kubelet's: the conformance suite's
+// cluster.Options.PodResources on an embedded lab.
+func PodResourcesOf(dir labstate.Dir) func(context.Context, string) (*podresourcesapi.ListPodResourcesResponse, error) {
 	return func(ctx context.Context, node string) (*podresourcesapi.ListPodResourcesResponse, error) {
 		return podresources.ListResponse(ctx, dir.Node(node).PodResourcesSocket())
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/dralab/dralab/drivers/conformance/cluster"
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/mounts"
@@ -66,6 +67,21 @@ func CommandEnv(ctx context.Context, l *lab.Lab) ([]string, error) {
 		return nil, err
 	}
 	return commandEnv(ctx, labstate.Dir(st.StateDir))
+}
+
+// ClusterOptions are the conformance suite's cluster options on lab l: the
+// health commands' environment (CommandEnv) and its nodes' podresources
+// sockets (PodResourcesOf).
+func ClusterOptions(ctx context.Context, l *lab.Lab) (cluster.Options, error) {
+	st, err := l.Status(ctx)
+	if err != nil {
+		return cluster.Options{}, err
+	}
+	env, err := commandEnv(ctx, labstate.Dir(st.StateDir))
+	if err != nil {
+		return cluster.Options{}, err
+	}
+	return cluster.Options{CommandEnv: env, PodResources: PodResourcesOf(labstate.Dir(st.StateDir))}, nil
 }
 
 // commandEnv is CommandEnv of the lab whose state is in dir.

@@ -38,9 +38,11 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/dralab/dralab/drivers/conformance"
 	"github.com/dralab/dralab/drivers/conformance/manifest"
+	"github.com/dralab/dralab/drivers/conformance/podresources"
 	"github.com/dralab/dralab/drivers/conformance/results"
 	"github.com/dralab/dralab/drivers/conformance/sanity"
 	"github.com/dralab/dralab/drivers/conformance/target"
@@ -65,6 +67,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		clusterOnly  = fs.Bool("cluster-only", false, "run the cluster layer only (the same as --layer cluster): a pass then says nothing of the kubelet plugin")
 		registrarDir = fs.String("registrar-dir", "/var/lib/kubelet/plugins_registry", "the node's kubelet plugin registry, as this process sees it (sanity layer)")
 		cdiDir       = fs.String("cdi-dir", "/var/run/cdi", "the node's CDI spec directory, as this process sees it (sanity layer)")
+		podResources = fs.String("podresources-socket", "", "the kubelet podresources socket of --node, as this process sees it (e.g. "+podresources.DefaultSocket+"): the KubeletPodResourcesDynamicResources check reads it, its pod on --node; without it that check is not verified")
 	)
 	var manifests manifestFiles
 	fs.Var(&manifests, "manifest", "the driver's conformance manifest (required); repeat it to check drivers whose devices share nodes in one run (a check is then skipped only when no manifest enables it)")
@@ -77,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	html := fs.String("html", "", "write the run's HTML page (a row per check) to this file")
 	fs.StringVar(&o.Cluster.Image, "image", "", "image of the proof containers, with sh and env (default busybox:1.37)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: dralab-conformance --manifest driver.yaml [--manifest other-driver.yaml ...] [--kubeconfig file] [--context name] [--target context] [--node name [--restart-command cmd] | --cluster-only] [--allow-unverified] [--junit file] [--html file]")
+		fmt.Fprintln(stderr, "Usage: dralab-conformance --manifest driver.yaml [--manifest other-driver.yaml ...] [--kubeconfig file] [--context name] [--target context] [--node name [--restart-command cmd] [--podresources-socket path] | --cluster-only] [--allow-unverified] [--junit file] [--html file]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -126,6 +129,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				}
 			}
 			return cfg, nil
+		}
+	}
+	if *podResources != "" {
+		if *node == "" {
+			fmt.Fprintln(stderr, "dralab-conformance: --podresources-socket is the socket of --node: give --node too")
+			return 2
+		}
+		o.Cluster.PodResourcesNodes = []string{*node}
+		o.Cluster.PodResources = func(ctx context.Context, n string) (*podresourcesapi.ListPodResourcesResponse, error) {
+			if n != *node {
+				return nil, fmt.Errorf("--podresources-socket reads node %s, not %s", *node, n)
+			}
+			return podresources.List(ctx, *podResources)
 		}
 	}
 	where, err := conformance.Where(o)

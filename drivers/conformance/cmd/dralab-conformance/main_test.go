@@ -57,6 +57,7 @@ func TestRun(t *testing.T) {
 			[]string{"--registrar-dir", "1 failed"}, nil},
 		{"a node whose CDI directory this process cannot see", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci@https://127.0.0.1:1", "--layer", "sanity", "--node", "n1", "--registrar-dir", t.TempDir(), "--cdi-dir", filepath.Join(t.TempDir(), "none")}, 1,
 			[]string{"--cdi-dir", "1 failed"}, nil},
+		{"a podresources socket without a node", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci@https://127.0.0.1:1", "--podresources-socket", "/run/none.sock"}, 2, nil, []string{"--podresources-socket is the socket of --node: give --node too"}},
 		{"--cluster-only with --layer sanity", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci@https://127.0.0.1:1", "--layer", "sanity", "--cluster-only"}, 2, nil, []string{"ask for different layers"}},
 		{"an unknown layer", []string{"--manifest", m, "--kubeconfig", kc, "--target", "ci@https://127.0.0.1:1", "--layer", "both"}, 2, nil, []string{`layer "both"`}},
 	}
