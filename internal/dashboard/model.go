@@ -17,6 +17,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/kit/natural"
@@ -214,8 +215,12 @@ func Build(ctx context.Context, title string, snap *report.Snapshot) (*Page, err
 			node(nodeName).Devices = append(node(nodeName).Devices, t)
 		}
 	}
-	for _, pt := range snap.PartitionTypes() {
-		node(poolNode(snap, pt.Driver, pt.Pool)).Partitions = append(node(poolNode(snap, pt.Driver, pt.Pool)).Partitions, pt)
+	if pts := snap.PartitionTypes(); len(pts) > 0 {
+		nodeOf := poolNodes(snap)
+		for _, pt := range pts {
+			n := node(nodeOf[pt.Driver+"/"+pt.Pool])
+			n.Partitions = append(n.Partitions, pt)
+		}
 	}
 	for name, n := range snap.Nodes {
 		q := n.Status.Allocatable[v1.ResourceName(gpu.ExtendedResource)]
@@ -377,15 +382,17 @@ func or(s, otherwise string) string {
 	return s
 }
 
-// poolNode is the node of a driver's pool: its slices', or the pool's
-// name for a pool of no node.
-func poolNode(snap *report.Snapshot, driver, pool string) string {
+// poolNodes maps each pool (driver/pool) to its node: its slices', or
+// the pool's name for a pool of no node.
+func poolNodes(snap *report.Snapshot) map[string]string {
+	out := map[string]string{}
 	for _, s := range snap.Slices {
-		if s.Spec.Driver == driver && s.Spec.Pool.Name == pool && s.Spec.NodeName != nil {
-			return *s.Spec.NodeName
+		k := s.Spec.Driver + "/" + s.Spec.Pool.Name
+		if _, ok := out[k]; !ok || s.Spec.NodeName != nil {
+			out[k] = ptr.Deref(s.Spec.NodeName, s.Spec.Pool.Name)
 		}
 	}
-	return pool
+	return out
 }
 
 // memory is a size in GiB, as GPU memory is spoken of.

@@ -32,11 +32,7 @@ func (s *suite) nodeAllocatable(ctx context.Context, logf logFunc, k *kit) error
 	if err != nil {
 		return err
 	}
-	pin := func(p *v1.Pod) {
-		p.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
-			NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchFields: []v1.NodeSelectorRequirement{{Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: []string{node}}}}},
-		}}}
-	}
+	pin := onNodes([]string{node})
 	const name = "costs"
 	_, r, _, err := k.oneDevice(ctx, name, pin)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 
-	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"tags.cncf.io/container-device-interface/pkg/parser"
@@ -24,15 +23,7 @@ func (s *suite) podResources(ctx context.Context, logf logFunc, k *kit) error {
 		return skipCheck{"reading a node's podresources socket needs access to the node: run the suite on dralab's embedded lab (conformance:run), or give cluster.Options.PodResources"}
 	}
 	const name = "listed"
-	var onReadable func(*v1.Pod)
-	if nodes := k.o.PodResourcesNodes; len(nodes) > 0 {
-		onReadable = func(p *v1.Pod) {
-			p.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
-				NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchFields: []v1.NodeSelectorRequirement{{Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: nodes}}}},
-			}}}
-		}
-	}
-	_, r, node, err := k.oneDevice(ctx, name, onReadable)
+	_, r, node, err := k.oneDevice(ctx, name, onNodes(k.o.PodResourcesNodes))
 	if err != nil {
 		return err
 	}
