@@ -98,19 +98,35 @@ func Go(ctx context.Context, out string, pkgs ...string) error {
 // compiles (go build -v names each package it compiles); a build that
 // finds everything in the Go build cache reports nothing.
 func goReporting(ctx context.Context, report func(Progress), out string, pkgs ...string) error {
-	args := []string{"build", "-ldflags", LDFlags(), "-o", out}
+	env := append(os.Environ(), "CGO_ENABLED="+cgo(runtime.GOOS))
+	return goBuild(ctx, report, "", env, []string{"-ldflags", LDFlags(), "-o", out}, pkgs)
+}
+
+// Compile compiles pkgs into the Go build cache, as go build run in dir
+// with the caller's environment does (so that a later go build of the
+// same packages, mage's, finds them there), telling the reporter ctx
+// carries (WithReporter) how far it has come.
+func Compile(ctx context.Context, dir string, pkgs ...string) error {
+	return goBuild(ctx, reporterFrom(ctx), dir, os.Environ(), nil, pkgs)
+}
+
+// goBuild runs go build with args in dir (the current directory when
+// empty), reporting to report, when not nil, the packages compiled.
+func goBuild(ctx context.Context, report func(Progress), dir string, env, args, pkgs []string) error {
+	args = append([]string{"build"}, args...)
 	if report != nil {
 		args = append(args, "-v")
 	}
 	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo(runtime.GOOS))
+	cmd.Dir = dir
+	cmd.Env = env
 	// One writer for both streams, so that exec copies them in one
 	// goroutine: a bytes.Buffer read into by one copy (ReadFrom) while
 	// another writes to it loses the other's bytes, the compiler's errors.
 	var output bytes.Buffer
 	var w io.Writer = &output
 	if report != nil {
-		c := newCounter(ctx, report, cmd.Env, pkgs)
+		c := newCounter(ctx, report, dir, env, pkgs)
 		defer c.stop()
 		w = io.MultiWriter(&output, c)
 	}

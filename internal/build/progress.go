@@ -96,12 +96,13 @@ type counter struct {
 	ticking chan struct{}
 	done    chan struct{}
 	ctx     context.Context
+	dir     string
 	env     []string
 	pkgs    []string
 }
 
-func newCounter(ctx context.Context, report func(Progress), env, pkgs []string) *counter {
-	return &counter{report: report, start: time.Now(), ctx: ctx, env: env, pkgs: pkgs, done: make(chan struct{})}
+func newCounter(ctx context.Context, report func(Progress), dir string, env, pkgs []string) *counter {
+	return &counter{report: report, start: time.Now(), ctx: ctx, dir: dir, env: env, pkgs: pkgs, done: make(chan struct{})}
 }
 
 // Write implements io.Writer.
@@ -134,7 +135,7 @@ func (c *counter) Write(b []byte) (int, error) {
 func (c *counter) begin() {
 	go func() {
 		cmd := exec.CommandContext(c.ctx, "go", append([]string{"list", "-deps"}, c.pkgs...)...)
-		cmd.Env = c.env
+		cmd.Dir, cmd.Env = c.dir, c.env
 		out, err := cmd.Output()
 		if err != nil {
 			return // the build says what is wrong; the count stays unknown

@@ -19,7 +19,7 @@ func TestCounterCountsCompiledPackages(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, p)
-	}, nil, []string{"github.com/dralab/dralab/internal/build"})
+	}, "", nil, []string{"github.com/dralab/dralab/internal/build"})
 	for _, chunk := range []string{"internal/goarch\nk8s.io/api/core", "/v1\n# github.com/x/y\n", "y/y.go:3:2: undefined: z\n", "github.com/x/y\n"} {
 		if _, err := c.Write([]byte(chunk)); err != nil {
 			t.Fatal(err)
