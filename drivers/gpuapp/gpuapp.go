@@ -155,12 +155,18 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.CheckNodeName(env); err != nil {
 		return err
 	}
-	client, err := kit.KubeClient(o.Kubeconfig, gpu.DriverName)
-	if err != nil {
-		return err
-	}
-	if err := fromNodeLabels(ctx, client, &o); err != nil {
-		return err
+	// A device plugin talks to the kubelet only: it reads the API just for
+	// node labels the flags name. Without them it starts before the API
+	// serves and before it has credentials, as a lab starts it, with its
+	// node.
+	var client kubernetes.Interface
+	if o.Mode != ModeDevicePlugin || o.readsNodeLabels() {
+		if client, err = kit.KubeClient(o.Kubeconfig, gpu.DriverName); err != nil {
+			return err
+		}
+		if err := fromNodeLabels(ctx, client, &o); err != nil {
+			return err
+		}
 	}
 	if nv, ok := inv.(*nvml.Inventory); ok {
 		nv.Topology = o.topology()
@@ -216,10 +222,15 @@ func Run(ctx context.Context, o Options) error {
 	return nil
 }
 
+// readsNodeLabels tells whether the flags name node labels to read.
+func (o *Options) readsNodeLabels() bool {
+	return o.ProfileLabel != "" || o.GPUsLabel != "" || o.RackLabel != "" || o.NVLinkDomainLabel != ""
+}
+
 // fromNodeLabels fills the profile, the GPU count and the topology from
 // the node's labels, where the options name labels.
 func fromNodeLabels(ctx context.Context, client kubernetes.Interface, o *Options) error {
-	if o.ProfileLabel == "" && o.GPUsLabel == "" && o.RackLabel == "" && o.NVLinkDomainLabel == "" {
+	if !o.readsNodeLabels() {
 		return nil
 	}
 	labels, err := kit.NodeLabels(ctx, client, o.NodeName, "GPU")

@@ -2,7 +2,6 @@ package kit
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,18 +11,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/dralab/dralab/drivers/kit/kittest"
 )
-
-// fakeDeviceManager is the kubelet's side of the device-plugin API.
-type fakeDeviceManager struct {
-	pluginapi.UnimplementedRegistrationServer
-	registered chan *pluginapi.RegisterRequest
-}
-
-func (f *fakeDeviceManager) Register(_ context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
-	f.registered <- req
-	return &pluginapi.Empty{}, nil
-}
 
 func TestDevicePluginCounts(t *testing.T) {
 	dir, err := os.MkdirTemp("", "dp-")
@@ -43,19 +33,11 @@ func TestDevicePluginCounts(t *testing.T) {
 	}
 
 	// The kubelet comes up after the plugin, as after a kubelet restart.
-	l, err := net.Listen("unix", filepath.Join(dir, "kubelet.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fdm := &fakeDeviceManager{registered: make(chan *pluginapi.RegisterRequest, 1)}
-	srv := grpc.NewServer()
-	pluginapi.RegisterRegistrationServer(srv, fdm)
-	go srv.Serve(l)
-	defer srv.Stop()
+	registered := kittest.DeviceManager(t, dir)
 
 	var req *pluginapi.RegisterRequest
 	select {
-	case req = <-fdm.registered:
+	case req = <-registered:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the plugin never registered")
 	}

@@ -216,6 +216,14 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		if err == nil {
 			err = procs.startProcess(ctx, &process{role: labstate.RoleNode, node: n.Name, args: args, rebind: rebind, restart: true})
 		}
+		if err == nil && withNode(cfg, n) {
+			// It talks to its kubelet only: started now, it registers before
+			// the node does, whose first status then counts its GPUs.
+			var p *process
+			if p, err = gpuDriver(dir, n, cfg.HostMemoryOverhead(n), cfg.GateEnabled(config.GatePartitionableDevicesType), o.Verbosity); err == nil {
+				err = procs.startProcess(ctx, p)
+			}
+		}
 		if err != nil {
 			listener.Close()
 			return err
@@ -272,7 +280,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 			if p, err = outsideDriver(dir, cfg.Driver, n); err == nil {
 				err = procs.startProcess(ctx, p)
 			}
-		case n.GPUs != nil:
+		case n.GPUs != nil && !withNode(cfg, n):
 			var p *process
 			if p, err = gpuDriver(dir, n, cfg.HostMemoryOverhead(n), cfg.GateEnabled(config.GatePartitionableDevicesType), o.Verbosity); err == nil {
 				err = procs.startProcess(ctx, p)
@@ -322,6 +330,12 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 			report()
 		}
 	}
+}
+
+// withNode tells whether n's GPU driver starts with the node, before the
+// control plane: a device plugin on a hollow node, which needs no API.
+func withNode(cfg *config.Config, n config.Node) bool {
+	return cfg.Driver == nil && n.Kind != config.NodeReal && n.GPUs != nil && n.GPUs.Mode == config.GPUModeDevicePlugin
 }
 
 // shutdown stops the lab's processes in order: drivers, kubelets, the
