@@ -3,7 +3,8 @@
 // Bootstrap: `go run mage.go <target>` runs dralab's mage targets with
 // nothing installed. The first time, it compiles what the targets import
 // on a line that says how far it has come, before mage compiles them
-// into its binary.
+// into its binary; while nothing changed since, mage runs that binary at
+// once.
 package main
 
 import (
@@ -21,11 +22,14 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := mageboot.Prepare(ctx, ui.Stderr(), ".", os.Args[1:])
+	env, err := mageboot.Prepare(ctx, ui.Stderr(), ".", os.Args[1:])
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "Error:", err)
 		os.Exit(1)
+	}
+	for k, v := range env {
+		os.Setenv(k, v)
 	}
 	os.Exit(mage.Main())
 }

@@ -14,6 +14,8 @@ import (
 	"runtime"
 	"strings"
 
+	"k8s.io/klog/v2"
+
 	"github.com/dralab/dralab/internal/ociimage"
 )
 
@@ -44,7 +46,8 @@ const DriverBinary = "dralab-driver"
 
 // Dralab returns the path of an up-to-date dralab binary, with
 // dralab-driver beside it: $DRALAB_BINARY when set, else both built into
-// the user's cache directory.
+// the user's cache directory; not even the go command is asked while the
+// module's Fingerprint is the one they were built from.
 func Dralab(ctx context.Context) (string, error) {
 	if p := os.Getenv(EnvBinary); p != "" {
 		for _, f := range []string{p, filepath.Join(filepath.Dir(p), DriverBinary)} {
@@ -58,8 +61,23 @@ func Dralab(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	err = goReporting(ctx, reporterFrom(ctx), dir+string(filepath.Separator), "github.com/dralab/dralab/cmd/dralab", "github.com/dralab/dralab/cmd/"+DriverBinary)
-	return filepath.Join(dir, "dralab"), err
+	bin, driver := filepath.Join(dir, "dralab"), filepath.Join(dir, DriverBinary)
+	// Taken before the build, so that a change made while it runs makes
+	// the next one build.
+	stampFile := filepath.Join(dir, "dralab.fingerprint")
+	fingerprint, fpErr := Fingerprint(ctx, "")
+	if fpErr == nil && Fresh(stampFile, fingerprint, bin, driver) {
+		return bin, nil
+	}
+	if err := goReporting(ctx, reporterFrom(ctx), dir+string(filepath.Separator), "github.com/dralab/dralab/cmd/dralab", "github.com/dralab/dralab/cmd/"+DriverBinary); err != nil {
+		return bin, err
+	}
+	if fpErr == nil {
+		if err := Record(stampFile, fingerprint, bin, driver); err != nil {
+			klog.FromContext(ctx).Error(err, "Recording the dralab binary's fingerprint; the next lab:up asks the go command again")
+		}
+	}
+	return bin, nil
 }
 
 // KindPackage is the kind backend's program (lab/internal/kindcmd): only
