@@ -50,7 +50,8 @@ const stampSuffix = ".dralab-fingerprint"
 // It does nothing when it cannot tell; mage then goes its own way and
 // reports what is wrong. An error is a package that does not compile.
 func Prepare(ctx context.Context, u *ui.UI, dir string, args []string) (map[string]string, error) {
-	if !compiles(args) {
+	run, compileOnly := compiles(args)
+	if !run && !compileOnly {
 		return nil, nil
 	}
 	exe, imports, ok := binary(filepath.Join(dir, mage.MagefilesDirName))
@@ -60,7 +61,8 @@ func Prepare(ctx context.Context, u *ui.UI, dir string, args []string) (map[stri
 	env := map[string]string{}
 	if fingerprint, err := build.Fingerprint(ctx, dir); err == nil {
 		env[envFingerprint] = fingerprint
-		if build.Fresh(exe+stampSuffix, fingerprint, exe) {
+		// Not for -compile: mage would run the file it is to write.
+		if !compileOnly && build.Fresh(exe+stampSuffix, fingerprint, exe) {
 			env[mg.HashFastEnv], env[envHashFast] = "1", "1"
 			return env, nil
 		}
@@ -101,10 +103,10 @@ func Built() {
 }
 
 // compiles tells whether mage, given args, compiles the targets: it does
-// to run one or to write them as a binary (-compile), not to list them,
-// show help or clean its cache. Targets read from another directory (-d)
-// are left to mage.
-func compiles(args []string) bool {
+// to run one (run) or to write them as a binary (compileOnly, -compile),
+// not to list them, show help or clean its cache. Targets read from
+// another directory (-d) are left to mage.
+func compiles(args []string) (run, compileOnly bool) {
 	fs := flag.NewFlagSet("mage", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var compileTo, dir string
@@ -121,14 +123,17 @@ func compiles(args []string) bool {
 		fs.Bool(name, false, "")
 	}
 	if err := fs.Parse(args); err != nil || dir != "" {
-		return false
+		return false, false
 	}
 	for _, set := range commands {
 		if *set {
-			return false
+			return false, false
 		}
 	}
-	return compileTo != "" || fs.NArg() > 0
+	if compileTo != "" {
+		return false, true
+	}
+	return fs.NArg() > 0, false
 }
 
 // binary returns where mage keeps its binary for the targets in

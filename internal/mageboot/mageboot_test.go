@@ -180,6 +180,11 @@ func TestUnchangedTreeRunsMagesBinaryAtOnce(t *testing.T) {
 	if env := prepare(); env[mg.HashFastEnv] != "1" {
 		t.Fatalf("nothing changed since the binary was built, yet Prepare = %v", env)
 	}
+	// mage -compile with MAGEFILE_HASHFAST would run the file it is to
+	// write, where it exists.
+	if env, err := Prepare(context.Background(), ui.New(io.Discard), dir, []string{"-compile", exe}); err != nil || env[mg.HashFastEnv] != "" {
+		t.Errorf("for -compile, Prepare = %v, %v; want mage to compile", env, err)
+	}
 
 	later := time.Now().Add(time.Minute)
 	for _, change := range []struct {
