@@ -86,18 +86,11 @@ type ControlPlane struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	errs   chan error
-	// started is closed once the scheduler and the controller manager
-	// run, or could not start (startErr).
-	started  chan struct{}
-	startErr error
 }
 
-// Start starts etcd and the API server, and returns once the API server
-// answers the administrator, its start-up hooks (bootstrap roles, priority
-// classes, …) maybe still running; once it is ready and serves the default
-// namespace, the scheduler and the controller manager start: Started
-// waits for them. The components run until ctx is cancelled or Stop is
-// called.
+// Start starts etcd, the API server, the scheduler and the controller
+// manager, and returns once the API server serves the default namespace.
+// The components run until ctx is cancelled or Stop is called.
 func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	logger := klog.FromContext(ctx)
 	if err := setFeatureGates(opts.FeatureGates); err != nil {
@@ -122,41 +115,20 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	if err := cp.startAPIServer(ctx, opts, etcdURL); err != nil {
 		return nil, err
 	}
-	if err := waitForAPI(ctx, opts.AdminKubeconfig, cp.errs, false); err != nil {
+	if err := waitForAPI(ctx, opts.AdminKubeconfig, cp.errs); err != nil {
 		return nil, err
 	}
-	logger.V(1).Info("kube-apiserver serving", "elapsed", time.Since(start))
+	logger.V(1).Info("kube-apiserver ready", "elapsed", time.Since(start))
 
-	cp.started = make(chan struct{})
-	cp.wg.Add(1)
-	go func() {
-		defer cp.wg.Done()
-		defer close(cp.started)
-		if cp.startErr = waitForAPI(ctx, opts.AdminKubeconfig, cp.errs, true); cp.startErr != nil {
-			return
-		}
-		logger.V(1).Info("kube-apiserver ready", "elapsed", time.Since(start))
-		if cp.startErr = cp.startScheduler(ctx, opts); cp.startErr != nil {
-			return
-		}
-		if cp.startErr = cp.startControllerManager(ctx, opts); cp.startErr != nil {
-			return
-		}
-		logger.V(1).Info("control plane started", "elapsed", time.Since(start))
-	}()
+	if err := cp.startScheduler(ctx, opts); err != nil {
+		return nil, err
+	}
+	if err := cp.startControllerManager(ctx, opts); err != nil {
+		return nil, err
+	}
+	logger.V(1).Info("control plane started", "elapsed", time.Since(start))
 	ok = true
 	return cp, nil
-}
-
-// Started waits until the API server is ready and the scheduler and the
-// controller manager run, and tells why they do not.
-func (cp *ControlPlane) Started(ctx context.Context) error {
-	select {
-	case <-cp.started:
-		return cp.startErr
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // Errors delivers the error of a component that stopped on its own.
@@ -388,10 +360,9 @@ func (cp *ControlPlane) run(ctx context.Context, name string, f func(context.Con
 	}()
 }
 
-// waitForAPI waits, with the administrator's credentials, until the API
-// server answers (its version); when ready is set, until it is ready
-// (/readyz: its start-up hooks done) and serves the default namespace.
-func waitForAPI(ctx context.Context, kubeconfig string, errs <-chan error, ready bool) error {
+// waitForAPI waits until the API server is healthy and serves the default
+// namespace, with the administrator's credentials.
+func waitForAPI(ctx context.Context, kubeconfig string, errs <-chan error) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
@@ -407,10 +378,6 @@ func waitForAPI(ctx context.Context, kubeconfig string, errs <-chan error, ready
 		case err := <-errs:
 			return false, err
 		default:
-		}
-		if !ready {
-			_, last = client.Discovery().ServerVersion()
-			return last == nil, nil
 		}
 		status := 0
 		res := client.CoreV1().RESTClient().Get().AbsPath("/readyz").Do(ctx).StatusCode(&status)

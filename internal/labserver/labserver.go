@@ -303,11 +303,6 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		}
 	}
 
-	// The drivers start while the API server runs its start-up hooks; the
-	// lab runs once the scheduler and the controller manager do too.
-	if err := cp.Started(ctx); err != nil {
-		return fmt.Errorf("starting the control plane: %w", err)
-	}
 	go renewDriverTokens(ctx, admin, dir, cfg)
 	if err := startAttachController(ctx, dir, cfg); err != nil {
 		return fmt.Errorf("starting the attach controller: %w", err)
