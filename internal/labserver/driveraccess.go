@@ -3,6 +3,7 @@ package labserver
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -32,14 +33,6 @@ import (
 // (which the own-node-slices policy and the API server's associated-node
 // check read) and nothing else. A driver that works in the lab therefore
 // works with its chart, and one that needs more fails here first.
-
-// Token lifetimes: the API server's shortest allowed is 10 min. A token is
-// renewed well before it expires; client-go rereads a kubeconfig's token
-// file every minute.
-const (
-	driverTokenLifetime = time.Hour
-	driverTokenRenewal  = 20 * time.Minute
-)
 
 // driverAccess is the ServiceAccount of one driver in one mode.
 type driverAccess struct {
@@ -185,7 +178,7 @@ func issueDriverToken(ctx context.Context, client kubernetes.Interface, d nodeDr
 		return fmt.Errorf("node %s: waiting for its Node, to which its driver's token is bound: %w", node, err)
 	}
 	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
-		ExpirationSeconds: ptr.To(int64(driverTokenLifetime / time.Second)),
+		ExpirationSeconds: ptr.To(int64(driverauth.TokenLifetime / time.Second)),
 		BoundObjectRef:    &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID},
 	}}
 	tr, err := client.CoreV1().ServiceAccounts(labstate.DriversNamespace).CreateToken(ctx, a.serviceAccount(), req, metav1.CreateOptions{})
@@ -198,29 +191,73 @@ func issueDriverToken(ctx context.Context, client kubernetes.Interface, d nodeDr
 	return nil
 }
 
-// renewDriverTokens issues every driver a fresh token, periodically, until
-// ctx ends. A failed renewal is logged and retried at the next period: the
-// token it would have replaced is valid for a while yet.
-func renewDriverTokens(ctx context.Context, client kubernetes.Interface, dir labstate.Dir, cfg *config.Config) {
-	logger := klog.FromContext(ctx)
-	ticker := time.NewTicker(driverTokenRenewal)
-	defer ticker.Stop()
+// tokenKeeper keeps the lab's drivers' tokens valid: it renews a token
+// when a third of its life has passed by the wall clock (after a machine
+// slept, at the first look after it woke), when its file is missing or
+// unreadable, and when the API server refuses it (a driver gets 401: its
+// Node was registered anew, say), which a TokenReview tells.
+type tokenKeeper struct {
+	client kubernetes.Interface
+	dir    labstate.Dir
+	cfg    *config.Config
+	// now reads the wall clock.
+	now func() time.Time
+}
+
+// keep looks at every token each time tick fires, until ctx ends.
+func (k *tokenKeeper) keep(ctx context.Context, tick <-chan time.Time) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-tick:
 		}
-		for _, n := range cfg.Nodes {
-			for _, d := range driversOf(dir, cfg, n) {
-				// A node deleted meanwhile is not waited for.
-				renewCtx, cancel := context.WithTimeout(ctx, time.Minute)
-				err := issueDriverToken(renewCtx, client, d, n.Name)
-				cancel()
-				if err != nil && ctx.Err() == nil {
-					logger.Error(err, "Renewing a driver's token", "node", n.Name, "driver", d.access.driver)
-				}
+		k.check(ctx)
+	}
+}
+
+// check renews the tokens that are due. A failure is logged and tried
+// again at the next look.
+func (k *tokenKeeper) check(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	for _, n := range k.cfg.Nodes {
+		for _, d := range driversOf(k.dir, k.cfg, n) {
+			// A node deleted meanwhile is not waited for.
+			checkCtx, cancel := context.WithTimeout(ctx, time.Minute)
+			why, err := k.renewal(checkCtx, d)
+			if err == nil && why != "" {
+				logger.Info("Renewing a driver's token", "node", n.Name, "driver", d.access.driver, "reason", why)
+				err = issueDriverToken(checkCtx, k.client, d, n.Name)
+			}
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				logger.Error(err, "Keeping a driver's token", "node", n.Name, "driver", d.access.driver)
 			}
 		}
 	}
+}
+
+// renewal says why d's token is to be issued anew, "" while it is good.
+func (k *tokenKeeper) renewal(ctx context.Context, d nodeDriver) (string, error) {
+	data, err := os.ReadFile(d.token)
+	if err != nil {
+		return fmt.Sprintf("its file cannot be read: %v", err), nil
+	}
+	token := strings.TrimSpace(string(data))
+	times, err := driverauth.ParseTokenTimes(token)
+	if err != nil {
+		return fmt.Sprintf("its file holds no token: %v", err), nil
+	}
+	if now := k.now(); !now.Before(times.RenewAt()) {
+		return fmt.Sprintf("a third of its life is past by the wall clock (issued %s, expires %s, now %s)",
+			times.Issued.UTC().Format(time.RFC3339), times.Expires.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339)), nil
+	}
+	review, err := k.client.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("asking the API server whether it accepts the token: %w", err)
+	}
+	if !review.Status.Authenticated {
+		return fmt.Sprintf("the API server refuses it: %s", review.Status.Error), nil
+	}
+	return "", nil
 }

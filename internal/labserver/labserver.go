@@ -21,6 +21,7 @@ import (
 
 	"github.com/dralab/dralab/internal/atomicfile"
 	"github.com/dralab/dralab/internal/controlplane"
+	"github.com/dralab/dralab/internal/driverauth"
 	"github.com/dralab/dralab/internal/kubeclient"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/mounts"
@@ -303,7 +304,10 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		}
 	}
 
-	go renewDriverTokens(ctx, admin, dir, cfg)
+	keeper := &tokenKeeper{client: admin, dir: dir, cfg: cfg, now: time.Now}
+	tick := time.NewTicker(driverauth.TokenCheck)
+	defer tick.Stop()
+	go keeper.keep(ctx, tick.C)
 	if err := startAttachController(ctx, dir, cfg); err != nil {
 		return fmt.Errorf("starting the attach controller: %w", err)
 	}

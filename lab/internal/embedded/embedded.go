@@ -93,6 +93,9 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 		done := progress(fmt.Sprintf("Reusing running lab %q (pid %d)", cfg.Name, current.PID))
 		err := b.checkHealthy(ctx, cfg.Name)
 		if err == nil {
+			err = waitTokensKept(ctx, dir, cfg, tokensKeptTimeout)
+		}
+		if err == nil {
 			err = backend.WaitReady(ctx, dir.Kubeconfig(), cfg, backend.SameName, b.nodeLogHint(dir))
 		}
 		done(err)

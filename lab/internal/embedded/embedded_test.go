@@ -2,15 +2,20 @@ package embedded
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/dralab/dralab/internal/atomicfile"
+	"github.com/dralab/dralab/internal/driverauth"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/procid"
 	"github.com/dralab/dralab/internal/ui"
@@ -209,5 +214,40 @@ func TestUpExplainsDegradedLab(t *testing.T) {
 	_, err := b.Up(context.Background(), cfg, ui.NoProgress)
 	if !errors.Is(err, status.ErrDegraded) || !strings.Contains(err.Error(), "node n1: exited: signal: killed") || !strings.Contains(err.Error(), "lab:down") {
 		t.Errorf("Up on a degraded lab = %v; want status.ErrDegraded naming the node and how to recreate the lab", err)
+	}
+}
+
+// TestReuseWaitsForTokensKept: a reused lab whose drivers' tokens a sleep
+// left overdue is handed out once the lab process has renewed them, and
+// one whose tokens stay overdue is an error naming the file.
+func TestReuseWaitsForTokensKept(t *testing.T) {
+	cfg := config.Default()
+	dir := labstate.Dir(t.TempDir())
+	token := func(issued time.Time) []byte {
+		claims := fmt.Sprintf(`{"iat":%d,"exp":%d}`, issued.Unix(), issued.Add(driverauth.TokenLifetime).Unix())
+		return []byte("e30." + base64.RawURLEncoding.EncodeToString([]byte(claims)) + ".sig")
+	}
+	node := dir.Node(cfg.Nodes[0].Name)
+	if err := os.MkdirAll(string(node), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// Issued 70 min ago: the machine slept through its renewal.
+	stale := token(time.Now().Add(-70 * time.Minute))
+	if err := os.WriteFile(node.DriverToken(), stale, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := waitTokensKept(context.Background(), dir, cfg, time.Second)
+	if err == nil || !strings.Contains(err.Error(), node.DriverToken()) {
+		t.Fatalf("waitTokensKept with a token 70 min old = %v; want an error naming %s", err, node.DriverToken())
+	}
+	// The lab process renews it while lab:up waits.
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		if err := atomicfile.Write(node.DriverToken(), token(time.Now()), 0o600); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := waitTokensKept(context.Background(), dir, cfg, 10*time.Second); err != nil {
+		t.Fatalf("waitTokensKept with the token renewed after 0.5 s: %v", err)
 	}
 }
