@@ -756,11 +756,18 @@ func (r *run) taintAllocated(ctx context.Context, t *TaintAllocated) error {
 	if err != nil {
 		return err
 	}
+	rows = slices.DeleteFunc(rows, func(row report.Row) bool {
+		ok, _ := path.Match(t.Pods, row.Pod)
+		return !ok || row.Device == ""
+	})
+	if len(rows) == 0 {
+		return fmt.Errorf("taintAllocated: no pod matching %s holds a device", t.Pods)
+	}
+	if err := r.onlyOurs(ctx, rows); err != nil {
+		return err
+	}
 	n := 0
 	for _, row := range rows {
-		if ok, _ := path.Match(t.Pods, row.Pod); !ok || row.Device == "" {
-			continue
-		}
 		rule := &resourceapi.DeviceTaintRule{
 			TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "DeviceTaintRule"},
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", r.ns, row.Device, n)},
@@ -781,10 +788,33 @@ func (r *run) taintAllocated(ctx context.Context, t *TaintAllocated) error {
 		}
 		n++
 	}
-	if n == 0 {
-		return fmt.Errorf("taintAllocated: no pod matching %s holds a device", t.Pods)
-	}
 	return nil
+}
+
+// onlyOurs refuses, before any rule is made, to taint a device that a
+// claim of another namespace holds too (a share of it, or admin access):
+// on a shared cluster a taint rule on it would keep it from its other
+// users, and one with effect NoExecute would evict their pods.
+func (r *run) onlyOurs(ctx context.Context, rows []report.Row) error {
+	claims, err := r.Client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("taintAllocated: listing the cluster's claims, to taint no device another holds: %w", err)
+	}
+	var errs []error
+	for _, row := range rows {
+		for _, c := range claims.Items {
+			if c.Namespace == r.ns || c.Status.Allocation == nil {
+				continue
+			}
+			if slices.ContainsFunc(c.Status.Allocation.Devices.Results, func(res resourceapi.DeviceRequestAllocationResult) bool {
+				return res.Driver == row.Driver && res.Pool == row.Pool && res.Device == row.Device
+			}) {
+				errs = append(errs, fmt.Errorf("taintAllocated: device %s of pod %s is also held by claim %s/%s, which this scenario did not create: a DeviceTaintRule on it would reach that claim's pods; the scenario taints only devices that its own claims alone hold",
+					row.DeviceRef(), row.Pod, c.Namespace, c.Name))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func toUnstructured(obj runtime.Object) (*unstructured.Unstructured, error) {

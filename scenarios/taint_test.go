@@ -1,0 +1,72 @@
+package scenarios
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/scenarios/report"
+)
+
+// On a shared cluster, taintAllocated taints no device that a claim of
+// another namespace holds too (a share, or admin access): it refuses, naming
+// the device and the stranger's claim, before it creates any rule. A device
+// only the scenario's own claims hold is tainted.
+func TestTaintAllocatedRefusesADeviceAnotherHolds(t *testing.T) {
+	const ns = "dralab-device-taint-x"
+	claim := func(namespace, name string, devices ...string) *resourceapi.ResourceClaim {
+		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+		c.Status.Allocation = &resourceapi.AllocationResult{}
+		for _, d := range devices {
+			c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results,
+				resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: gpu.DriverName, Pool: "n1", Device: d})
+		}
+		return c
+	}
+	pod := func(name, claimName string) *v1.Pod {
+		return &v1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec:       v1.PodSpec{NodeName: "n1", ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(claimName)}}},
+			Status:     v1.PodStatus{Phase: v1.PodRunning},
+		}
+	}
+	client := fake.NewClientset(
+		pod("inference-a", "ours-a"), claim(ns, "ours-a", "gpu-0"),
+		pod("inference-b", "ours-b"), claim(ns, "ours-b", "gpu-1"),
+		// A tenant's claim shares gpu-1.
+		claim("team", "training", "gpu-1"),
+	)
+	r := &run{Runner: &Runner{Client: client}, ns: ns}
+	ctx := context.Background()
+
+	err := r.taintAllocated(ctx, &TaintAllocated{Pods: "inference-*", Key: "example.com/failing", Effect: "NoExecute"})
+	if err == nil || !strings.Contains(err.Error(), "n1/gpu-1") || !strings.Contains(err.Error(), "team/training") {
+		t.Fatalf("taintAllocated over a device a tenant shares = %v; want a refusal naming the device and the tenant's claim", err)
+	}
+	rules, lerr := client.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{})
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	if len(rules.Items) != 0 || len(r.gone) != 0 || len(r.clusterObjects) != 0 {
+		t.Errorf("the refused step left %d rules, %v gone, %d cluster objects; want nothing applied", len(rules.Items), r.gone, len(r.clusterObjects))
+	}
+	rows, err := report.Allocations(ctx, client, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows = slices.DeleteFunc(rows, func(row report.Row) bool { return row.Pod != "inference-a" })
+	if len(rows) != 1 {
+		t.Fatalf("inference-a has %d rows; want 1", len(rows))
+	}
+	if err := r.onlyOurs(ctx, rows); err != nil {
+		t.Errorf("onlyOurs for gpu-0, which only the scenario's claim holds: %v", err)
+	}
+}
