@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,8 +19,10 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/env"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 
+	"github.com/dralab/dralab/drivers/conformance"
 	"github.com/dralab/dralab/drivers/conformance/cluster"
 	"github.com/dralab/dralab/drivers/conformance/manifest"
+	"github.com/dralab/dralab/drivers/conformance/results"
 	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/lab"
 )
@@ -39,6 +42,17 @@ func TestFeaturesOnLab(t *testing.T) {
 	ctx := context.Background()
 	l, restConfig := startLab(t, "t-cluster")
 	client := kubernetes.NewForConfigOrDie(restConfig)
+	// The lab is shaped as clusters that are not ours: no node's hostname
+	// label is its name, so a check that pinned pods by the label fails.
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if got, want := n.Labels[v1.LabelHostname], scratchlab.HostnameLabel(n.Name); got != want {
+			t.Fatalf("node %s has hostname label %q; want %q, not its name", n.Name, got, want)
+		}
+	}
 	m, err := manifest.Load("../../drivers/fakegpu/driver.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -254,4 +268,48 @@ func startLab(t *testing.T, name string) (*lab.Lab, *rest.Config) {
 		t.Fatal(err)
 	}
 	return l, restConfig
+}
+
+// TestClusterWithoutDeviceTaintRules runs the fake GPU driver's manifest,
+// cluster layer only, on a conformance lab that neither serves
+// resource.k8s.io/v1 DeviceTaintRules nor enforces them (the resource
+// switched off, the DRADeviceTaintRules gate off): every check passes but
+// the device-taints one, which is not verified and names what the cluster
+// lacks. The suite judges the driver, not the cluster's shape.
+func TestClusterWithoutDeviceTaintRules(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded lab: run without -short")
+	}
+	cfg, err := scratchlab.ConformanceConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Name = "t-no-taint-rules"
+	cfg.FeatureGates["DRADeviceTaintRules"] = false
+	cfg.RuntimeConfig["resource.k8s.io/v1/devicetaintrules"] = "false"
+	if err := cfg.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	o := conformance.Options{Manifest: defaultManifest, Layer: conformance.LayerCluster}
+	report, err := scratchlab.Conformance(context.Background(), o, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", report.Summary())
+	taints := 0
+	for _, c := range report.Cases {
+		switch {
+		case strings.HasSuffix(c.Name, "/device taints"):
+			taints++
+			if c.Status != results.Failed || !strings.HasPrefix(c.Message, results.UnverifiedPrefix) || !strings.Contains(c.Message, "does not serve DeviceTaintRules in resource.k8s.io/v1") {
+				t.Errorf("%s: %s %q; want failed as not verified, naming the DeviceTaintRules the cluster does not serve", c.Name, c.Status, c.Message)
+			}
+		case c.Status == results.Skipped && strings.Contains(c.Message, "the manifest does not enable"):
+		case c.Status != results.Passed:
+			t.Errorf("%s: %s %q; want passed", c.Name, c.Status, c.Message)
+		}
+	}
+	if taints != 1 {
+		t.Errorf("the report has %d device-taints cases; want 1", taints)
+	}
 }

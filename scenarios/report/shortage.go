@@ -31,7 +31,10 @@ const (
 
 // counterShortage says which counter keeps a free device from being
 // allocated, from the published counter sets and what the allocated
-// devices of the same pool consume: "" when every counter has room.
+// devices of the same pool consume: "" when every counter has room. Each
+// device consumes once, as the allocator charges it, however many claims
+// share it (a device that allows multiple allocations); the message names
+// every claim holding it.
 func (s *Snapshot) counterShortage(c deviceRef, namespace string) string {
 	for _, need := range c.dev.ConsumesCounters {
 		total := s.counterSet(c.driver, c.pool, need.CounterSet)
@@ -40,12 +43,18 @@ func (s *Snapshot) counterShortage(c deviceRef, namespace string) string {
 		}
 		used := map[string]*resource.Quantity{}
 		holders := map[string][]string{}
-		s.eachOnCounterSet(c, need.CounterSet, func(claim string, _ *resourceapi.Device, cons resourceapi.DeviceCounterConsumption) {
+		charged := map[string]bool{}
+		s.eachOnCounterSet(c, need.CounterSet, func(claim string, dev *resourceapi.Device, cons resourceapi.DeviceCounterConsumption) {
+			// The pool is c's: the device's name tells it apart.
+			first := !charged[dev.Name]
+			charged[dev.Name] = true
 			for name, q := range cons.Counters {
 				if used[name] == nil {
 					used[name] = &resource.Quantity{}
 				}
-				used[name].Add(q.Value)
+				if first {
+					used[name].Add(q.Value)
+				}
 				holders[name] = append(holders[name], strings.TrimPrefix(claim, namespace+"/"))
 			}
 		})

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -37,9 +36,7 @@ func (s *suite) bindingConditions(ctx context.Context, logf logFunc, k *kit) err
 		return err
 	}
 	start := time.Now()
-	if err := k.pod(ctx, name, []string{name}, func(p *v1.Pod) {
-		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
-	}); err != nil {
+	if err := k.pod(ctx, name, []string{name}, onNodes([]string{node})); err != nil {
 		return err
 	}
 	var (

@@ -49,14 +49,20 @@ func TestDeviceTaintsTaintsOnlyTheDeviceItWasAllocated(t *testing.T) {
 	}
 }
 
-// A scheduler that allocates a tainted device fails the check.
-func TestDeviceTaintsFailsWhenTheTaintIsIgnored(t *testing.T) {
+// A scheduler that allocates a tainted device is the cluster not
+// enforcing DeviceTaintRules, not the driver ignoring them: the check is
+// not verified, and says so.
+func TestDeviceTaintsNotEnforcedIsTheClusters(t *testing.T) {
 	f, k := newFakeCluster(t, refuseWithEvent)
 	ctx := context.Background()
 	f.ignoreTaints.Store(true)
 	err := k.deviceTaints(ctx, t.Logf, k)
-	if err == nil || !strings.Contains(err.Error(), "scheduled") {
-		t.Fatalf("got %v, want the pod scheduled while its device was tainted", err)
+	var skip skipCheck
+	if !errors.As(err, &skip) || !strings.Contains(err.Error(), "the cluster does not enforce DeviceTaintRules") {
+		t.Fatalf("got %v, want the check not verified: the cluster does not enforce DeviceTaintRules", err)
+	}
+	if status, msg := k.verdict("device taints", err); status != results.Failed || !strings.HasPrefix(msg, results.UnverifiedPrefix) {
+		t.Errorf("verdict %s %q; want failed as not verified", status, msg)
 	}
 	if err := k.cleanup(ctx); err != nil {
 		t.Error(err)
@@ -407,5 +413,22 @@ func TestWaitsReportTheLastObservationOverClientErrors(t *testing.T) {
 				t.Error(err)
 			}
 		})
+	}
+}
+
+// On a cluster that does not serve resource.k8s.io/v1 DeviceTaintRules
+// (Kubernetes 1.36, or 1.37 with the resource switched off), the
+// device-taints check is not verified, naming what the cluster lacks, and
+// creates nothing.
+func TestDeviceTaintsWhereRulesAreNotServed(t *testing.T) {
+	f, k := newFakeCluster(t, refuseWithEvent)
+	f.client.Resources[0].APIResources = slices.DeleteFunc(f.client.Resources[0].APIResources, func(r metav1.APIResource) bool { return r.Name == "devicetaintrules" })
+	err := k.deviceTaints(context.Background(), t.Logf, k)
+	var skip skipCheck
+	if !errors.As(err, &skip) || !strings.Contains(err.Error(), "does not serve DeviceTaintRules in resource.k8s.io/v1") {
+		t.Fatalf("got %v, want the check not verified: the cluster does not serve v1 DeviceTaintRules", err)
+	}
+	if n := len(f.createdRules()); n != 0 {
+		t.Errorf("the check created %d DeviceTaintRules on a cluster that does not serve them", n)
 	}
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -187,6 +188,12 @@ func newFakeClusterOf(t *testing.T, refuse string, devices []resourceapi.Device,
 		// pod's first claim was allocated.
 		phase: v1.PodRunning,
 	}
+	// The API server serves resource.k8s.io/v1 DeviceTaintRules, as
+	// Kubernetes 1.37 does.
+	f.client.Resources = []*metav1.APIResourceList{{
+		GroupVersion: resourceapi.SchemeGroupVersion.String(),
+		APIResources: []metav1.APIResource{{Name: "resourceslices"}, {Name: "resourceclaims"}, {Name: "devicetaintrules"}},
+	}}
 	f.client.PrependReactor("create", "devicetaintrules", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		rule := a.(clienttesting.CreateAction).GetObject().(*resourceapi.DeviceTaintRule)
 		f.mu.Lock()
@@ -474,10 +481,15 @@ func (f *fakeCluster) device(name string) resourceapi.Device {
 }
 
 // fits says whether the counters and, for a shared device, the capacity
-// that results leave hold device name for req.
+// that results leave hold device name for req. As Kubernetes' allocator
+// does, it charges each allocated device's counters once, however many
+// shares of it results hold, and a further share of a shared device in
+// use is not charged again.
 func (f *fakeCluster) fits(name string, req resourceapi.DeviceRequest, results []resourceapi.DeviceRequestAllocationResult) bool {
 	d := f.device(name)
-	if !f.ignoreCounters.Load() && len(d.ConsumesCounters) > 0 {
+	shared := ptr.Deref(d.AllowMultipleAllocations, false)
+	inUse := slices.ContainsFunc(results, func(r resourceapi.DeviceRequestAllocationResult) bool { return r.Device == name })
+	if !f.ignoreCounters.Load() && len(d.ConsumesCounters) > 0 && !(shared && inUse) {
 		left := map[string]map[string]int64{}
 		for _, set := range f.counters {
 			left[set.Name] = map[string]int64{}
@@ -485,7 +497,12 @@ func (f *fakeCluster) fits(name string, req resourceapi.DeviceRequest, results [
 				left[set.Name][n] = c.Value.Value()
 			}
 		}
+		charged := map[string]bool{}
 		for _, r := range results {
+			if charged[r.Device] {
+				continue
+			}
+			charged[r.Device] = true
 			for _, c := range f.device(r.Device).ConsumesCounters {
 				for n, v := range c.Counters {
 					left[c.CounterSet][n] -= v.Value.Value()
@@ -500,10 +517,14 @@ func (f *fakeCluster) fits(name string, req resourceapi.DeviceRequest, results [
 			}
 		}
 	}
-	if !ptr.Deref(d.AllowMultipleAllocations, false) || req.Exactly == nil || req.Exactly.Capacity == nil {
+	if !shared {
 		return true
 	}
-	for n, want := range req.Exactly.Capacity.Requests {
+	share := f.share(req, d)
+	if share == nil {
+		return false
+	}
+	for n, want := range share {
 		used := want.Value()
 		for _, r := range results {
 			if r.Device == name {
@@ -515,6 +536,34 @@ func (f *fakeCluster) fits(name string, req resourceapi.DeviceRequest, results [
 		}
 	}
 	return true
+}
+
+// share is what one share of a shared device d consumes for req, as the
+// allocator reckons it: of each capacity of d, what req asks, else the
+// capacity's default request, else all of it. Nil when req asks a capacity
+// d lacks.
+func (f *fakeCluster) share(req resourceapi.DeviceRequest, d resourceapi.Device) map[resourceapi.QualifiedName]resource.Quantity {
+	var requests map[resourceapi.QualifiedName]resource.Quantity
+	if req.Exactly != nil && req.Exactly.Capacity != nil {
+		requests = req.Exactly.Capacity.Requests
+	}
+	for n := range requests {
+		if _, ok := d.Capacity[n]; !ok {
+			return nil
+		}
+	}
+	out := map[resourceapi.QualifiedName]resource.Quantity{}
+	for n, c := range d.Capacity {
+		switch q, ok := requests[n]; {
+		case ok:
+			out[n] = q
+		case c.RequestPolicy != nil && c.RequestPolicy.Default != nil:
+			out[n] = *c.RequestPolicy.Default
+		default:
+			out[n] = c.Value
+		}
+	}
+	return out
 }
 
 // result allocates device name for req: a share of a device allowing
@@ -533,8 +582,8 @@ func (f *fakeCluster) result(req resourceapi.DeviceRequest, name string) resourc
 			id = "share-0"
 		}
 		r.ShareID = &id
-		if req.Exactly != nil && req.Exactly.Capacity != nil {
-			r.ConsumedCapacity = req.Exactly.Capacity.Requests
+		if share := f.share(req, d); len(share) > 0 {
+			r.ConsumedCapacity = share
 		}
 	}
 	return r

@@ -156,11 +156,12 @@ func removeLeftovers(ctx context.Context, client kubernetes.Interface, runID str
 	leftover := metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + ManagedBy + "," + LabelRun + "!=" + runID}
 	var removed []string
 	rules, err := client.ResourceV1().DeviceTaintRules().List(ctx, leftover)
-	if err != nil {
+	// A cluster that does not serve DeviceTaintRules has none left.
+	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, err
 	}
 	var names []string
-	for _, r := range rules.Items {
+	for _, r := range ptr.Deref(rules, resourceapi.DeviceTaintRuleList{}).Items {
 		names = append(names, r.Name)
 		removed = append(removed, "DeviceTaintRule "+r.Name)
 	}

@@ -8,9 +8,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 )
 
 // A run first removes what an interrupted run left, found by the suite's
@@ -85,5 +87,23 @@ func TestRemoveLeftovers(t *testing.T) {
 	}
 	if got, want := names(claims), []string{"conformance-now/now", "team/training"}; !slices.Equal(got, want) {
 		t.Errorf("claims left: %v, want %v", got, want)
+	}
+}
+
+// A cluster that does not serve DeviceTaintRules has none left: the
+// leftovers of every other kind are still removed, and no check fails on
+// the missing API.
+func TestRemoveLeftoversWithoutDeviceTaintRules(t *testing.T) {
+	earlier := map[string]string{LabelManagedBy: ManagedBy, LabelRun: "earlier"}
+	client := fake.NewClientset(&v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "conformance-old", Labels: earlier}})
+	client.PrependReactor("*", "devicetaintrules", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewNotFound(resourceapi.Resource("devicetaintrules"), "")
+	})
+	removed, err := removeLeftovers(context.Background(), client, "current", 5*time.Second)
+	if err != nil {
+		t.Fatalf("removeLeftovers on a cluster without DeviceTaintRules: %v", err)
+	}
+	if want := []string{"namespace conformance-old"}; !slices.Equal(removed, want) {
+		t.Errorf("removed %v, want %v", removed, want)
 	}
 }

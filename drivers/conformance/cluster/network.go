@@ -93,16 +93,6 @@ func (k *kit) quietNodes(ctx context.Context) ([]string, error) {
 	return nodes, nil
 }
 
-// offNodes keeps a pod off nodes.
-func offNodes(p *v1.Pod, nodes []string) {
-	if len(nodes) == 0 {
-		return
-	}
-	p.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
-		NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: v1.NodeSelectorOpNotIn, Values: nodes}}}},
-	}}}
-}
-
 // optionalNodeOperations: on a node where every pool of the driver skips
 // NodePrepareResources, a pod given a device of the class runs; its
 // allocation carries the skip, copied from the slice, and its container,
@@ -147,10 +137,7 @@ func (s *suite) optionalNodeOperations(ctx context.Context, logf logFunc, k *kit
 	if err := k.createClaim(ctx, "quiet", k.request("dev")); err != nil {
 		return err
 	}
-	if err := k.pod(ctx, "quiet", []string{"quiet"}, func(p *v1.Pod) {
-		p.Spec.Affinity = nil
-		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
-	}); err != nil {
+	if err := k.pod(ctx, "quiet", []string{"quiet"}, onNodes([]string{node})); err != nil {
 		return err
 	}
 	results, err := k.claimResults(ctx, "quiet")

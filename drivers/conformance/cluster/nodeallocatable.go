@@ -145,7 +145,14 @@ func (k *kit) declaringNode(ctx context.Context) (string, error) {
 	if len(some) > 0 {
 		return "", skipCheck{fmt.Sprintf("no node has only free devices of class %s that declare nodeAllocatableResources, so a claim cannot be sure to get one: %s", k.m.DeviceClass, strings.Join(some, ", "))}
 	}
-	return "", fmt.Errorf("no free device of class %s declares nodeAllocatableResources: the driver publishes none, or the API server drops them (the DRANodeAllocatableResources gate, alpha in Kubernetes 1.37, is off)", k.m.DeviceClass)
+	drops, err := dropsNodeAllocatable(ctx, k.client, k.m.Driver)
+	if err != nil {
+		return "", err
+	}
+	if drops {
+		return "", skipCheck{"the cluster's API server drops a device's nodeAllocatableResources (a dry-run ResourceSlice lost them): the DRANodeAllocatableResources gate, alpha in Kubernetes 1.37, is off on this cluster"}
+	}
+	return "", fmt.Errorf("no free device of class %s declares nodeAllocatableResources, and the API server keeps them (a dry-run ResourceSlice with them kept them): the driver publishes none", k.m.DeviceClass)
 }
 
 // nodesDeclaringNodeAllocatable are the nodes where some device of the

@@ -102,23 +102,26 @@ func allocations(ctx context.Context, client kubernetes.Interface, driver, poolN
 }
 
 // remaining is what the pool's counters have left once every allocated
-// device's consumption is taken; a negative counter is an overcommit,
-// reported as an error naming it.
+// device's consumption is taken, once per device: the shares of a device
+// that allows multiple allocations (results with distinct shareIDs, in one
+// claim or several) consume its counters once, as in Kubernetes'
+// allocator. A negative counter is an overcommit, reported as an error
+// naming it.
 func (p *pool) remaining(allocated []resourceapi.DeviceRequestAllocationResult) (map[string]map[string]resource.Quantity, error) {
 	left := map[string]map[string]resource.Quantity{}
 	for set, counters := range p.counters {
 		left[set] = maps.Clone(counters)
 	}
-	for _, r := range allocated {
-		i := slices.IndexFunc(p.devices, func(d device) bool { return d.dev.Name == r.Device })
+	for _, dev := range allocatedDevices(allocated) {
+		i := slices.IndexFunc(p.devices, func(d device) bool { return d.dev.Name == dev })
 		if i < 0 {
-			return nil, fmt.Errorf("device %s/%s is allocated but not published", r.Pool, r.Device)
+			return nil, fmt.Errorf("device %s/%s is allocated but not published", p.name, dev)
 		}
 		for _, c := range p.devices[i].dev.ConsumesCounters {
 			for name, n := range c.Counters {
 				q, ok := left[c.CounterSet][name]
 				if !ok {
-					return nil, fmt.Errorf("device %s/%s consumes counter %s of set %s, which the pool does not publish", r.Pool, r.Device, name, c.CounterSet)
+					return nil, fmt.Errorf("device %s/%s consumes counter %s of set %s, which the pool does not publish", p.name, dev, name, c.CounterSet)
 				}
 				q.Sub(n.Value)
 				left[c.CounterSet][name] = q
@@ -138,6 +141,19 @@ func (p *pool) remaining(allocated []resourceapi.DeviceRequestAllocationResult) 
 		return left, fmt.Errorf("overcommit in pool %s: %s", p.name, strings.Join(over, ", "))
 	}
 	return left, nil
+}
+
+// allocatedDevices names the devices of a pool's allocation results, each
+// once, in the order first allocated: a device shared by several claims is
+// one device.
+func allocatedDevices(allocated []resourceapi.DeviceRequestAllocationResult) []string {
+	var out []string
+	for _, r := range allocated {
+		if !slices.Contains(out, r.Device) {
+			out = append(out, r.Device)
+		}
+	}
+	return out
 }
 
 // sum returns total minus left, in words.
@@ -221,9 +237,9 @@ func (s *suite) partitions(ctx context.Context, logf logFunc, k *kit) error {
 		return err
 	}
 	if len(held) > 0 {
-		return fmt.Errorf("pool %s of node %s has %d devices allocated before the check: it needs the node's counters whole", p.name, p.node, len(held))
+		return fmt.Errorf("pool %s of node %s has %d devices allocated before the check: it needs the node's counters whole", p.name, p.node, len(allocatedDevices(held)))
 	}
-	onNode := func(pod *v1.Pod) { pod.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": p.node} }
+	onNode := onNodes([]string{p.node})
 	req := resourceapi.DeviceRequest{Name: "part", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: spec.DeviceClass}}
 	if spec.Selector != "" {
 		req.Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: spec.Selector}}}
@@ -272,10 +288,8 @@ func (s *suite) partitions(ctx context.Context, logf logFunc, k *kit) error {
 	if err != nil {
 		return err
 	}
-	var got []string
-	for _, r := range allocated {
-		got = append(got, r.Device)
-	}
+	// The devices allocated, each once: two claims may share one.
+	got := allocatedDevices(allocated)
 	// Evidence that the counters hold the claim back: every partition it
 	// could take needs more than they have left, and they hold back at
 	// least one device of the pool (a driver whose partitions overlap in
@@ -380,9 +394,7 @@ func (s *suite) shares(ctx context.Context, logf logFunc, k *kit) error {
 		if err := k.createClaim(ctx, name, req); err != nil {
 			return err
 		}
-		if err := k.pod(ctx, name, []string{name}, func(p *v1.Pod) {
-			p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
-		}); err != nil {
+		if err := k.pod(ctx, name, []string{name}, onNodes([]string{node})); err != nil {
 			return err
 		}
 		if _, err := k.proof(ctx, name); err != nil {
@@ -570,16 +582,4 @@ func (k *kit) plainNodes(ctx context.Context) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// onNodes keeps a pod on nodes; none: anywhere.
-func onNodes(nodes []string) func(*v1.Pod) {
-	if len(nodes) == 0 {
-		return nil
-	}
-	return func(p *v1.Pod) {
-		p.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
-			NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: v1.NodeSelectorOpIn, Values: nodes}}}},
-		}}}
-	}
 }

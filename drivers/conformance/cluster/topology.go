@@ -54,9 +54,7 @@ func (s *suite) derivedAttributes(ctx context.Context, logf logFunc, k *kit) err
 		return r, nil
 	}
 	match := []resourceapi.DeviceConstraint{{Requests: []string{"a", "b"}, MatchAttribute: ptr.To[resourceapi.FullyQualifiedName](topologyAttribute)}}
-	onNode := func(p *v1.Pod) {
-		p.Spec.Affinity, p.Spec.NodeSelector = nil, map[string]string{"kubernetes.io/hostname": node}
-	}
+	onNode := onNodes([]string{node})
 
 	// Held apart: must wait.
 	a, err := request("a", first.value)
@@ -394,9 +392,7 @@ func (s *suite) listAttributes(ctx context.Context, logf logFunc, k *kit) error 
 	if err != nil {
 		return err
 	}
-	onNode := func(p *v1.Pod) {
-		p.Spec.Affinity, p.Spec.NodeSelector = nil, map[string]string{"kubernetes.io/hostname": plan.node}
-	}
+	onNode := onNodes([]string{plan.node})
 
 	// Kept apart from a device that shares a value: must wait.
 	apart := []resourceapi.DeviceConstraint{{Requests: []string{"list", "x"}, DistinctAttribute: ptr.To(matchOn)}}

@@ -193,8 +193,10 @@ func (s *State) Held() map[Key]string {
 }
 
 // CountersLeft is what the counter sets of the Current slices have left
-// once the allocated devices have consumed theirs. An overcommitted
-// counter is negative.
+// once the allocated devices have consumed theirs, each device once: a
+// device that allows multiple allocations consumes its counters once
+// however many claims share it, as in Kubernetes 1.37's allocator. An
+// overcommitted counter is negative.
 func (s *State) CountersLeft() Counters {
 	left := Counters{}
 	for _, sl := range s.Current("", "") {
@@ -210,8 +212,11 @@ func (s *State) CountersLeft() Counters {
 	return left
 }
 
-// eachAllocatedDevice calls f with each allocation's device, as the
-// Current slices publish it.
+// eachAllocatedDevice calls f once with each allocated device, as the
+// Current slices publish it. Once, not once per allocation result: the
+// allocator charges counters to a device that is allocated, and the shares
+// of a device that allows multiple allocations (several results, with
+// distinct shareIDs) are one device.
 func (s *State) eachAllocatedDevice(f func(Device)) {
 	published := map[Key]Device{}
 	for _, sl := range s.Current("", "") {
@@ -220,8 +225,11 @@ func (s *State) eachAllocatedDevice(f func(Device)) {
 			published[dev.Key()] = dev
 		}
 	}
+	seen := map[Key]bool{}
 	s.Allocated(func(_ *resourceapi.ResourceClaim, r resourceapi.DeviceRequestAllocationResult) {
-		if d, ok := published[Key{r.Driver, r.Pool, r.Device}]; ok {
+		k := Key{r.Driver, r.Pool, r.Device}
+		if d, ok := published[k]; ok && !seen[k] {
+			seen[k] = true
 			f(d)
 		}
 	})

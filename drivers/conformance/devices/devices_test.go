@@ -8,6 +8,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 )
@@ -176,5 +177,82 @@ func TestTaintedDevicesAreNotFree(t *testing.T) {
 	}
 	if taints := s.Taints(d); len(taints) != 1 || taints[0].Key != "example.com/drain" {
 		t.Errorf("Taints(gpu-0-half-0) = %v; want the rule drain's only (no-selector selects nothing, other-pool another pool)", taints)
+	}
+}
+
+// sharedGPUSlice is node n1's pool of two GPUs, gpu-0 of 80Gi and gpu-1 of
+// 160Gi, each published as one device that allows multiple allocations and
+// consumes 80Gi of its GPU's counter set; gpu-1 is published besides as an
+// exclusive half of 80Gi.
+func sharedGPUSlice() resourceapi.ResourceSlice {
+	gi := func(n int64) resourceapi.Counter {
+		return resourceapi.Counter{Value: *resource.NewQuantity(n<<30, resource.BinarySI)}
+	}
+	set := func(name string, n int64) resourceapi.CounterSet {
+		return resourceapi.CounterSet{Name: name, Counters: map[string]resourceapi.Counter{"memory": gi(n)}}
+	}
+	consumes := func(set string, n int64) []resourceapi.DeviceCounterConsumption {
+		return []resourceapi.DeviceCounterConsumption{{CounterSet: set, Counters: map[string]resourceapi.Counter{"memory": gi(n)}}}
+	}
+	return resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1-shared"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: driver, NodeName: ptr.To("n1"),
+			Pool:           resourceapi.ResourcePool{Name: "n1", Generation: 1, ResourceSliceCount: 1},
+			SharedCounters: []resourceapi.CounterSet{set("gpu-0", 80), set("gpu-1", 160)},
+			Devices: []resourceapi.Device{
+				{Name: "gpu-0-shared", AllowMultipleAllocations: ptr.To(true), ConsumesCounters: consumes("gpu-0", 80)},
+				{Name: "gpu-0-small", ConsumesCounters: consumes("gpu-0", 10)},
+				{Name: "gpu-1-shared", AllowMultipleAllocations: ptr.To(true), ConsumesCounters: consumes("gpu-1", 80)},
+				{Name: "gpu-1-half", ConsumesCounters: consumes("gpu-1", 80)},
+			},
+		},
+	}
+}
+
+// shares are claims each holding one share (its own shareID) of every
+// device named.
+func shares(claim string, devs ...string) resourceapi.ResourceClaim {
+	c := resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: claim}}
+	c.Status.Allocation = &resourceapi.AllocationResult{}
+	for _, d := range devs {
+		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results, resourceapi.DeviceRequestAllocationResult{
+			Request: "r", Driver: driver, Pool: "n1", Device: d, ShareID: ptr.To(types.UID(claim + "-" + d))})
+	}
+	return c
+}
+
+// TestSharedDeviceConsumesCountersOnce: a device that allows multiple
+// allocations, shared by two claims (two results, distinct shareIDs),
+// consumes its counters once, as in Kubernetes' allocator: gpu-0's 80Gi
+// are used up, not overcommitted by 80Gi, and gpu-1's 160Gi keep 80Gi for
+// its exclusive half.
+func TestSharedDeviceConsumesCountersOnce(t *testing.T) {
+	s := &State{
+		Slices: []resourceapi.ResourceSlice{sharedGPUSlice()},
+		Claims: []resourceapi.ResourceClaim{shares("a", "gpu-0-shared", "gpu-1-shared"), shares("b", "gpu-0-shared", "gpu-1-shared")},
+	}
+	left := s.CountersLeft()
+	for set, want := range map[string]string{"gpu-0": "0", "gpu-1": "80Gi"} {
+		if q := left[SetKey{driver, "n1", set}]["memory"]; q.Cmp(resource.MustParse(want)) != 0 {
+			t.Errorf("CountersLeft %s/memory = %s; want %s: two shares of one device consume its 80Gi once", set, q.String(), want)
+		}
+	}
+	// The shared devices are held; gpu-0-small finds no memory left on
+	// gpu-0, gpu-1-half finds its 80Gi on gpu-1.
+	if got, want := names(s.Free(driver, "n1")), []string{"n1/gpu-1-half"}; !slices.Equal(got, want) {
+		t.Errorf("Free = %v; want %v", got, want)
+	}
+	everything := []resourceapi.DeviceToleration{{Operator: resourceapi.DeviceTolerationOpExists}}
+	if got, want := names(s.FreeFor(driver, "n1", everything)), []string{"n1/gpu-1-half"}; !slices.Equal(got, want) {
+		t.Errorf("FreeFor(tolerate all) = %v; want %v", got, want)
+	}
+	if got, want := names(s.Together(s.Free(driver, "n1"), 2)), []string{"n1/gpu-1-half"}; !slices.Equal(got, want) {
+		t.Errorf("Together(2) = %v; want %v", got, want)
+	}
+	// A device a claim holds in two results is one device too.
+	s.Claims = []resourceapi.ResourceClaim{shares("twice", "gpu-1-shared", "gpu-1-shared")}
+	if q := s.CountersLeft()[SetKey{driver, "n1", "gpu-1"}]["memory"]; q.Cmp(resource.MustParse("80Gi")) != 0 {
+		t.Errorf("CountersLeft gpu-1/memory = %s with one claim sharing gpu-1-shared twice; want 80Gi", q.String())
 	}
 }

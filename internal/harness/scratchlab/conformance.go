@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -38,7 +39,8 @@ import (
 // PodGroup API and its claims are on, for the group-claim check, and the
 // alpha gates of derived and list-type attributes and optional node
 // operations; every GPU served through DRA gives its containers device
-// metadata.
+// metadata. Each node's kubernetes.io/hostname label differs from its
+// name (HostnameLabel), as on clusters that are not ours.
 func ConformanceConfig() (*config.Config, error) {
 	cfg := config.Default()
 	cfg.Nodes = append(cfg.Nodes,
@@ -59,10 +61,21 @@ func ConformanceConfig() (*config.Config, error) {
 		if cfg.Nodes[i].Name == "gpu-h100" {
 			cfg.Nodes[i].Memory = "256Gi"
 		}
+		// As on clusters whose kubelets run with --hostname-override or
+		// whose nodes a cloud names: the hostname label is not the
+		// node's name, and a check that pinned pods by it would fail.
+		if cfg.Nodes[i].Labels == nil {
+			cfg.Nodes[i].Labels = map[string]string{}
+		}
+		cfg.Nodes[i].Labels[corev1.LabelHostname] = HostnameLabel(cfg.Nodes[i].Name)
 	}
 	cfg.EnableGroupClaims(config.GateDerivedAttributes, config.GateListTypeAttributes, config.GateOptionalNodeOperations, config.GateNodeAllocatableResources)
 	return cfg, cfg.Complete()
 }
+
+// HostnameLabel is the kubernetes.io/hostname label of the conformance
+// lab's node named node.
+func HostnameLabel(node string) string { return "host-" + node }
 
 // Conformance runs the conformance suite of o on the cluster of
 // o.Kubeconfig when it is set, else on an embedded lab of labCfg (nil:

@@ -185,6 +185,9 @@ func capacity(o *observation) []finding {
 			users[key] = append(users[key], claim)
 		}
 	}
+	// A device consumes its counters once, however many claims hold a
+	// share of it, as the allocator counts them.
+	counted := map[string]bool{}
 	for i := range o.claims {
 		c := &o.claims[i]
 		if c.Status.Allocation == nil {
@@ -200,7 +203,8 @@ func capacity(o *observation) []finding {
 					add(key+"/capacity/"+string(name), q, claimRef(c))
 				}
 			}
-			if dev := devices[key]; dev != nil {
+			if dev := devices[key]; dev != nil && !counted[key] {
+				counted[key] = true
 				for _, cc := range dev.ConsumesCounters {
 					for name, q := range cc.Counters {
 						add(deviceKey(r.Driver, r.Pool, cc.CounterSet)+"/"+name, q.Value, claimRef(c)+" via "+r.Device)

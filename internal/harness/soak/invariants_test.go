@@ -117,6 +117,18 @@ func TestCapacity(t *testing.T) {
 	if len(got) != 1 || !strings.Contains(got[0].message, "gpu-0-counters/memory-slice-0: 2 allocated of 1") {
 		t.Errorf("the whole GPU and a slice of it: %+v; want the memory slice over its counter", got)
 	}
+
+	// A time-sliced GPU that consumes the memory slice, shared by two
+	// claims: the device consumes its counters once, as the allocator
+	// counts them, so two shares are no overcommit.
+	shared := []resourceapi.ResourceSlice{mig[0], mig[1]}
+	shared[1].Spec.Devices = []resourceapi.Device{{Name: "gpu-0-ts", AllowMultipleAllocations: ptr.To(true),
+		Capacity:         map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{gpu.CapacityMemory: {Value: resource.MustParse("80Gi")}},
+		ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: "gpu-0-counters", Counters: counter(1)}}}}
+	o = &observation{slices: shared, claims: []resourceapi.ResourceClaim{allocated("5", "m", "m/gpu-0-ts#a"), allocated("6", "m", "m/gpu-0-ts#b")}}
+	if got := capacity(o); len(got) != 0 {
+		t.Errorf("two shares of one device that consumes a counter: %+v; want no finding", got)
+	}
 }
 
 func TestCheckpointed(t *testing.T) {
