@@ -195,6 +195,13 @@ func CheckEach(expect []Expectation, outcomes []PodOutcome, inv Inventory) []Exp
 		if e.Count != nil {
 			n = inv.Resolve(e.Count)
 		}
+		// Every matching pod of none is no outcome: a pattern with a typo,
+		// or pods never created, must not pass for a check.
+		if e.Count == nil && n == 0 {
+			fail("no pod matches %s: an expectation without count holds for every matching pod and needs one (say count: 0 to expect none)", e.Pods)
+			results = append(results, res)
+			continue
+		}
 		if len(candidates) < n {
 			fail("expected %d pods (%s), found %d: %s", n, e.Count.String(), len(candidates), podNames(candidates))
 			results = append(results, res)
@@ -435,7 +442,9 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 		for _, d := range devs {
 			got[d.Driver]++
 		}
-		if !maps.Equal(got, e.DriverDevices) {
+		// Compared as counts: a driver asked for 0 times is one the
+		// pod got nothing of, whether or not it appears at all.
+		if !equalCounts(e.DriverDevices, got) {
 			mismatch("devices by driver", e.DriverDevices, got, refs(devs))
 		}
 	}
@@ -463,11 +472,19 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 		checkMetadata(o.Rows[0].Metadata, devs, mismatch)
 	}
 	if len(e.NodeAllocatable) > 0 {
+		// Compared as amounts: a resource asked for as "0" is one the
+		// devices add none of, whether or not the status names it; one
+		// the expectation leaves out must be accounted none.
 		got := o.Rows[0].NodeAllocatable
-		same := len(got) == len(e.NodeAllocatable)
+		same := true
 		for r, want := range e.NodeAllocatable {
-			q, ok := got[v1.ResourceName(r)]
-			same = same && ok && sameQuantity(q.String(), want)
+			q := got[v1.ResourceName(r)]
+			same = same && sameQuantity(q.String(), want)
+		}
+		for r, q := range got {
+			if _, asked := e.NodeAllocatable[string(r)]; !asked {
+				same = same && q.IsZero()
+			}
 		}
 		if !same {
 			mismatch("node resources accounted through its devices (status.nodeAllocatableResourceClaimStatuses)", e.NodeAllocatable, resourceList(got), "pod "+o.Rows[0].Pod)

@@ -6,6 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/scenarios/report"
 )
@@ -190,6 +191,8 @@ func TestCheckDriversAndDistinct(t *testing.T) {
 	outcomes := Outcomes([]report.Row{gpuRow, nic("pair", "nic-0", "0000:18:00.0"), nic("spread", "nic-0", "0000:18:00.0"), nic("spread", "nic-1", "0000:19:00.0"), nic("both", "nic-0", "0000:18:00.0"), nic("both", "nic-0", "0000:18:00.0")})
 	pass := []Expectation{
 		{Pods: "pair", DriverDevices: map[string]int{"gpu.dralab.dev": 1, "nic.dralab.dev": 1}},
+		// None of a driver is a count: the pod got nothing of it.
+		{Pods: "pair", DriverDevices: map[string]int{"gpu.dralab.dev": 1, "nic.dralab.dev": 1, "cpu.dralab.dev": 0}},
 		{Pods: "spread", DriverDevices: map[string]int{"nic.dralab.dev": 2}, DistinctAttribute: "resource.kubernetes.io/pciBusID"},
 		{Pods: "both", SameAttribute: "resource.kubernetes.io/pciBusID"},
 	}
@@ -279,7 +282,16 @@ func TestCheckNodeAllocatable(t *testing.T) {
 	if f := Check([]Expectation{{Pods: "t", NodeAllocatable: map[string]string{"memory": "8192Mi"}}}, outcomes, Inventory{}); len(f) > 0 {
 		t.Errorf("unexpected failures: %v", f)
 	}
-	for _, want := range []map[string]string{{"memory": "4Gi"}, {"memory": "8Gi", "cpu": "2"}} {
+	// An amount of 0 is one the devices add none of, named in the status
+	// or not.
+	if f := Check([]Expectation{{Pods: "t", NodeAllocatable: map[string]string{"memory": "8Gi", "cpu": "0"}}}, outcomes, Inventory{}); len(f) > 0 {
+		t.Errorf("8Gi of memory and no CPU: unexpected failures: %v", f)
+	}
+	none := Outcomes([]report.Row{running("n", "", "h100", "gpu-1")})
+	if f := Check([]Expectation{{Pods: "n", NodeAllocatable: map[string]string{"memory": "0"}}}, none, Inventory{}); len(f) > 0 {
+		t.Errorf("no memory through a device that adds none: unexpected failures: %v", f)
+	}
+	for _, want := range []map[string]string{{"memory": "4Gi"}, {"memory": "8Gi", "cpu": "2"}, {"cpu": "0"}} {
 		if f := Check([]Expectation{{Pods: "t", NodeAllocatable: want}}, outcomes, Inventory{}); len(f) != 1 || !strings.Contains(f[0], "nodeAllocatableResourceClaimStatuses") {
 			t.Errorf("expecting %v: failures %v, want one naming the pod's status", want, f)
 		}
@@ -319,5 +331,21 @@ func TestCheckDeviceMetadata(t *testing.T) {
 		if len(f) == 0 || !strings.Contains(strings.Join(f, "\n"), c.want) {
 			t.Errorf("%s: failures %v, want one containing %q", name, f, c.want)
 		}
+	}
+}
+
+// An expectation without count holds for every pod its pattern matches,
+// and so fails when it matches none: a mistyped pattern, or pods never
+// made, is no outcome. count: 0 asks for none and holds.
+func TestCheckPatternMatchingNoPodFails(t *testing.T) {
+	rows := []report.Row{running("worker-0", "h100", "h100", "gpu-0")}
+	running := Expectation{Pods: "wokrer-*", Phase: string(v1.PodRunning)}
+	f := Check([]Expectation{running}, Outcomes(rows), Inventory{})
+	if len(f) != 1 || !strings.Contains(f[0], "no pod matches wokrer-*") {
+		t.Errorf("an expectation whose pattern matches no pod: %v; want one failure saying no pod matches", f)
+	}
+	none := Expectation{Pods: "wokrer-*", Count: &Count{N: ptr.To(0)}}
+	if f := Check([]Expectation{none}, Outcomes(rows), Inventory{}); len(f) != 0 {
+		t.Errorf("count: 0 of a pattern that matches no pod: %v; want it to hold", f)
 	}
 }
