@@ -831,7 +831,11 @@ func toUnstructured(obj runtime.Object) (*unstructured.Unstructured, error) {
 func (r *run) await(ctx context.Context, st Step) (StepResult, error) {
 	res := StepResult{Name: st.Name}
 	var lastErr error
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, r.StepTimeout, true, func(ctx context.Context) (bool, error) {
+	// A step that holds for a while first reaches its outcome, within
+	// the step timeout, then keeps it.
+	hold := st.holdsFor()
+	var heldSince time.Time
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, r.StepTimeout+hold, true, func(ctx context.Context) (bool, error) {
 		snap, err := report.Read(ctx, r.Client, r.ns)
 		if err != nil {
 			lastErr = err
@@ -861,11 +865,14 @@ func (r *run) await(ctx context.Context, st Step) (StepResult, error) {
 		}
 		if !r.settled(ctx, snap) {
 			res.Failures = []string{"the namespace did not settle: pods are still starting, terminating or waiting for the scheduler"}
-			return false, nil
+			return r.held(&res, hold, &heldSince), nil
 		}
 		res.Failures = append(failuresOf(st.Expect, res.Expectations[:len(st.Expect)]), groupFailuresOf(st.ExpectGroups, groupResults)...)
-		return len(res.Failures) == 0, nil
+		return r.held(&res, hold, &heldSince), nil
 	})
+	if hold > 0 && len(res.Failures) == 0 && (heldSince.IsZero() || time.Since(heldSince) < hold) {
+		res.Failures = []string{fmt.Sprintf("the expectations held only from %s ago when the step's time (%s) ran out; they must hold for %s", time.Since(heldSince).Round(100*time.Millisecond), r.StepTimeout+hold, hold)}
+	}
 	if err != nil && !wait.Interrupted(err) {
 		return res, err
 	}
@@ -873,6 +880,29 @@ func (r *run) await(ctx context.Context, st Step) (StepResult, error) {
 		return res, lastErr
 	}
 	return res, nil
+}
+
+// held tells whether the step is done with res, its latest look: at once
+// when its expectations hold and it need not hold them; else once they
+// have held for hold since they first did (heldSince), or as soon as one
+// stops holding meanwhile, which then fails the step with what moved.
+func (r *run) held(res *StepResult, hold time.Duration, heldSince *time.Time) bool {
+	ok := len(res.Failures) == 0
+	switch {
+	case hold == 0:
+		return ok
+	case heldSince.IsZero():
+		if ok {
+			*heldSince = time.Now()
+		}
+		return false
+	case !ok:
+		for i, f := range res.Failures {
+			res.Failures[i] = fmt.Sprintf("held for %s of the %s it must, then: %s", time.Since(*heldSince).Round(100*time.Millisecond), hold, f)
+		}
+		return true
+	}
+	return time.Since(*heldSince) >= hold
 }
 
 // readMetadata reads the device metadata files each running pod's

@@ -16,6 +16,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -131,6 +132,24 @@ type Step struct {
 	Expect []Expectation `json:"expect,omitempty"`
 	// ExpectGroups are checked against the namespace's PodGroups.
 	ExpectGroups []GroupExpectation `json:"expectGroups,omitempty"`
+	// HoldsFor is how long the expectations must go on holding once they
+	// first hold ("15s"), for an outcome that is the absence of a change
+	// ("still waits"): longer than the scheduler's maximum backoff
+	// (SchedulerMaxBackoff), so that a retry it had due would have come.
+	// Anything that moves meanwhile fails the step at once.
+	HoldsFor string `json:"holdsFor,omitempty"`
+}
+
+// SchedulerMaxBackoff is the longest a scheduler waits before it tries an
+// unschedulable pod again after a failed attempt: Kubernetes' default
+// podMaxBackoffSeconds, which the lab's scheduler keeps.
+const SchedulerMaxBackoff = 10 * time.Second
+
+// holdsFor is the step's HoldsFor, 0 when unset or invalid (validation
+// says which).
+func (st Step) holdsFor() time.Duration {
+	d, _ := time.ParseDuration(st.HoldsFor)
+	return d
 }
 
 // DeleteGroups deletes the PodGroups matching Groups (a name pattern) and
@@ -765,6 +784,18 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 		}
 		for j, g := range st.ExpectGroups {
 			errs = append(errs, g.validate(p.Child("expectGroups").Index(j), checkPattern, checkCount)...)
+		}
+		if st.HoldsFor != "" {
+			hp := p.Child("holdsFor")
+			d, err := time.ParseDuration(st.HoldsFor)
+			switch {
+			case err != nil:
+				errs = append(errs, field.Invalid(hp, st.HoldsFor, "a duration, e.g. 15s"))
+			case d <= SchedulerMaxBackoff || d > 2*time.Minute:
+				errs = append(errs, field.Invalid(hp, st.HoldsFor, fmt.Sprintf("more than the scheduler's maximum backoff (%s), so that a retry it had due would have come, and at most 2m", SchedulerMaxBackoff)))
+			case len(st.Expect) == 0 && len(st.ExpectGroups) == 0:
+				errs = append(errs, field.Required(p.Child("expect"), "holdsFor needs expectations to hold"))
+			}
 		}
 		for j, e := range st.Expect {
 			ep := p.Child("expect").Index(j)

@@ -57,6 +57,9 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		"bad resource":           {head + "requires: {resources: [podgroups]}\nsteps: [{name: a, apply: [pod.yaml]}]\n", []string{"requires.resources[0]", "resource.group/version"}},
 		"bad delete phase":       {head + "steps: [{name: a, deletePods: {pods: p, phase: Done}}]\n", []string{"steps[0].deletePods.phase", `"Done"`}},
 		"malformed":              {head + "steps: [\n", []string{"yaml"}},
+		"hold within backoff":    {head + "steps: [{name: a, apply: [pod.yaml], holdsFor: 5s, expect: [{pods: p, phase: Pending}]}]\n", []string{"steps[0].holdsFor", "maximum backoff"}},
+		"hold not a duration":    {head + "steps: [{name: a, apply: [pod.yaml], holdsFor: long, expect: [{pods: p, phase: Pending}]}]\n", []string{"steps[0].holdsFor", "a duration"}},
+		"hold nothing":           {head + "steps: [{name: a, apply: [pod.yaml], holdsFor: 15s}]\n", []string{"steps[0].expect", "holdsFor needs expectations"}},
 		"wrong version":          {strings.Replace(head, "v1alpha1", "v2", 1) + "steps: [{name: a, apply: [pod.yaml]}]\n", []string{"apiVersion"}},
 	}
 	for name, c := range cases {
