@@ -62,3 +62,56 @@ func TestInventoryLeavesTaintedGPUsOut(t *testing.T) {
 		t.Errorf("free H100s = %d, want 1 of 3: one tainted in its slice, one by a DeviceTaintRule", got.Devices["h100"])
 	}
 }
+
+// The inventory counts as free what the allocator could give: with the
+// MIG device that spans a whole H100 taken, the whole GPU is not free,
+// though no claim holds it: its counters are spent.
+func TestInventoryLeavesGPUsWhoseCountersAreSpentOut(t *testing.T) {
+	ctx := context.Background()
+	p, err := fakegpu.LookupProfile("h100-80gb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := &fakegpu.Inventory{Node: "n1", Profile: p, Count: 1, Partitioning: fakegpu.PartitioningMIG}
+	devs, err := inv.Devices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets, err := inv.CounterSets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := resourceapi.ResourcePool{Name: "n1", ResourceSliceCount: 2}
+	devices := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "n1-devices"}, Spec: resourceapi.ResourceSliceSpec{
+		Driver: gpu.DriverName, NodeName: ptr.To("n1"), Pool: pool}}
+	full := ""
+	for _, d := range devs {
+		devices.Spec.Devices = append(devices.Spec.Devices, d.API)
+		if strings.Contains(d.API.Name, "-mig-7g80gb-") {
+			full = d.API.Name
+		}
+	}
+	if full == "" {
+		t.Fatalf("no 7g.80gb device among %d", len(devs))
+	}
+	counters := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "n1-counters"}, Spec: resourceapi.ResourceSliceSpec{
+		Driver: gpu.DriverName, NodeName: ptr.To("n1"), Pool: pool, SharedCounters: sets}}
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "big"}}
+	claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+		{Request: "gpu", Driver: gpu.DriverName, Pool: "n1", Device: full}}}}
+
+	idle, err := (&Runner{Client: fake.NewClientset(devices, counters)}).inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idle.Devices["h100"] != 1 || idle.Partitioned["h100"] != 1 {
+		t.Fatalf("an idle MIG H100 counts %d free H100s (%d partitioned); want the one GPU", idle.Devices["h100"], idle.Partitioned["h100"])
+	}
+	busy, err := (&Runner{Client: fake.NewClientset(devices, counters, claim)}).inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if busy.Devices["h100"] != 0 || busy.Partitioned["h100"] != 0 {
+		t.Errorf("with %s taken, the inventory counts %d free H100 devices (%d partitioned); want 0: the GPU's counters are spent", full, busy.Devices["h100"], busy.Partitioned["h100"])
+	}
+}

@@ -191,7 +191,10 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 	for _, f := range snap.FreeShares(gpu.CapacityMemory) {
 		shares[f.Driver+"/"+f.Pool+"/"+f.Device] = f
 	}
-	held := snap.AllocatedDevices()
+	// Free as the allocator counts it: a whole GPU whose MIG devices are
+	// taken, or that shares no compatibility group with what runs on it,
+	// is not free, though no claim holds it.
+	free := snap.FreeDevices(gpu.DriverName)
 	// Counter sets (pool/set) with MIG devices, and with time-sliced shares.
 	kinds := map[string]map[string]bool{}
 	for _, sl := range snap.Slices {
@@ -234,7 +237,7 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 			if f, ok := shares[key]; ok {
 				inv.Shares[tier] = append(inv.Shares[tier], f)
 			}
-			if _, ok := held[key]; ok {
+			if !free[key] {
 				continue
 			}
 			inv.Devices[tier]++

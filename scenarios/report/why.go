@@ -531,6 +531,17 @@ func (s *Snapshot) AllocatedDevices() map[string]string {
 	return m
 }
 
+// FreeDevices are the devices of driver the allocator could give now to a
+// request without tolerations (devices.State.Free: untainted, unheld, with
+// room in their counters and compatibility groups), as driver/pool/device.
+func (s *Snapshot) FreeDevices(driver string) map[string]bool {
+	m := map[string]bool{}
+	for _, d := range s.state().Free(driver, "") {
+		m[d.Key().String()] = true
+	}
+	return m
+}
+
 // matching lists the devices that match an alternative's class and
 // selectors.
 func (s *Snapshot) matching(ctx context.Context, alt alternative) ([]deviceRef, error) {
