@@ -61,6 +61,9 @@ type Options struct {
 	Workers   int
 	// Progress, when set, is told of each run as it starts and ends.
 	Progress func(run string) (done func(error))
+	// LeftOut, when set, is told of each run left out and why: a case
+	// of the default set that does not fit a size asked for.
+	LeftOut func(run, why string)
 }
 
 // DefaultNodes are the sizes a run measures unless told otherwise.
@@ -113,26 +116,9 @@ func Name(workload, state string, nodes int) string {
 // Run runs every selected case in every state at every size, each on a
 // fresh lab, and returns the results in that order.
 func Run(ctx context.Context, o Options) ([]Result, error) {
-	o = o.withDefaults()
-	for _, c := range o.Cases {
-		if _, err := workloadOf(c); err != nil {
-			return nil, err
-		}
-	}
-	for _, s := range o.States {
-		if s != StateEmpty && s != StateHalf {
-			return nil, fmt.Errorf("unknown state %q; states: %v", s, States())
-		}
-	}
-	for _, n := range o.Nodes {
-		if n < 3 {
-			return nil, fmt.Errorf("%d nodes: the bench needs at least 3, one per GPU tier", n)
-		}
-		for _, c := range o.Cases {
-			if n < GangMinNodes && slices.Contains(WholeNodeCases(), c) {
-				return nil, fmt.Errorf("%d nodes: case %s needs at least %d, two NVLink domains of %d servers", n, c, GangMinNodes, GroupSize)
-			}
-		}
+	o, runs, err := plan(o)
+	if err != nil {
+		return nil, err
 	}
 	cleanup, err := orTempDir(&o.StateRoot, "dralab-scale-")
 	if err != nil {
@@ -140,26 +126,82 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	}
 	defer cleanup()
 	var results []Result
-	for _, n := range o.Nodes {
-		for _, s := range o.States {
-			for _, c := range o.Cases {
-				name := Name(c, s, n)
-				done := func(error) {}
-				if o.Progress != nil {
-					done = o.Progress(name)
-				}
-				r, err := o.runOne(ctx, c, s, shapeOf(c, s, n))
-				done(err)
-				if err != nil {
-					return results, fmt.Errorf("%s: %w", name, err)
-				}
-				results = append(results, r)
-			}
+	for _, r := range runs {
+		name := Name(r.workload, r.state, r.nodes)
+		done := func(error) {}
+		if o.Progress != nil {
+			done = o.Progress(name)
 		}
+		res, err := o.runOne(ctx, r.workload, r.state, shapeOf(r.workload, r.state, r.nodes))
+		done(err)
+		if err != nil {
+			return results, fmt.Errorf("%s: %w", name, err)
+		}
+		results = append(results, res)
 	}
 	CompareWithCounting(results)
 	CompareGangsWithSinglePods(results)
 	return results, nil
+}
+
+// planned is one run of a case in a state at a size.
+type planned struct {
+	workload, state string
+	nodes           int
+}
+
+// plan checks o and lists its runs in order, with o's defaults. Cases
+// named by the caller must fit every size; of the default set, a case
+// that does not fit a size is left out there, told to o.LeftOut.
+func plan(o Options) (Options, []planned, error) {
+	chosen := len(o.Cases) > 0
+	o = o.withDefaults()
+	for _, c := range o.Cases {
+		if _, err := workloadOf(c); err != nil {
+			return o, nil, err
+		}
+	}
+	for _, s := range o.States {
+		if s != StateEmpty && s != StateHalf {
+			return o, nil, fmt.Errorf("unknown state %q; states: %v", s, States())
+		}
+	}
+	for _, n := range o.Nodes {
+		if n < 3 {
+			return o, nil, fmt.Errorf("%d nodes: the bench needs at least 3, one per GPU tier", n)
+		}
+		for _, c := range o.Cases {
+			if why := fits(c, n); why != "" && chosen {
+				return o, nil, fmt.Errorf("%d nodes: case %s %s", n, c, why)
+			}
+		}
+	}
+	var runs []planned
+	for _, n := range o.Nodes {
+		for _, s := range o.States {
+			for _, c := range o.Cases {
+				if why := fits(c, n); why != "" {
+					if o.LeftOut != nil {
+						o.LeftOut(Name(c, s, n), why)
+					}
+					continue
+				}
+				runs = append(runs, planned{c, s, n})
+			}
+		}
+	}
+	if len(runs) == 0 {
+		return o, nil, fmt.Errorf("no case fits the sizes %v", o.Nodes)
+	}
+	return o, runs, nil
+}
+
+// fits says why case c cannot run on n nodes, "" when it can.
+func fits(c string, n int) string {
+	if n < GangMinNodes && slices.Contains(WholeNodeCases(), c) {
+		return fmt.Sprintf("needs at least %d, two NVLink domains of %d servers", GangMinNodes, GroupSize)
+	}
+	return ""
 }
 
 func (o Options) withDefaults() Options {

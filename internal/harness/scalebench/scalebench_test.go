@@ -3,6 +3,7 @@ package scalebench
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -296,5 +297,33 @@ func TestUpstreamDataItems(t *testing.T) {
 	}
 	if _, err := readDataItems(file); err == nil || !strings.Contains(err.Error(), file) {
 		t.Errorf("malformed data items: %v", err)
+	}
+}
+
+// bench:scale at a size too small for the whole-server cases runs the
+// rest, saying which it left out; cases the caller named must all fit.
+func TestPlanLeavesOutWhatDoesNotFit(t *testing.T) {
+	var left []string
+	_, runs, err := plan(Options{Nodes: []int{10}, States: []string{StateEmpty}, LeftOut: func(run, why string) { left = append(left, run+": "+why) }})
+	if err != nil {
+		t.Fatalf("the default cases on 10 nodes: %v; want the ones that fit", err)
+	}
+	var ran []string
+	for _, r := range runs {
+		ran = append(ran, r.workload)
+		if slices.Contains(WholeNodeCases(), r.workload) {
+			t.Errorf("planned %s on 10 nodes", r.workload)
+		}
+	}
+	if len(runs) == 0 || len(runs)+len(left) != len(Cases()) || len(left) != len(WholeNodeCases()) {
+		t.Errorf("planned %v, left out %v; want every case, the whole-server ones left out", ran, left)
+	}
+	for _, l := range left {
+		if !strings.Contains(l, "_10nodes: needs at least 16") {
+			t.Errorf("left out %q; want the run and the 16 nodes it needs", l)
+		}
+	}
+	if _, _, err := plan(Options{Nodes: []int{10}, Cases: []string{CaseGang}}); err == nil || !strings.Contains(err.Error(), "needs at least 16") {
+		t.Errorf("a gang asked for on 10 nodes: %v; want the 16 nodes it needs", err)
 	}
 }

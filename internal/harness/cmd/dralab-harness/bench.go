@@ -53,6 +53,7 @@ func benchScale(ctx context.Context) error {
 	o.Binary = bin
 	u := ui.Stderr()
 	o.Progress = func(run string) func(error) { return u.Step("Measuring " + run) }
+	o.LeftOut = func(run, why string) { u.Println(fmt.Sprintf(" - Leaving out %s: the case %s", run, why)) }
 	results, err := scalebench.Run(ctx, o)
 	if err != nil {
 		return err
