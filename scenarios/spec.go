@@ -448,7 +448,7 @@ type Expectation struct {
 	// cluster's state (the scheduler itself only says "cannot allocate all
 	// claims"): NoMatchingDevice, AllAllocated, Tainted, Insufficient (an
 	// extended resource), CounterExhausted, CapacityExhausted,
-	// SelectorError, ConstraintUnmet, IncompatibleGroups or NodeResources; for a pod of a PodGroup also
+	// SelectorError, ConstraintUnmet, NotOnOneNode, IncompatibleGroups or NodeResources; for a pod of a PodGroup also
 	// GangIncomplete, GangShort, TopologyShort or GangUnschedulable.
 	// A list names reasons of which any may hold: [AllAllocated,
 	// CapacityExhausted] on a lab where the last matching device is a
@@ -502,6 +502,8 @@ const (
 	// Enough free devices, none of whose sets meets a matchAttribute
 	// constraint.
 	ReasonConstraintUnmet = "ConstraintUnmet"
+	// Enough free devices in the cluster, but not on one node.
+	ReasonNotOnOneNode = "NotOnOneNode"
 	// The devices fit, but not the node's memory or CPUs with what the
 	// devices add (nodeAllocatableResources).
 	ReasonNodeResources = "NodeResources"
@@ -556,7 +558,7 @@ var deviceTypes = []string{gpu.TypeGPU, gpu.TypeMIG, gpu.TypeTimeSlice}
 var healths = []string{"Healthy", "Unhealthy", "Unknown"}
 
 var reasons = []string{ReasonNoMatchingDevice, ReasonAllAllocated, ReasonTainted, ReasonInsufficient, ReasonCounterExhausted, ReasonCapacityExhausted, ReasonSelectorError, ReasonConstraintUnmet,
-	ReasonIncompatibleGroups, ReasonNodeResources, ReasonGangIncomplete, ReasonGangShort, ReasonTopologyShort, ReasonGangUnschedulable}
+	ReasonNotOnOneNode, ReasonIncompatibleGroups, ReasonNodeResources, ReasonGangIncomplete, ReasonGangShort, ReasonTopologyShort, ReasonGangUnschedulable}
 
 // Parse decodes a scenario.yaml strictly and validates it; source names
 // the file in errors. files lists the scenario folder's files, which

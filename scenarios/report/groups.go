@@ -113,11 +113,19 @@ func (s *Snapshot) whyGroup(ctx context.Context, pod *v1.Pod, g group, message s
 				if err != nil {
 					return "", "", err
 				}
-				total := 0
-				for _, n := range free {
-					total += n
+				// Each pod's devices are on its own node: a domain holds as
+				// many pods as its nodes do, each node as many as its free
+				// devices make whole requests.
+				total, totalPods := 0, 0
+				pods := map[string]int{}
+				for d, nodes := range free {
+					for _, n := range nodes {
+						total += n
+						pods[d] += n / alt.count
+					}
+					totalPods += pods[d]
 				}
-				if key == "" && total >= need || key != "" && slices.ContainsFunc(slices.Collect(maps.Values(free)), func(n int) bool { return n >= need }) {
+				if key == "" && totalPods >= g.unbound || key != "" && slices.ContainsFunc(slices.Collect(maps.Values(pods)), func(n int) bool { return n >= g.unbound }) {
 					fits = true
 					break
 				}
@@ -126,12 +134,23 @@ func (s *Snapshot) whyGroup(ctx context.Context, pod *v1.Pod, g group, message s
 					what = fmt.Sprintf("as %s/%s, %s", req.Name, alt.name, what)
 				}
 				if key == "" {
-					lines = append(lines, fmt.Sprintf("%s, and %d are free", what, total))
+					if total < need {
+						lines = append(lines, fmt.Sprintf("%s, and %d are free", what, total))
+					} else {
+						lines = append(lines, fmt.Sprintf("%s, and %d are free, but the nodes hold %d of its pods (%s)", what, total, totalPods, perNodeWords(free["cluster"])))
+					}
 					continue
 				}
 				var domains []string
 				for _, d := range slices.Sorted(maps.Keys(free)) {
-					part := fmt.Sprintf("%s %d free", d, free[d])
+					n := 0
+					for _, c := range free[d] {
+						n += c
+					}
+					part := fmt.Sprintf("%s %d free", d, n)
+					if n >= need && pods[d] < g.unbound {
+						part += fmt.Sprintf(", holding %d of its pods (%s)", pods[d], perNodeWords(free[d]))
+					}
 					if h := held[d]; len(h) > 0 {
 						part += " (held by " + strings.Join(h, ", ") + ")"
 					}
@@ -172,10 +191,10 @@ func (s *Snapshot) sharedByGroup(claim *resourceapi.ResourceClaim, group string)
 
 // freeByDomain counts an alternative's free matching devices (neither
 // allocated nor tainted against it) by the value of a node label of their
-// node ("" key: one domain, "cluster"), and names the claims that hold the
-// others in each.
-func (s *Snapshot) freeByDomain(ctx context.Context, alt alternative, key string, holders map[string]string, nodeOfPool map[string]string) (map[string]int, map[string][]string, error) {
-	free, held := map[string]int{}, map[string][]string{}
+// node ("" key: one domain, "cluster") and by node, and names the claims
+// that hold the others in each.
+func (s *Snapshot) freeByDomain(ctx context.Context, alt alternative, key string, holders map[string]string, nodeOfPool map[string]string) (map[string]map[string]int, map[string][]string, error) {
+	free, held := map[string]map[string]int{}, map[string][]string{}
 	candidates, err := s.matching(ctx, alt)
 	if err != nil {
 		return nil, nil, err
@@ -193,8 +212,8 @@ func (s *Snapshot) freeByDomain(ctx context.Context, alt alternative, key string
 			}
 			domain = v
 		}
-		if _, ok := free[domain]; !ok {
-			free[domain] = 0
+		if free[domain] == nil {
+			free[domain] = map[string]int{}
 		}
 		if holder, ok := holders[c.driver+"/"+c.String()]; ok {
 			if _, name, _ := strings.Cut(holder, "/"); !slices.Contains(held[domain], name) {
@@ -205,10 +224,21 @@ func (s *Snapshot) freeByDomain(ctx context.Context, alt alternative, key string
 		if len(s.blockingTaints(c, alt.tolerations)) > 0 {
 			continue
 		}
-		free[domain]++
+		free[domain][nodeOfPool[c.driver+"/"+c.pool]]++
 	}
 	for d := range held {
 		slices.Sort(held[d])
 	}
 	return free, held, nil
+}
+
+// perNodeWords says how many free devices each node has: "n1 12, n2 4".
+func perNodeWords(nodes map[string]int) string {
+	var words []string
+	for _, n := range slices.Sorted(maps.Keys(nodes)) {
+		if nodes[n] > 0 {
+			words = append(words, fmt.Sprintf("%s %d", n, nodes[n]))
+		}
+	}
+	return strings.Join(words, ", ")
 }

@@ -78,6 +78,23 @@ func TestWhyGroup(t *testing.T) {
 			return s
 		}(), TopologyShort, []string{"need 4 devices of any", "in one domain domain; d1 2 free; d2 2 free; 4 free in all"}},
 		{"held in a domain", snap(group(1, "domain"), "w-0", "w-1"), TopologyShort, []string{"d1 1 free (held by other)", "d2 2 free"}},
+		// Four free for two pods of two, but three on n1 and one on n2:
+		// each pod's devices are on its node, so the nodes hold one pod.
+		{"enough, not per node", func() *Snapshot {
+			s := snap(group(2, ""), "w-0", "w-1")
+			s.AllClaims = s.AllClaims[1:]
+			s.Slices = []resourceapi.ResourceSlice{pool("n1", "gpu-0", "gpu-1", "gpu-2"), pool("n2", "gpu-0")}
+			return s
+		}(), GangShort, []string{"its 2 unbound pods need 4 devices of any", "and 4 are free, but the nodes hold 1 of its pods (n1 3, n2 1)"}},
+		// The same in a domain: d1's nodes hold one pod of two, though
+		// d1 has the four devices the group needs.
+		{"enough in a domain, not per node", func() *Snapshot {
+			s := snap(group(2, "domain"), "w-0", "w-1")
+			s.AllClaims = s.AllClaims[1:]
+			s.Slices = []resourceapi.ResourceSlice{pool("n1", "gpu-0", "gpu-1", "gpu-2"), pool("n3", "gpu-0")}
+			s.Nodes["n3"] = &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n3", Labels: map[string]string{"domain": "d1"}}}
+			return s
+		}(), TopologyShort, []string{"d1 4 free, holding 1 of its pods (n1 3, n3 1)"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := c.s.Pods[0]

@@ -13,6 +13,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/conformance/devicecel"
 	"github.com/dralab/dralab/drivers/conformance/devices"
@@ -34,6 +35,9 @@ const (
 	// such as an attribute read without has()); the allocator gives up the
 	// claim there instead of trying other devices.
 	SelectorError = "SelectorError"
+	// NotOnOneNode: enough matching devices are free in the cluster, but
+	// a claim's devices are on one node, and no node has enough.
+	NotOnOneNode = "NotOnOneNode"
 	// ConstraintUnmet: enough matching devices are free, but no set of
 	// them meets the claim's matchAttribute constraint (devices of one
 	// node sharing the attribute's value).
@@ -42,7 +46,10 @@ const (
 
 type deviceRef struct {
 	driver, pool string
-	dev          *resourceapi.Device
+	// node is the node of a node-local slice; "" for a device any node
+	// may reach (allNodes or a node selector).
+	node string
+	dev  *resourceapi.Device
 }
 
 func (d deviceRef) String() string { return d.pool + "/" + d.dev.Name }
@@ -410,6 +417,9 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 		// whose sets meets the match constraint; short: the free devices
 		// of alternatives with too few.
 		constrained, short []string
+		// apartNodes: alternatives with enough free devices in the
+		// cluster, but not on one node.
+		apartNodes []string
 	)
 	for _, alt := range alts {
 		classes = append(classes, alt.class)
@@ -454,8 +464,15 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 			constrained = append(constrained, fmt.Sprintf("%s needs %d devices of one node sharing %s; of the %d free matching devices, at most %d do (%s)", alt.name, alt.count, alt.match, len(free), largest, groups))
 			continue
 		}
-		if len(free) >= alt.count {
+		// A claim's devices are on one node: enough free in the cluster
+		// is not enough on any node.
+		most, perNode := onOneNode(free)
+		if most >= alt.count {
 			return "", "", nil // this alternative fits as far as devices go
+		}
+		if len(free) >= alt.count {
+			apartNodes = append(apartNodes, fmt.Sprintf("%s needs %d devices on one node, and %d matching devices are free, but at most %d on any node (%s)", alt.name, alt.count, len(free), most, perNode))
+			continue
 		}
 		if len(free) > 0 {
 			var names []string
@@ -472,6 +489,8 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 		return NoMatchingDevice, fmt.Sprintf("%s: no device in the cluster matches class %s and its selectors", what, strings.Join(dedupe(classes), " or ")), nil
 	case len(constrained) > 0:
 		return ConstraintUnmet, fmt.Sprintf("%s: %s", what, strings.Join(constrained, "; ")), nil
+	case len(apartNodes) > 0:
+		return NotOnOneNode, fmt.Sprintf("%s: %s", what, strings.Join(apartNodes, "; ")), nil
 	case len(shares) > 0 || len(counters) > 0 || len(incompatible) > 0:
 		code := CapacityExhausted
 		switch {
@@ -501,6 +520,30 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 		sort.Strings(taint)
 		return Tainted, fmt.Sprintf("%s: the free matching devices are tainted, and not tolerated: %s", what, strings.Join(taint, ", ")), nil
 	}
+}
+
+// onOneNode says how many of the free devices one node can reach at most
+// (its own and those any node reaches), and, in words, how many each node
+// has: "n1 4, n2 4".
+func onOneNode(free []deviceRef) (int, string) {
+	perNode, anywhere := map[string]int{}, 0
+	for _, d := range free {
+		if d.node == "" {
+			anywhere++
+			continue
+		}
+		perNode[d.node]++
+	}
+	most := 0
+	var words []string
+	for _, n := range slices.Sorted(maps.Keys(perNode)) {
+		most = max(most, perNode[n])
+		words = append(words, fmt.Sprintf("%s %d", n, perNode[n]))
+	}
+	if anywhere > 0 {
+		words = append(words, fmt.Sprintf("reachable from any node %d", anywhere))
+	}
+	return most + anywhere, strings.Join(words, ", ")
 }
 
 // blockingTaints are the taints of a device that tolerations do not
@@ -555,7 +598,7 @@ func (s *Snapshot) matching(ctx context.Context, alt alternative) ([]deviceRef, 
 		sl := &s.Slices[i]
 		for j := range sl.Spec.Devices {
 			dev := &sl.Spec.Devices[j]
-			ref := deviceRef{driver: sl.Spec.Driver, pool: sl.Spec.Pool.Name, dev: dev}
+			ref := deviceRef{driver: sl.Spec.Driver, pool: sl.Spec.Pool.Name, node: ptr.Deref(sl.Spec.NodeName, ""), dev: dev}
 			ok, err := matchesAll(ctx, selectors, ref)
 			if err != nil {
 				return nil, err

@@ -186,3 +186,29 @@ func TestWhyTogether(t *testing.T) {
 		t.Errorf("gpu-2 and nic-2 free under one root: %q %q %v, want no reason", code, msg, err)
 	}
 }
+
+// A claim's devices are on one node: eight free GPUs, four on each of two
+// nodes, do not hold a claim for eight. The explanation says so, counting
+// per node, rather than giving no reason.
+func TestWhyNotOnOneNode(t *testing.T) {
+	var slices []resourceapi.ResourceSlice
+	for _, node := range []string{"n1", "n2"} {
+		sl := resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: drv, NodeName: ptr.To(node), Pool: resourceapi.ResourcePool{Name: node}}}
+		for _, d := range []string{"gpu-0", "gpu-1", "gpu-2", "gpu-3"} {
+			sl.Spec.Devices = append(sl.Spec.Devices, withTier(resourceapi.Device{Name: d}, "h100"))
+		}
+		slices = append(slices, sl)
+	}
+	s := &Snapshot{Classes: map[string]*resourceapi.DeviceClass{"any": {ObjectMeta: metav1.ObjectMeta{Name: "any"}}}, Slices: slices}
+	eight := tier("h100")
+	eight.count = 8
+	code, msg, err := s.whyAlternatives(context.Background(), "ns", "request gpu", []alternative{eight}, s.AllocatedDevices())
+	if err != nil || code != NotOnOneNode || !strings.Contains(msg, "needs 8 devices on one node, and 8 matching devices are free, but at most 4 on any node (n1 4, n2 4)") {
+		t.Fatalf("eight H100s asked, four free on each of two nodes: %q %q %v; want NotOnOneNode counting per node", code, msg, err)
+	}
+	four := tier("h100")
+	four.count = 4
+	if code, msg, _ := s.whyAlternatives(context.Background(), "ns", "request gpu", []alternative{four}, s.AllocatedDevices()); code != "" {
+		t.Errorf("four H100s asked, four free on a node: %q %q; want no reason", code, msg)
+	}
+}
