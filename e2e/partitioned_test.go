@@ -65,16 +65,19 @@ func TestGPUNICScenarios(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := labstate.Dir(st.StateDir)
-	quiet, prepared := prepareCalls(t, dir, "cpu-nic"), prepareCalls(t, dir, "l4-nic")
-	t.Logf("NIC driver prepare calls: cpu-nic %d, l4-nic %d", quiet, prepared)
-	if quiet != 0 || prepared == 0 {
-		t.Errorf("prepare calls: cpu-nic's NIC driver %d, want 0 (its ports skip node operations); l4-nic's %d, want some", quiet, prepared)
+	// no-prepare's quiet pods end "without an unprepare call": the
+	// driver's own count says so, as it says that they got no prepare.
+	quiet, prepared := claimCalls(t, dir, "cpu-nic", "prepare"), claimCalls(t, dir, "l4-nic", "prepare")
+	quietUnprepared, unprepared := claimCalls(t, dir, "cpu-nic", "unprepare"), claimCalls(t, dir, "l4-nic", "unprepare")
+	t.Logf("NIC driver calls: cpu-nic %d prepare, %d unprepare; l4-nic %d prepare, %d unprepare", quiet, quietUnprepared, prepared, unprepared)
+	if quiet != 0 || quietUnprepared != 0 || prepared == 0 || unprepared == 0 {
+		t.Errorf("cpu-nic's NIC driver: %d prepare and %d unprepare calls, want 0 and 0 (its ports skip node operations); l4-nic's: %d and %d, want some of each", quiet, quietUnprepared, prepared, unprepared)
 	}
 }
 
-// prepareCalls reads a node's NIC driver's metrics: the claims the kubelet
-// asked it to prepare.
-func prepareCalls(t *testing.T, dir labstate.Dir, node string) int {
+// claimCalls reads a node's NIC driver's metrics: the claims the kubelet
+// asked it to prepare, or to unprepare (operation).
+func claimCalls(t *testing.T, dir labstate.Dir, node, operation string) int {
 	t.Helper()
 	address, err := os.ReadFile(dir.Node(node).NICDriverMetrics())
 	if err != nil {
@@ -89,9 +92,9 @@ func prepareCalls(t *testing.T, dir labstate.Dir, node string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^dralab_driver_claim_operations_total\{[^}]*operation="prepare"[^}]*\} (\d+)$`).FindSubmatch(body)
+	m := regexp.MustCompile(`(?m)^dralab_driver_claim_operations_total\{[^}]*operation="` + operation + `"[^}]*\} (\d+)$`).FindSubmatch(body)
 	if m == nil {
-		t.Fatalf("node %s's NIC driver's metrics have no prepare count:\n%s", node, body)
+		t.Fatalf("node %s's NIC driver's metrics have no %s count:\n%s", node, operation, body)
 	}
 	n, err := strconv.Atoi(string(m[1]))
 	if err != nil {

@@ -253,11 +253,8 @@ func groupOf(snap *report.Snapshot, name string) *Group {
 	if pg := snap.PodGroups[name]; pg != nil && pg.Spec.SchedulingPolicy.Gang != nil {
 		g.MinCount = int(pg.Spec.SchedulingPolicy.Gang.MinCount)
 	}
-	for i := range snap.Pods {
-		pod := &snap.Pods[i]
-		if pod.Namespace+"/"+report.GroupOf(pod) != name || pod.DeletionTimestamp != nil || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
-			continue
-		}
+	namespace, group, _ := strings.Cut(name, "/")
+	for _, pod := range snap.GroupMembers(namespace, group) {
 		g.Pods++
 		if pod.Spec.NodeName != "" {
 			g.Bound = append(g.Bound, pod.Name+" on "+pod.Spec.NodeName)

@@ -11,6 +11,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 
 	"github.com/dralab/dralab/drivers/conformance/devicecel"
+	"github.com/dralab/dralab/drivers/conformance/devices"
 )
 
 // Aligned says, for a device a claim was allocated, each matchAttribute
@@ -58,27 +59,53 @@ func (s *Snapshot) constraintValue(ctx context.Context, claim *resourceapi.Resou
 	if dev == nil {
 		return "", false
 	}
-	for _, d := range requestDerived(claim, r.Request) {
-		if d.Name != attr {
-			continue
-		}
-		v, err := devicecel.Derive(ctx, d.Expression, cel.Device{Driver: r.Driver, Attributes: dev.Attributes, Capacity: dev.Capacity})
-		if err != nil || v == nil {
-			return "", false
-		}
-		return attributeText(*v), true
-	}
-	name := string(attr)
-	if id, own := strings.CutPrefix(name, r.Driver+"/"); own {
-		if a, ok := dev.Attributes[resourceapi.QualifiedName(id)]; ok {
-			return attributeText(a), true
-		}
-	}
-	a, ok := dev.Attributes[resourceapi.QualifiedName(name)]
+	a, ok := constraintAttribute(ctx, requestDerived(claim, r.Request), r.Driver, dev, attr)
 	if !ok {
 		return "", false
 	}
 	return attributeText(a), true
+}
+
+// constraintAttribute is the attribute a matchAttribute constraint on
+// attr sees of a device for a request with these derived attributes: the
+// derived one of that name, evaluated as the allocator does, else the
+// device's own (one of its driver's domain published unqualified).
+func constraintAttribute(ctx context.Context, derived []resourceapi.DeviceDerivedAttribute, driver string, dev *resourceapi.Device, attr resourceapi.FullyQualifiedName) (resourceapi.DeviceAttribute, bool) {
+	for _, d := range derived {
+		if d.Name != attr {
+			continue
+		}
+		v, err := devicecel.Derive(ctx, d.Expression, cel.Device{Driver: driver, AllowMultipleAllocations: dev.AllowMultipleAllocations, Attributes: dev.Attributes, Capacity: dev.Capacity})
+		if err != nil || v == nil {
+			return resourceapi.DeviceAttribute{}, false
+		}
+		return *v, true
+	}
+	name := string(attr)
+	if id, own := strings.CutPrefix(name, driver+"/"); own {
+		if a, ok := dev.Attributes[resourceapi.QualifiedName(id)]; ok {
+			return a, true
+		}
+	}
+	a, ok := dev.Attributes[resourceapi.QualifiedName(name)]
+	return a, ok
+}
+
+// attributeValues are an attribute's values as a constraint compares
+// them: a scalar is a set of one, a list the set of its values.
+func attributeValues(a resourceapi.DeviceAttribute) []string {
+	if v, ok := devices.AttributeString(a); ok {
+		return []string{v}
+	}
+	var vs []string
+	for _, v := range a.IntValues {
+		vs = append(vs, strconv.FormatInt(v, 10))
+	}
+	for _, v := range a.BoolValues {
+		vs = append(vs, strconv.FormatBool(v))
+	}
+	vs = append(vs, a.StringValues...)
+	return append(vs, a.VersionValues...)
 }
 
 // requestDerived are the derived attributes of a claim's request (or

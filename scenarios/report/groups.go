@@ -63,16 +63,27 @@ func (s *Snapshot) groupOf(pod *v1.Pod) (group, bool) {
 	if g.pg != nil && g.pg.Spec.SchedulingPolicy.Gang != nil {
 		g.minCount = int(g.pg.Spec.SchedulingPolicy.Gang.MinCount)
 	}
-	for i := range s.Pods {
-		p := &s.Pods[i]
-		if p.Namespace == pod.Namespace && GroupOf(p) == name && p.DeletionTimestamp == nil {
-			g.pods++
-			if p.Spec.NodeName == "" {
-				g.unbound++
-			}
+	for _, p := range s.GroupMembers(pod.Namespace, name) {
+		g.pods++
+		if p.Spec.NodeName == "" {
+			g.unbound++
 		}
 	}
 	return g, true
+}
+
+// GroupMembers are the pods of namespace's PodGroup group that count as
+// its members: neither deleted nor ended. The report and the dashboard
+// both count a group's pods with it.
+func (s *Snapshot) GroupMembers(namespace, group string) []*v1.Pod {
+	var out []*v1.Pod
+	for i := range s.Pods {
+		p := &s.Pods[i]
+		if p.Namespace == namespace && GroupOf(p) == group && p.DeletionTimestamp == nil && p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // whyGroup explains a pod of a group whose own claims fit, as far as

@@ -136,3 +136,35 @@ func TestTierCells(t *testing.T) {
 		t.Errorf("TIER cells = %q, want %q", got, want)
 	}
 }
+
+// A group's members are its pods that are neither deleted nor ended, for
+// the report's explanations and the dashboard alike: a finished pod of a
+// group is not one of the pods the scheduler places.
+func TestGroupMembers(t *testing.T) {
+	pod := func(name string, phase v1.PodPhase, node string, deleted bool) v1.Pod {
+		p := v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}, Spec: v1.PodSpec{NodeName: node,
+			SchedulingGroup: &v1.PodSchedulingGroup{PodGroupName: ptr.To("train")}}, Status: v1.PodStatus{Phase: phase}}
+		if deleted {
+			p.DeletionTimestamp = &metav1.Time{}
+		}
+		return p
+	}
+	s := &Snapshot{Pods: []v1.Pod{
+		pod("w-0", v1.PodRunning, "n1", false),
+		pod("w-1", v1.PodSucceeded, "n1", false),
+		pod("w-2", v1.PodRunning, "n2", true),
+		pod("w-3", v1.PodPending, "", false),
+		{ObjectMeta: metav1.ObjectMeta{Name: "lone", Namespace: "ns"}},
+	}}
+	var names []string
+	for _, p := range s.GroupMembers("ns", "train") {
+		names = append(names, p.Name)
+	}
+	if !slices.Equal(names, []string{"w-0", "w-3"}) {
+		t.Errorf("members of train: %v; want w-0 and w-3", names)
+	}
+	g, ok := s.groupOf(&s.Pods[3])
+	if !ok || g.pods != 2 || g.unbound != 1 {
+		t.Errorf("groupOf(w-3) = %+v; want 2 pods, 1 unbound", g)
+	}
+}

@@ -88,7 +88,7 @@ func (s *Snapshot) whyNodeResources(ctx context.Context, pod *v1.Pod, message st
 					n = req.Exactly.Count
 				}
 				for _, a := range accounted {
-					if q, ok := devicePerPod(d.dev, a.name); ok {
+					if q, ok := devicePerPod(d.dev, a.name, containerRefs(pod, ref.podName), consumedOf(d.dev, req)); ok {
 						q.Mul(n)
 						if add[node] == nil {
 							add[node], via[node] = v1.ResourceList{}, map[v1.ResourceName][]string{}
@@ -167,9 +167,12 @@ func (s *Snapshot) nodeHeld(node string) (v1.ResourceList, v1.ResourceList) {
 }
 
 // devicePerPod is what one pod's claim for a device adds of a node
-// resource: its overhead per pod (and per container, counted once) and
-// its mapping per device; false if it adds none.
-func devicePerPod(d *resourceapi.Device, name v1.ResourceName) (resource.Quantity, bool) {
+// resource, as the API documents it: its overhead per pod, plus its
+// overhead per container for each of the pod's refs containers that
+// reference the claim; and its mapping, per device or, with a capacity
+// key, the capacity the claim consumes of the device (consumed) times
+// its multiplier. False if it adds none.
+func devicePerPod(d *resourceapi.Device, name v1.ResourceName, refs int64, consumed func(resourceapi.QualifiedName) resource.Quantity) (resource.Quantity, bool) {
 	r, ok := d.NodeAllocatableResources[name]
 	if !ok {
 		return resource.Quantity{}, false
@@ -180,20 +183,64 @@ func devicePerPod(d *resourceapi.Device, name v1.ResourceName) (resource.Quantit
 			q.Add(*o.PerPod)
 		}
 		if o.PerContainer != nil {
-			q.Add(*o.PerContainer)
+			per := o.PerContainer.DeepCopy()
+			per.Mul(refs)
+			q.Add(per)
 		}
 	}
-	if m := r.Mapping; m != nil && m.DeviceMultiplier != nil {
-		q.Add(*m.DeviceMultiplier)
+	if m := r.Mapping; m != nil {
+		switch {
+		case m.DeviceMultiplier != nil:
+			q.Add(*m.DeviceMultiplier)
+		case m.CapacityKey != nil && m.CapacityMultiplier != nil:
+			c, mult := consumed(*m.CapacityKey), m.CapacityMultiplier.DeepCopy()
+			product := c.AsDec()
+			product.Mul(product, mult.AsDec())
+			q.Add(*resource.NewDecimalQuantity(*product, c.Format))
+		}
 	}
 	return q, q.Sign() > 0
+}
+
+// consumedOf is what a request would consume of a device's capacity, as
+// the allocator takes it: what the request asks, else the capacity's
+// request policy default, else all of it.
+func consumedOf(d *resourceapi.Device, req resourceapi.DeviceRequest) func(resourceapi.QualifiedName) resource.Quantity {
+	return func(key resourceapi.QualifiedName) resource.Quantity {
+		if req.Exactly != nil && req.Exactly.Capacity != nil {
+			if q, ok := req.Exactly.Capacity.Requests[key]; ok {
+				return q
+			}
+		}
+		c := d.Capacity[key]
+		if p := c.RequestPolicy; p != nil && p.Default != nil {
+			return *p.Default
+		}
+		return c.Value
+	}
+}
+
+// containerRefs counts the containers of a pod that reference its claim
+// entry named claim.
+func containerRefs(pod *v1.Pod, claim string) int64 {
+	var n int64
+	for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			for _, r := range c.Resources.Claims {
+				if r.Name == claim {
+					n++
+				}
+			}
+		}
+	}
+	return n
 }
 
 // lessAdded orders devices by the memory they add, then the CPUs.
 func lessAdded(a, b *resourceapi.Device) bool {
 	for _, r := range accounted {
-		qa, _ := devicePerPod(a, r.name)
-		qb, _ := devicePerPod(b, r.name)
+		qa, _ := devicePerPod(a, r.name, 1, consumedOf(a, resourceapi.DeviceRequest{}))
+		qb, _ := devicePerPod(b, r.name, 1, consumedOf(b, resourceapi.DeviceRequest{}))
 		if c := qa.Cmp(qb); c != 0 {
 			return c < 0
 		}

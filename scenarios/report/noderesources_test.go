@@ -92,3 +92,47 @@ func TestWhyNodeResources(t *testing.T) {
 		t.Errorf("devices without nodeAllocatableResources: %q, want no reason", code)
 	}
 }
+
+// What a device adds is the API's sum: its overhead per pod, its overhead
+// per container for each container that references the claim, and a
+// capacity mapping's consumed capacity times its multiplier (what the
+// request asks, else the capacity's default, else all of it).
+func TestDevicePerPodAsTheAPISays(t *testing.T) {
+	d := &resourceapi.Device{Name: "socket-0",
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			"memory": {Value: resource.MustParse("128Gi"), RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptr.To(resource.MustParse("8Gi"))}},
+		},
+		NodeAllocatableResources: map[v1.ResourceName]resourceapi.NodeAllocatableResource{
+			v1.ResourceMemory: {
+				Mapping:  &resourceapi.NodeAllocatableMapping{CapacityKey: ptr.To[resourceapi.QualifiedName]("memory"), CapacityMultiplier: ptr.To(resource.MustParse("2"))},
+				Overhead: &resourceapi.NodeAllocatableOverhead{PerPod: ptr.To(resource.MustParse("1Gi")), PerContainer: ptr.To(resource.MustParse("512Mi"))},
+			},
+		}}
+	asks := resourceapi.DeviceRequest{Name: "mem", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "any",
+		Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("16Gi")}}}}
+	for _, c := range []struct {
+		name string
+		req  resourceapi.DeviceRequest
+		refs int64
+		want string
+	}{
+		// 1Gi + 3 × 512Mi + 16Gi × 2
+		{"asked 16Gi, three containers", asks, 3, "35328Mi"},
+		// 1Gi + 512Mi + the default 8Gi × 2
+		{"asking nothing, one container", resourceapi.DeviceRequest{Name: "mem", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "any"}}, 1, "17920Mi"},
+	} {
+		got, ok := devicePerPod(d, v1.ResourceMemory, c.refs, consumedOf(d, c.req))
+		if want := resource.MustParse(c.want); !ok || got.Cmp(want) != 0 {
+			t.Errorf("%s: the device adds %s of memory; want %s", c.name, got.String(), want.String())
+		}
+	}
+	pod := &v1.Pod{Spec: v1.PodSpec{
+		InitContainers: []v1.Container{{Name: "load", Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "mem"}}}}},
+		Containers: []v1.Container{
+			{Name: "a", Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "mem"}}}},
+			{Name: "b", Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "other"}}}},
+		}}}
+	if n := containerRefs(pod, "mem"); n != 2 {
+		t.Errorf("containerRefs = %d; want 2, an init container and a container", n)
+	}
+}

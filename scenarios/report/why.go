@@ -237,18 +237,25 @@ func (s *Snapshot) whyTogether(ctx context.Context, claim *resourceapi.ResourceC
 			sd.candidates = len(candidates)
 			for _, d := range candidates {
 				sd.pools[d.pool] = true
-				v, ok := devices.Attribute(d.driver, d.dev.Attributes, attr)
-				if !ok {
+				// What the constraint sees: the request's derived
+				// attribute, evaluated as the allocator does, else the
+				// device's; a list is in the place of each of its values.
+				a, ok := constraintAttribute(ctx, req.Exactly.DerivedAttributes, d.driver, d.dev, *c.MatchAttribute)
+				values := attributeValues(a)
+				if !ok || len(values) == 0 {
 					continue // meets no matchAttribute
 				}
 				sd.attributed++
-				place := d.pool + " " + v
-				places[place] = true
-				switch state, detail := s.classify(d, alt, claim.Namespace, holders); state {
-				case available:
-					sd.free[place] = append(sd.free[place], d.dev.Name)
-				case heldByClaim, noRoom, tainted, noCounter, apart:
-					sd.busy[place] = append(sd.busy[place], strings.TrimPrefix(detail, d.pool+"/"))
+				state, detail := s.classify(d, alt, claim.Namespace, holders)
+				for _, v := range values {
+					place := d.pool + " " + v
+					places[place] = true
+					switch state {
+					case available:
+						sd.free[place] = append(sd.free[place], d.dev.Name)
+					case heldByClaim, noRoom, tainted, noCounter, apart:
+						sd.busy[place] = append(sd.busy[place], strings.TrimPrefix(detail, d.pool+"/"))
+					}
 				}
 			}
 			sides = append(sides, sd)
@@ -291,19 +298,10 @@ func (s *Snapshot) whyTogether(ctx context.Context, claim *resourceapi.ResourceC
 			}
 			parts = append(parts, place+": "+strings.Join(what, "; "))
 		}
-		derived := false
-		for _, name := range names {
-			for _, da := range byName[name].Exactly.DerivedAttributes {
-				derived = derived || string(da.Name) == attr
-			}
-		}
 		for _, sd := range sides {
-			if sd.candidates > 0 && sd.attributed == 0 && !derived {
-				parts = append(parts, fmt.Sprintf("none of the %d devices matching request %s publishes %s", sd.candidates, sd.request, attr))
+			if sd.candidates > 0 && sd.attributed == 0 {
+				parts = append(parts, fmt.Sprintf("none of the %d devices matching request %s has %s (published, or derived by the request)", sd.candidates, sd.request, attr))
 			}
-		}
-		if derived {
-			parts = append(parts, fmt.Sprintf("%s is derived: the scheduler computes it for each device from the requests' expressions, which this explanation does not evaluate", attr))
 		}
 		for _, sd := range sides {
 			if pools := lacking[sd.request]; len(pools) > 0 {
@@ -558,9 +556,14 @@ type selectorError struct {
 	expression string
 	device     deviceRef
 	err        error
+	// compile: the expression does not compile, whatever the device.
+	compile bool
 }
 
 func (e *selectorError) Error() string {
+	if e.compile {
+		return fmt.Sprintf("selector %q does not compile: %v; no device can match it", e.expression, e.err)
+	}
 	return fmt.Sprintf("selector %q fails on device %s: %v; the allocator then gives up the claim instead of trying other devices: guard the attribute with has() or read it with .orValue()", e.expression, e.device, e.err)
 }
 
@@ -614,14 +617,16 @@ func (s *Snapshot) matching(ctx context.Context, alt alternative) ([]deviceRef, 
 // matchesAll reports whether every selector selects the device; a
 // selector that fails on it is a *selectorError.
 func matchesAll(ctx context.Context, selectors []resourceapi.DeviceSelector, d deviceRef) (bool, error) {
-	dev := cel.Device{Driver: d.driver, Attributes: d.dev.Attributes, Capacity: d.dev.Capacity}
+	dev := cel.Device{Driver: d.driver, AllowMultipleAllocations: d.dev.AllowMultipleAllocations, Attributes: d.dev.Attributes, Capacity: d.dev.Capacity}
 	for _, sel := range selectors {
 		if sel.CEL == nil {
 			continue
 		}
+		// A selector that does not compile is the claim's or the class's
+		// fault, said as such, not an error of the report.
 		compiled, err := devicecel.Compile(sel.CEL.Expression)
 		if err != nil {
-			return false, fmt.Errorf("selector %q: %w", sel.CEL.Expression, err)
+			return false, &selectorError{expression: sel.CEL.Expression, device: d, err: err, compile: true}
 		}
 		ok, _, err := compiled[0].DeviceMatches(ctx, dev)
 		if err != nil {

@@ -212,3 +212,63 @@ func TestWhyNotOnOneNode(t *testing.T) {
 		t.Errorf("four H100s asked, four free on a node: %q %q; want no reason", code, msg)
 	}
 }
+
+// The report's CEL environment is the allocator's: a selector may read a
+// device's allowMultipleAllocations and its list attributes, and one that
+// does not compile is a SelectorError of the claim, not an error that stops
+// the report.
+func TestWhySelectorEnvironment(t *testing.T) {
+	ctx := context.Background()
+	shared := withTier(resourceapi.Device{Name: "gpu-0", AllowMultipleAllocations: ptr.To(true)}, "l4")
+	shared.Attributes["numaNodes"] = resourceapi.DeviceAttribute{IntValues: []int64{0, 1}}
+	s := snapshot([]resourceapi.Device{shared})
+	sel := func(expr string) alternative {
+		return alternative{name: "gpu", class: "any", count: 1, selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}}}
+	}
+	for _, expr := range []string{`device.allowMultipleAllocations`, `1 in device.attributes["` + drv + `"].numaNodes`} {
+		if code, msg, err := s.whyAlternatives(ctx, "ns", "request gpu", []alternative{sel(expr)}, s.AllocatedDevices()); err != nil || code != "" {
+			t.Errorf("selector %s on a free shared GPU with numaNodes [0, 1]: %q %q %v; want it to match", expr, code, msg, err)
+		}
+	}
+	code, msg, err := s.whyAlternatives(ctx, "ns", "request gpu", []alternative{sel(`device.attributes[`)}, s.AllocatedDevices())
+	if err != nil || code != SelectorError || !strings.Contains(msg, "does not compile") {
+		t.Errorf("a selector that does not compile: %q %q %v; want SelectorError saying so", code, msg, err)
+	}
+}
+
+// A constraint on a derived attribute is evaluated as the allocator does:
+// each request's expression over its device, a list in the place of each of
+// its values. A GPU of NUMA node 0 pairs with a NIC whose numaNode list is
+// [0, 1] (no reason); asked for its NUMA node plus two it pairs with none,
+// and the explanation names the values each request has free.
+func TestWhyTogetherDerived(t *testing.T) {
+	const nicDriver = "nic.dralab.dev"
+	gpu := resourceapi.Device{Name: "gpu-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"numa": {IntValue: ptr.To[int64](0)}}}
+	nic := resourceapi.Device{Name: "nic-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"resource.kubernetes.io/numaNode": {IntValues: []int64{0, 1}}}}
+	s := snapshot([]resourceapi.Device{gpu})
+	s.Slices = append(s.Slices, resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: nicDriver, Pool: resourceapi.ResourcePool{Name: "n"}, Devices: []resourceapi.Device{nic}}})
+	s.Classes["gpu"] = &resourceapi.DeviceClass{Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + drv + `"`}}}}}
+	s.Classes["nic"] = &resourceapi.DeviceClass{Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + nicDriver + `"`}}}}}
+	claim := func(gpuExpr string) *resourceapi.ResourceClaim {
+		derived := func(expr string) []resourceapi.DeviceDerivedAttribute {
+			return []resourceapi.DeviceDerivedAttribute{{Name: "derived/numa", Expression: expr}}
+		}
+		return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pair"}, Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{
+				{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1, DerivedAttributes: derived(gpuExpr)}},
+				{Name: "nic", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "nic", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1, DerivedAttributes: derived(`device.attributes["resource.kubernetes.io"].numaNode`)}},
+			},
+			Constraints: []resourceapi.DeviceConstraint{{Requests: []string{"gpu", "nic"}, MatchAttribute: ptr.To[resourceapi.FullyQualifiedName]("derived/numa")}},
+		}}}
+	}
+	ctx := context.Background()
+	if code, msg, err := s.whyTogether(ctx, claim(`device.attributes["`+drv+`"].numa`), s.AllocatedDevices()); err != nil || code != "" {
+		t.Errorf("a NUMA-0 GPU and a NIC of NUMA [0, 1]: %q %q %v; want no reason, they pair", code, msg, err)
+	}
+	code, msg, err := s.whyTogether(ctx, claim(`device.attributes["`+drv+`"].numa + 2`), s.AllocatedDevices())
+	for _, want := range []string{"n 0: gpu: none under 0; nic: nic-0 free", "n 2: gpu: gpu-0 free; nic: none under 2"} {
+		if err != nil || code != ConstraintUnmet || !strings.Contains(msg, want) {
+			t.Errorf("the GPU's value 2 and the NIC's [0, 1]: %q %q %v; want ConstraintUnmet with %q", code, msg, err, want)
+		}
+	}
+}

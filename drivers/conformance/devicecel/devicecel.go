@@ -16,8 +16,10 @@ type Selectors []cel.CompilationResult
 
 // cache keeps compiled expressions: compiling is what costs, and the same
 // class and tier selectors are matched against every device of every
-// report (the dashboard builds one per change).
-var cache = cel.NewCache(1024, cel.Features{EnableConsumableCapacity: true})
+// report (the dashboard builds one per change). Selectors may read list
+// attributes (DRAListTypeAttributes) and allowMultipleAllocations, as the
+// allocator's environment lets them where the gates are on.
+var cache = cel.NewCache(1024, cel.Features{EnableConsumableCapacity: true, EnableListTypeAttributes: true})
 
 // derived compiles derived attributes (and selectors over list-type
 // attributes): with list-type attributes on, an attribute may be a list.
