@@ -55,6 +55,12 @@ type Inventory struct {
 	// Drivers counts the devices each driver publishes, free or not: the
 	// GPU driver's and any other's (nic.dralab.dev).
 	Drivers map[string]int
+	// FreeOnNode counts the free DRA GPUs of a tier by node: a claim's
+	// devices are all on one node.
+	FreeOnNode map[string]map[string]int
+	// NodeLabelsOf are each node's labels, for requirements per domain
+	// of a node label.
+	NodeLabelsOf map[string]map[string]string
 }
 
 // Resolve turns a count into a number.

@@ -115,3 +115,29 @@ func TestInventoryLeavesGPUsWhoseCountersAreSpentOut(t *testing.T) {
 		t.Errorf("with %s taken, the inventory counts %d free H100 devices (%d partitioned); want 0: the GPU's counters are spent", full, busy.Devices["h100"], busy.Partitioned["h100"])
 	}
 }
+
+// Requirements per node and per domain: a claim's devices are on one
+// node, so 3 free H100s spread over nodes of 2 do not meet a need of 3 on
+// one node; a gang that must fill a domain needs exactly the domains it
+// was written for.
+func TestRequirementsPerNodeAndDomain(t *testing.T) {
+	inv := Inventory{Devices: map[string]int{"h100": 4},
+		FreeOnNode:   map[string]map[string]int{"h100": {"a": 2, "b": 2}},
+		NodeLabelsOf: map[string]map[string]string{"a": {"domain": "d1"}, "b": {"domain": "d2"}}}
+	three := Requirements{Nodes: []NodeRequirement{{Tier: "h100", Devices: 3}}}
+	if err := inv.meets(three); !errors.Is(err, ErrUnmet) || !strings.Contains(err.Error(), "1 nodes with 3 free h100 GPUs each, as a claim's devices are on one node (it has 0: a 2, b 2)") {
+		t.Errorf("3 H100s on one node, 2 + 2 free: %v; want unmet, counting per node", err)
+	}
+	if err := inv.meets(Requirements{Nodes: []NodeRequirement{{Tier: "h100", Devices: 2, Count: 2}}}); err != nil {
+		t.Errorf("two nodes of 2 free H100s: %v", err)
+	}
+	domains := Requirements{Domains: &DomainRequirement{Label: "domain", Tier: "h100", Count: 2, Devices: 2}}
+	if err := inv.meets(domains); err != nil {
+		t.Errorf("two domains of 2: %v", err)
+	}
+	inv.FreeOnNode["h100"]["c"] = 2
+	inv.NodeLabelsOf["c"] = map[string]string{"domain": "d2"}
+	if err := inv.meets(domains); !errors.Is(err, ErrUnmet) || !strings.Contains(err.Error(), "(it has d1 2, d2 4)") {
+		t.Errorf("a domain of 4 where the gang needs exactly 2: %v; want unmet, counting per domain", err)
+	}
+}

@@ -186,7 +186,7 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 	if err != nil {
 		return Inventory{}, err
 	}
-	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, CountedNodes: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Overhead: map[string]int{}, TimeSliced: map[string]int{}, NodeLabels: map[string]bool{}, Plain: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]report.FreeShare{}, Groups: map[string]map[string]map[string]int{}, Published: map[string]map[string]int{}, Drivers: map[string]int{}}
+	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, CountedNodes: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Overhead: map[string]int{}, TimeSliced: map[string]int{}, NodeLabels: map[string]bool{}, Plain: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]report.FreeShare{}, Groups: map[string]map[string]map[string]int{}, Published: map[string]map[string]int{}, Drivers: map[string]int{}, FreeOnNode: map[string]map[string]int{}, NodeLabelsOf: map[string]map[string]string{}}
 	shares := map[string]report.FreeShare{}
 	for _, f := range snap.FreeShares(gpu.CapacityMemory) {
 		shares[f.Driver+"/"+f.Pool+"/"+f.Device] = f
@@ -241,6 +241,12 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 				continue
 			}
 			inv.Devices[tier]++
+			if node := ptr.Deref(sl.Spec.NodeName, ""); node != "" {
+				if inv.FreeOnNode[tier] == nil {
+					inv.FreeOnNode[tier] = map[string]int{}
+				}
+				inv.FreeOnNode[tier][node]++
+			}
 			inv.addToGroups(tier, sl.Spec.Pool.Name, &sl.Spec.Devices[i])
 			if len(sl.Spec.Devices[i].ConsumesCounters) > 0 {
 				inv.Partitioned[tier]++
@@ -280,6 +286,7 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 		}
 	}
 	for _, n := range snap.Nodes {
+		inv.NodeLabelsOf[n.Name] = n.Labels
 		for k, v := range n.Labels {
 			inv.NodeLabels[k+"="+v] = true
 		}
@@ -375,11 +382,57 @@ func (inv Inventory) meets(req Requirements) error {
 			missing = append(missing, fmt.Sprintf("devices of the driver %s", d))
 		}
 	}
+	for _, n := range req.Nodes {
+		if got := inv.nodesWith(n.Tier, n.Devices); got < n.count() {
+			missing = append(missing, fmt.Sprintf("%d nodes with %d free %s GPUs each, as a claim's devices are on one node (it has %d: %s)", n.count(), n.Devices, n.Tier, got, perNode(inv.FreeOnNode[n.Tier])))
+		}
+	}
+	if d := req.Domains; d != nil {
+		domains := inv.domains(d.Label, d.Tier)
+		if len(domains) != d.Count || slices.ContainsFunc(slices.Collect(maps.Values(domains)), func(n int) bool { return n != d.Devices }) {
+			missing = append(missing, fmt.Sprintf("exactly %d domains of node label %s with exactly %d free %s GPUs each (it has %s)", d.Count, d.Label, d.Devices, d.Tier, perNode(domains)))
+		}
+	}
 	if len(missing) > 0 {
 		return fmt.Errorf("%w: it needs %s; the cluster has DRA GPUs %v (partitioned %v, shared %v, fabric-attached %v) and counted GPUs %v",
 			ErrUnmet, strings.Join(missing, ", "), inv.Devices, inv.Partitioned, inv.Shared, inv.Attached, inv.Counted)
 	}
 	return nil
+}
+
+// nodesWith counts the nodes with at least n free DRA GPUs of tier.
+func (inv Inventory) nodesWith(tier string, n int) int {
+	count := 0
+	for _, free := range inv.FreeOnNode[tier] {
+		if free >= n {
+			count++
+		}
+	}
+	return count
+}
+
+// domains counts the free DRA GPUs of tier by the value of a node label;
+// a node without the label is in no domain.
+func (inv Inventory) domains(label, tier string) map[string]int {
+	out := map[string]int{}
+	for node, free := range inv.FreeOnNode[tier] {
+		if v, ok := inv.NodeLabelsOf[node][label]; ok {
+			out[v] += free
+		}
+	}
+	return out
+}
+
+// perNode says a count per node (or domain): "n1 8, n2 2", or "none".
+func perNode(counts map[string]int) string {
+	var words []string
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		words = append(words, fmt.Sprintf("%s %d", k, counts[k]))
+	}
+	if len(words) == 0 {
+		return "none"
+	}
+	return strings.Join(words, ", ")
 }
 
 // serves checks that the API server serves each resource.
@@ -589,13 +642,20 @@ func (r *run) apply(ctx context.Context, obj *unstructured.Unstructured) error {
 	}
 	labels[LabelManagedBy] = fieldManager
 	obj.SetLabels(labels)
-	a := kubeapply.Applier{Dynamic: r.Dynamic, Mapper: r.Mapper, FieldManager: fieldManager,
+	a := kubeapply.Applier{Dynamic: r.Dynamic, Mapper: r.Mapper, FieldManager: fieldManager, RefuseDropped: true,
 		Owned: func(existing *unstructured.Unstructured) bool {
 			return existing.GetLabels()[LabelManagedBy] == fieldManager
 		}}
 	clusterScoped, err := a.Apply(ctx, obj, r.ns)
-	if clusterScoped && err == nil {
+	var dropped *kubeapply.DroppedError
+	if clusterScoped && (err == nil || errors.As(err, &dropped)) {
 		r.clusterObjects = append(r.clusterObjects, obj)
+	}
+	// A field the cluster's API server drops is a feature the cluster
+	// does not have: the scenario cannot run here, which is not its
+	// failure.
+	if errors.As(err, &dropped) {
+		return fmt.Errorf("%w: %w", ErrUnmet, dropped)
 	}
 	return err
 }

@@ -102,12 +102,39 @@ type Requirements struct {
 	// (nodeAllocatableResources: a host-memory overhead), which needs the
 	// DRANodeAllocatableResources gate (lab/examples/frontier.yaml).
 	OverheadTiers []string `json:"overheadTiers,omitempty"`
+	// Nodes are GPUs the scenario needs on one node, since a claim's
+	// devices are all on one node: {tier: h100, devices: 3} for a claim
+	// of three H100s; count: 2 for two such nodes.
+	Nodes []NodeRequirement `json:"nodes,omitempty"`
+	// Domains is the shape of the topology domains a scenario needs:
+	// exactly Count domains of a node label with free GPUs of a tier,
+	// each with exactly Devices (a gang that must fill one whole).
+	Domains *DomainRequirement `json:"domains,omitempty"`
 	// Features names the Kubernetes features the scenario exercises.
 	Features []string `json:"features,omitempty"`
 	// Resources the API server must serve, as resource.group/version:
 	// podgroups.scheduling.k8s.io/v1beta1 for the Workload API, which is
 	// off by default (lab/examples/workloads.yaml switches it on).
 	Resources []string `json:"resources,omitempty"`
+}
+
+// NodeRequirement asks for Count nodes (1 unless set) with at least
+// Devices free DRA GPUs of Tier each.
+type NodeRequirement struct {
+	Tier    string `json:"tier"`
+	Devices int    `json:"devices"`
+	Count   int    `json:"count,omitempty"`
+}
+
+func (n NodeRequirement) count() int { return max(n.Count, 1) }
+
+// DomainRequirement asks for exactly Count domains of the node label
+// Label with free DRA GPUs of Tier, each with exactly Devices.
+type DomainRequirement struct {
+	Label   string `json:"label"`
+	Tier    string `json:"tier"`
+	Count   int    `json:"count"`
+	Devices int    `json:"devices"`
 }
 
 // Step is one action and what must hold once the cluster has settled.
@@ -675,6 +702,32 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 	checkTiers(field.NewPath("requires", "plainTiers"), s.Requires.PlainTiers)
 	checkTiers(field.NewPath("requires", "overheadTiers"), s.Requires.OverheadTiers)
 	checkTiers(field.NewPath("requires", "timeSlicedTiers"), s.Requires.TimeSlicedTiers)
+	for i, n := range s.Requires.Nodes {
+		np := field.NewPath("requires", "nodes").Index(i)
+		checkTier(np.Child("tier"), n.Tier)
+		if n.Tier == "" {
+			errs = append(errs, field.Required(np.Child("tier"), ""))
+		}
+		if n.Devices < 1 {
+			errs = append(errs, field.Invalid(np.Child("devices"), n.Devices, "how many free GPUs one node needs, at least 1"))
+		}
+		if n.Count < 0 {
+			errs = append(errs, field.Invalid(np.Child("count"), n.Count, "must not be negative"))
+		}
+	}
+	if d := s.Requires.Domains; d != nil {
+		dp := field.NewPath("requires", "domains")
+		checkTier(dp.Child("tier"), d.Tier)
+		for _, msg := range validation.IsQualifiedName(d.Label) {
+			errs = append(errs, field.Invalid(dp.Child("label"), d.Label, "a node label: "+msg))
+		}
+		if d.Tier == "" {
+			errs = append(errs, field.Required(dp.Child("tier"), ""))
+		}
+		if d.Count < 1 || d.Devices < 1 {
+			errs = append(errs, field.Invalid(dp, fmt.Sprintf("count %d, devices %d", d.Count, d.Devices), "count and devices are at least 1"))
+		}
+	}
 	for i, l := range s.Requires.NodeLabels {
 		lp := field.NewPath("requires", "nodeLabels").Index(i)
 		k, v, ok := strings.Cut(l, "=")

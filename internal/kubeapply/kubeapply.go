@@ -11,6 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -48,6 +51,9 @@ type Applier struct {
 	// is it applied over; any other is left as it is, and Apply fails
 	// with ErrNotOwned.
 	Owned func(existing *unstructured.Unstructured) bool
+	// RefuseDropped makes Apply fail with a *DroppedError when the API
+	// server took the object without some of its fields.
+	RefuseDropped bool
 }
 
 // ErrNotOwned means a cluster-scoped object of the same name already
@@ -71,7 +77,8 @@ func (a *Applier) Apply(ctx context.Context, obj *unstructured.Unstructured, nam
 	} else {
 		clusterScoped = true
 	}
-	_, err = res.Create(ctx, obj, metav1.CreateOptions{FieldManager: a.FieldManager, FieldValidation: "Strict"})
+	var got *unstructured.Unstructured
+	got, err = res.Create(ctx, obj, metav1.CreateOptions{FieldManager: a.FieldManager, FieldValidation: "Strict"})
 	if apierrors.IsAlreadyExists(err) && clusterScoped && a.Owned != nil {
 		existing, gerr := res.Get(ctx, obj.GetName(), metav1.GetOptions{})
 		if gerr != nil {
@@ -82,7 +89,87 @@ func (a *Applier) Apply(ctx context.Context, obj *unstructured.Unstructured, nam
 		}
 	}
 	if apierrors.IsAlreadyExists(err) {
-		_, err = res.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: a.FieldManager, Force: true})
+		got, err = res.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: a.FieldManager, Force: true})
+	}
+	if err == nil && a.RefuseDropped {
+		if paths := Dropped(obj, got); len(paths) > 0 {
+			return clusterScoped, &DroppedError{Kind: obj.GetKind(), Name: obj.GetName(), Paths: paths}
+		}
 	}
 	return clusterScoped, err
+}
+
+// DroppedError is an object the API server took without some of its
+// fields: a field whose feature gate is off is dropped, not refused.
+type DroppedError struct {
+	Kind, Name string
+	// Paths are the dropped fields, as spec.devices.requests[0].exactly.derivedAttributes.
+	Paths []string
+}
+
+func (e *DroppedError) Error() string {
+	return fmt.Sprintf("the API server dropped %s of %s %s: the feature gate that field needs is off on this cluster", strings.Join(e.Paths, ", "), e.Kind, e.Name)
+}
+
+// Dropped lists the fields of sent, outside metadata and status, that got
+// (what the API server returned) lacks. A field sent empty (false, 0, "",
+// an empty list or map) is not looked for: the server omits those.
+func Dropped(sent, got *unstructured.Unstructured) []string {
+	if got == nil {
+		return nil
+	}
+	var out []string
+	var walk func(path string, s, g any)
+	walk = func(path string, s, g any) {
+		switch sv := s.(type) {
+		case map[string]any:
+			gv, _ := g.(map[string]any)
+			for _, k := range slices.Sorted(maps.Keys(sv)) {
+				p := k
+				if path != "" {
+					p = path + "." + k
+				}
+				if path == "" && (k == "metadata" || k == "status" || k == "apiVersion" || k == "kind") {
+					continue
+				}
+				gk, ok := gv[k]
+				if !ok {
+					if !empty(sv[k]) {
+						out = append(out, p)
+					}
+					continue
+				}
+				walk(p, sv[k], gk)
+			}
+		case []any:
+			gv, _ := g.([]any)
+			for i := range min(len(sv), len(gv)) {
+				walk(fmt.Sprintf("%s[%d]", path, i), sv[i], gv[i])
+			}
+		}
+	}
+	walk("", sent.Object, got.Object)
+	return out
+}
+
+// empty tells a value a server omits: false, 0, "", or an empty list or
+// map.
+func empty(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return true
+	case bool:
+		return !x
+	case string:
+		return x == ""
+	case int64:
+		return x == 0
+	case float64:
+		return x == 0
+	case []any:
+		return len(x) == 0
+	case map[string]any:
+		return len(x) == 0
+	}
+	return false
 }

@@ -2,14 +2,21 @@ package scenarios
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/gpu"
@@ -68,5 +75,31 @@ func TestTaintAllocatedRefusesADeviceAnotherHolds(t *testing.T) {
 	}
 	if err := r.onlyOurs(ctx, rows); err != nil {
 		t.Errorf("onlyOurs for gpu-0, which only the scenario's claim holds: %v", err)
+	}
+}
+
+// A manifest field the cluster's API server drops (its feature gate is
+// off there) makes the scenario unmet, naming the field, not failed.
+func TestDroppedFieldIsUnmet(t *testing.T) {
+	scheme := runtime.NewScheme()
+	dyn := dynamicfake.NewSimpleDynamicClient(scheme)
+	dyn.PrependReactor("create", "resourceclaimtemplates", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		obj := a.(k8stesting.CreateAction).GetObject().(*unstructured.Unstructured).DeepCopy()
+		unstructured.RemoveNestedField(obj.Object, "spec", "spec", "devices", "constraints")
+		return true, obj, nil
+	})
+	gvk := schema.GroupVersionKind{Group: "resource.k8s.io", Version: "v1", Kind: "ResourceClaimTemplate"}
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(gvk, meta.RESTScopeNamespace)
+	r := &run{Runner: &Runner{Dynamic: dyn, Mapper: mapper}, ns: "dralab-x"}
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": map[string]any{"name": "pair"},
+		"spec": map[string]any{"spec": map[string]any{"devices": map[string]any{
+			"constraints": []any{map[string]any{"matchAttribute": "derived/numa"}},
+		}}},
+	}}
+	err := r.apply(context.Background(), obj)
+	if !errors.Is(err, ErrUnmet) || !strings.Contains(err.Error(), "dropped spec.spec.devices.constraints of ResourceClaimTemplate pair") {
+		t.Fatalf("apply with a field the server drops = %v; want ErrUnmet naming the field", err)
 	}
 }
