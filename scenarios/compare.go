@@ -61,6 +61,64 @@ type Inventory struct {
 	// NodeLabelsOf are each node's labels, for requirements per domain
 	// of a node label.
 	NodeLabelsOf map[string]map[string]string
+	// Free lists every free, untainted device on a node, of any driver:
+	// for counts of pairs across drivers.
+	Free []FreeDevice
+}
+
+// FreeDevice is a free device on a node, with its attributes' plain
+// values by qualified name (domain/name) and the DeviceClasses it is one
+// of.
+type FreeDevice struct {
+	Driver, Node string
+	// Tier is the GPU's tier, "" for any other device.
+	Tier       string
+	Attributes map[string]string
+	Classes    map[string]bool
+}
+
+// PairsOf counts, node by node and value by value, how many pairs of a
+// free GPU of p.Tier and a free device of the class p.Class agree on the
+// attributes p names: on each node and value, the fewer of the two.
+func (inv Inventory) PairsOf(p *Pairs) int {
+	gpus, others := inv.pairSides(p)
+	n := 0
+	for k, g := range gpus {
+		n += min(g, others[k])
+	}
+	return n
+}
+
+// pairSides counts the free GPUs of p.Tier and the free devices of
+// p.Class by node and attribute value, leaving out the values p
+// excepts.
+func (inv Inventory) pairSides(p *Pairs) (gpus, others map[string]int) {
+	gpus, others = map[string]int{}, map[string]int{}
+	for _, d := range inv.Free {
+		switch {
+		case d.Tier == p.Tier && d.Tier != "":
+			if v, ok := d.Attributes[p.Attribute]; ok && !slices.Contains(p.Except, v) {
+				gpus[d.Node+"/"+v]++
+			}
+		case d.Tier == "" && d.Classes[p.Class]:
+			if v, ok := d.Attributes[p.otherAttribute()]; ok && !slices.Contains(p.Except, v) {
+				others[d.Node+"/"+v]++
+			}
+		}
+	}
+	return gpus, others
+}
+
+// NodesOf counts the nodes with at least one free device of the class
+// n.Class whose attribute n.Attribute has the value n.Value.
+func (inv Inventory) NodesOf(n *DeviceNodes) int {
+	nodes := map[string]bool{}
+	for _, d := range inv.Free {
+		if d.Classes[n.Class] && d.Attributes[n.Attribute] == n.Value {
+			nodes[d.Node] = true
+		}
+	}
+	return len(nodes)
 }
 
 // Resolve turns a count into a number.
@@ -88,6 +146,12 @@ func (inv Inventory) Resolve(c *Count) int {
 		for _, free := range inv.Groups[g.Tier][g.Attribute] {
 			n += free / g.Size
 		}
+	}
+	if c.PairsOf != nil {
+		n += inv.PairsOf(c.PairsOf)
+	}
+	if c.NodesOf != nil {
+		n += inv.NodesOf(c.NodesOf)
 	}
 	if sh := c.SharesOf; sh != nil {
 		want := resource.MustParse(sh.Memory) // validated when parsed

@@ -3,16 +3,20 @@ package scenarios
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/fakegpu"
+	"github.com/dralab/dralab/drivers/fakenic"
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/drivers/kit"
 )
 
 // A scenario that needs fabric-attached GPUs is unmet, with the reason,
@@ -139,5 +143,116 @@ func TestRequirementsPerNodeAndDomain(t *testing.T) {
 	inv.NodeLabelsOf["c"] = map[string]string{"domain": "d2"}
 	if err := inv.meets(domains); !errors.Is(err, ErrUnmet) || !strings.Contains(err.Error(), "(it has d1 2, d2 4)") {
 		t.Errorf("a domain of 4 where the gang needs exactly 2: %v; want unmet, counting per domain", err)
+	}
+}
+
+// slicesOf publishes a node's fake GPUs and NICs as the drivers do.
+func slicesOf(t *testing.T, node, gpuProfile string, gpus int, nicProfile string, nics int) []runtime.Object {
+	t.Helper()
+	ctx := context.Background()
+	slice := func(driver string, devs []kit.Device) *resourceapi.ResourceSlice {
+		sl := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node + "-" + driver}, Spec: resourceapi.ResourceSliceSpec{
+			Driver: driver, NodeName: ptr.To(node), Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1}}}
+		for _, d := range devs {
+			sl.Spec.Devices = append(sl.Spec.Devices, d.API)
+		}
+		return sl
+	}
+	var out []runtime.Object
+	if gpus > 0 {
+		p, err := fakegpu.LookupProfile(gpuProfile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		devs, err := (&fakegpu.Inventory{Node: node, Profile: p, Count: gpus}).Devices(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, slice(gpu.DriverName, devs))
+	}
+	if nics > 0 {
+		p, err := fakenic.LookupProfile(nicProfile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		devs, err := (&fakenic.Inventory{Node: node, Profile: p, Count: nics}).Devices(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, slice(fakenic.DriverName, devs))
+	}
+	return out
+}
+
+// nicClasses are the NIC driver's DeviceClasses.
+func nicClasses() []runtime.Object {
+	var out []runtime.Object
+	for _, c := range fakenic.DeviceClasses() {
+		out = append(out, &c)
+	}
+	return out
+}
+
+// Pairs across two drivers are counted per node and per value, from
+// what is free: gpu-nic-pair's and derived-alignment's counts follow the
+// cluster's shape instead of gpu-nic.yaml's.
+func TestInventoryCountsPairsAcrossDrivers(t *testing.T) {
+	ctx := context.Background()
+	pcie := &Pairs{Tier: "l4", Attribute: "resource.kubernetes.io/pcieRoot", Class: fakenic.ClassRDMA}
+	numa := &Pairs{Tier: "h100", Attribute: "gpu.dralab.dev/numa", Class: fakenic.ClassRDMA, ClassAttribute: "resource.kubernetes.io/numaNode", Except: []string{"0"}}
+	numa0 := &DeviceNodes{Class: fakenic.ClassRDMA, Attribute: "resource.kubernetes.io/numaNode", Value: "0"}
+
+	// Four L4s, two under each of two roots, and two NICs under the first
+	// root; eight H100s and eight NICs, four of each per NUMA node; two
+	// NICs without RDMA, not of the class the pairs ask for.
+	objs := slices.Concat(nicClasses(), slicesOf(t, "l4-nic", "l4-24gb", 4, "cx6dx-100g", 2), slicesOf(t, "h100-a", "h100-80gb", 8, "cx7-400g", 8), slicesOf(t, "cpu-nic", "", 0, "x710-10g", 2))
+	inv, err := (&Runner{Client: fake.NewClientset(objs...)}).inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := inv.PairsOf(pcie); got != 2 {
+		t.Errorf("L4-NIC pairs under one root = %d, want 2 (two L4s and two NICs under the first root, none under the second)", got)
+	}
+	if got := inv.PairsOf(numa); got != 4 {
+		t.Errorf("H100-NIC pairs on a NUMA node other than 0 = %d, want 4", got)
+	}
+	if got := inv.NodesOf(numa0); got != 2 {
+		t.Errorf("nodes with a free NUMA-0 RDMA NIC = %d, want 2 (the X710s have no RDMA)", got)
+	}
+	req := Requirements{Pairs: []PairRequirement{{Pairs: *pcie, Spare: true}, {Pairs: *numa, Spare: true}}}
+	if err := inv.meets(req); err != nil {
+		t.Errorf("meets = %v, want met", err)
+	}
+
+	// A claim holds the first NIC: one pair is left under the first root.
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "held", Namespace: "other"},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+			Results: []resourceapi.DeviceRequestAllocationResult{{Request: "nic", Driver: fakenic.DriverName, Pool: "l4-nic", Device: "nic-0"}}}}}}
+	inv, err = (&Runner{Client: fake.NewClientset(append(objs, claim)...)}).inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := inv.PairsOf(pcie); got != 1 {
+		t.Errorf("with a NIC held, L4-NIC pairs = %d, want 1", got)
+	}
+
+	// Two L4s and two NICs under one root: pairs, but no spare L4 for the
+	// pod that is to wait for its constraint.
+	inv, err = (&Runner{Client: fake.NewClientset(slices.Concat(nicClasses(), slicesOf(t, "l4-nic", "l4-24gb", 2, "cx6dx-100g", 2))...)}).inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = inv.meets(Requirements{Pairs: []PairRequirement{{Pairs: *pcie, Spare: true}}})
+	if !errors.Is(err, ErrUnmet) || !strings.Contains(err.Error(), "more free l4 GPUs than the 2 that have a free rdma.nic.dralab.dev device agreeing on resource.kubernetes.io/pcieRoot beside them (it has 2)") {
+		t.Errorf("meets = %v, want unmet for want of a spare L4", err)
+	}
+	// NICs without RDMA only: no pair.
+	inv, err = (&Runner{Client: fake.NewClientset(slices.Concat(nicClasses(), slicesOf(t, "l4-nic", "l4-24gb", 2, "x710-10g", 2))...)}).inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = inv.meets(Requirements{Pairs: []PairRequirement{{Pairs: *pcie}}})
+	if !errors.Is(err, ErrUnmet) || !strings.Contains(err.Error(), "a free l4 GPU and a free rdma.nic.dralab.dev device agreeing on resource.kubernetes.io/pcieRoot on one node") {
+		t.Errorf("meets = %v, want unmet for want of a pair", err)
 	}
 }

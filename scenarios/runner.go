@@ -211,9 +211,19 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 			}
 		}
 	}
+	freeOf := map[string]map[string]bool{gpu.DriverName: free}
 	for _, sl := range snap.Slices {
 		inv.Drivers[sl.Spec.Driver] += len(sl.Spec.Devices)
 		if sl.Spec.Driver != gpu.DriverName {
+			if freeOf[sl.Spec.Driver] == nil {
+				freeOf[sl.Spec.Driver] = snap.FreeDevices(sl.Spec.Driver)
+			}
+			for i := range sl.Spec.Devices {
+				d := &sl.Spec.Devices[i]
+				if freeOf[sl.Spec.Driver][sl.Spec.Driver+"/"+sl.Spec.Pool.Name+"/"+d.Name] && len(snap.Taints(sl.Spec.Driver, sl.Spec.Pool.Name, d)) == 0 {
+					inv.addFree(ctx, snap, &sl, d, "")
+				}
+			}
 			continue
 		}
 		for i := range sl.Spec.Devices {
@@ -241,6 +251,7 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 				continue
 			}
 			inv.Devices[tier]++
+			inv.addFree(ctx, snap, &sl, &sl.Spec.Devices[i], tier)
 			if node := ptr.Deref(sl.Spec.NodeName, ""); node != "" {
 				if inv.FreeOnNode[tier] == nil {
 					inv.FreeOnNode[tier] = map[string]int{}
@@ -303,6 +314,35 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 		}
 	}
 	return inv, nil
+}
+
+// addFree lists a free device on a node, its attributes by qualified
+// name and the DeviceClasses it is one of; a device of no one node's pool
+// is in no pair.
+func (inv *Inventory) addFree(ctx context.Context, snap *report.Snapshot, sl *resourceapi.ResourceSlice, d *resourceapi.Device, tier string) {
+	node := ptr.Deref(sl.Spec.NodeName, "")
+	if node == "" {
+		return
+	}
+	classes := map[string]bool{}
+	for name := range snap.Classes {
+		if snap.InClass(ctx, name, sl, d) {
+			classes[name] = true
+		}
+	}
+	attrs := map[string]string{}
+	for name, a := range d.Attributes {
+		v, ok := devices.AttributeString(a)
+		if !ok {
+			continue
+		}
+		q := string(name)
+		if !strings.Contains(q, "/") {
+			q = sl.Spec.Driver + "/" + q
+		}
+		attrs[q] = v
+	}
+	inv.Free = append(inv.Free, FreeDevice{Driver: sl.Spec.Driver, Node: node, Tier: tier, Attributes: attrs, Classes: classes})
 }
 
 // addToGroups counts a free device of tier in the groups of each of its
@@ -387,6 +427,21 @@ func (inv Inventory) meets(req Requirements) error {
 			missing = append(missing, fmt.Sprintf("%d nodes with %d free %s GPUs each, as a claim's devices are on one node (it has %d: %s)", n.count(), n.Devices, n.Tier, got, perNode(inv.FreeOnNode[n.Tier])))
 		}
 	}
+	for _, p := range req.Pairs {
+		pairs := inv.PairsOf(&p.Pairs)
+		gpus := 0
+		for _, d := range inv.Free {
+			if d.Tier == p.Tier {
+				gpus++
+			}
+		}
+		switch {
+		case pairs == 0:
+			missing = append(missing, fmt.Sprintf("a free %s GPU and a free %s device agreeing on %s on one node", p.Tier, p.Class, pairAttributes(&p.Pairs)))
+		case p.Spare && gpus <= pairs:
+			missing = append(missing, fmt.Sprintf("more free %s GPUs than the %d that have a free %s device agreeing on %s beside them (it has %d)", p.Tier, pairs, p.Class, pairAttributes(&p.Pairs), gpus))
+		}
+	}
 	if d := req.Domains; d != nil {
 		domains := inv.domains(d.Label, d.Tier)
 		if len(domains) != d.Count || slices.ContainsFunc(slices.Collect(maps.Values(domains)), func(n int) bool { return n != d.Devices }) {
@@ -398,6 +453,18 @@ func (inv Inventory) meets(req Requirements) error {
 			ErrUnmet, strings.Join(missing, ", "), inv.Devices, inv.Partitioned, inv.Shared, inv.Attached, inv.Counted)
 	}
 	return nil
+}
+
+// pairAttributes names the attributes a pair agrees on.
+func pairAttributes(p *Pairs) string {
+	s := p.Attribute
+	if p.ClassAttribute != "" {
+		s += " (" + p.ClassAttribute + " on the other)"
+	}
+	if len(p.Except) > 0 {
+		s += fmt.Sprintf(", other than %v", p.Except)
+	}
+	return s
 }
 
 // nodesWith counts the nodes with at least n free DRA GPUs of tier.

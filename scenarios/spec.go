@@ -110,12 +110,24 @@ type Requirements struct {
 	// exactly Count domains of a node label with free GPUs of a tier,
 	// each with exactly Devices (a gang that must fill one whole).
 	Domains *DomainRequirement `json:"domains,omitempty"`
+	// Pairs asks for pairs of a GPU and another driver's device that
+	// agree on an attribute on one node.
+	Pairs []PairRequirement `json:"pairs,omitempty"`
 	// Features names the Kubernetes features the scenario exercises.
 	Features []string `json:"features,omitempty"`
 	// Resources the API server must serve, as resource.group/version:
 	// podgroups.scheduling.k8s.io/v1beta1 for the Workload API, which is
 	// off by default (lab/examples/workloads.yaml switches it on).
 	Resources []string `json:"resources,omitempty"`
+}
+
+// PairRequirement asks for at least one pair of a free GPU and a free
+// device of another driver whose attributes agree on one node and, with
+// Spare, for more free GPUs of the tier than pairs: a pod that then
+// waits, waits for its constraint, not for a GPU.
+type PairRequirement struct {
+	Pairs `json:",inline"`
+	Spare bool `json:"spare,omitempty"`
 }
 
 // NodeRequirement asks for Count nodes (1 unless set) with at least
@@ -304,6 +316,15 @@ type Count struct {
 	// attribute's value on one node: the claims a matchAttribute
 	// constraint can still be met for.
 	GroupsOf *Groups `json:"groupsOf,omitempty"`
+	// PairsOf counts the pairs, on one node, of a free GPU of a tier and a
+	// free device of another driver's DeviceClass that agree on an
+	// attribute: the claims a matchAttribute across the two can still be
+	// met for.
+	PairsOf *Pairs `json:"pairsOf,omitempty"`
+	// NodesOf counts the nodes with a free device of a DeviceClass whose
+	// attribute has a value: the claims for all of them (allocationMode
+	// All) that can be met.
+	NodesOf *DeviceNodes `json:"nodesOf,omitempty"`
 	// DivideBy divides the sum of the above (rounding down) before Plus
 	// is added: {groupsOf: …, divideBy: 2, plus: 1} is more than half.
 	DivideBy int `json:"divideBy,omitempty"`
@@ -318,6 +339,43 @@ type Groups struct {
 	// Attribute is the attribute's name as the driver's ResourceSlices
 	// spell it: qualified for another domain than the driver's.
 	Attribute string `json:"attribute"`
+}
+
+// Pairs is a number of pairs of a GPU and a device of another driver on
+// one node whose attributes agree:
+//
+//	{tier: l4, attribute: resource.kubernetes.io/pcieRoot, class: rdma.nic.dralab.dev}
+//	{tier: h100, attribute: gpu.dralab.dev/numa, class: rdma.nic.dralab.dev,
+//	 classAttribute: resource.kubernetes.io/numaNode, except: ["0"]}
+type Pairs struct {
+	Tier string `json:"tier"`
+	// Attribute is the GPU's attribute, qualified (domain/name).
+	Attribute string `json:"attribute"`
+	// Class is the DeviceClass of the other device of each pair, as the
+	// claim asks for it.
+	Class string `json:"class"`
+	// ClassAttribute is the other device's attribute, qualified; the
+	// GPU's Attribute unless set (two drivers may name a value apart).
+	ClassAttribute string `json:"classAttribute,omitempty"`
+	// Except leaves out the pairs on these values (the ones a step's
+	// other pods take first).
+	Except []string `json:"except,omitempty"`
+}
+
+func (p *Pairs) otherAttribute() string {
+	if p.ClassAttribute != "" {
+		return p.ClassAttribute
+	}
+	return p.Attribute
+}
+
+// DeviceNodes is a number of nodes with a free device of a DeviceClass
+// whose attribute has a value: {class: rdma.nic.dralab.dev, attribute:
+// resource.kubernetes.io/numaNode, value: "0"}.
+type DeviceNodes struct {
+	Class     string `json:"class"`
+	Attribute string `json:"attribute"`
+	Value     string `json:"value"`
 }
 
 // Shares is a number of shares of GPUs that several claims share:
@@ -341,7 +399,7 @@ func (c *Count) UnmarshalJSON(data []byte) error {
 		err = errors.Join(strict...)
 	}
 	if err != nil {
-		return fmt.Errorf("a count is a number or {devicesOf, countedOf, countedNodesOf, partitionsOf, partitionedOf, sharesOf, groupsOf, divideBy, plus}: %w", err)
+		return fmt.Errorf("a count is a number or {devicesOf, countedOf, countedNodesOf, partitionsOf, partitionedOf, sharesOf, groupsOf, pairsOf, nodesOf, divideBy, plus}: %w", err)
 	}
 	*c = Count(p)
 	return nil
@@ -403,6 +461,24 @@ func (c *Count) String() string {
 			s += " + "
 		}
 		s += fmt.Sprintf("groups of %d free %s GPUs sharing %s", g.Size, g.Tier, g.Attribute)
+	}
+	if p := c.PairsOf; p != nil {
+		if s != "" {
+			s += " + "
+		}
+		s += fmt.Sprintf("pairs of a free %s GPU and a free %s device agreeing on %s", p.Tier, p.Class, p.Attribute)
+		if p.ClassAttribute != "" {
+			s += " and " + p.ClassAttribute
+		}
+		if len(p.Except) > 0 {
+			s += fmt.Sprintf(" but %v", p.Except)
+		}
+	}
+	if n := c.NodesOf; n != nil {
+		if s != "" {
+			s += " + "
+		}
+		s += fmt.Sprintf("nodes with a free %s device whose %s is %q", n.Class, n.Attribute, n.Value)
 	}
 	if c.DivideBy > 1 {
 		s = "(" + s + ") / " + fmt.Sprint(c.DivideBy)
@@ -632,8 +708,20 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 		if c.N != nil && *c.N < 0 {
 			errs = append(errs, field.Invalid(p, *c.N, "must not be negative"))
 		}
-		if c.N == nil && len(c.DevicesOf) == 0 && len(c.CountedOf) == 0 && len(c.CountedNodesOf) == 0 && len(c.PartitionsOf) == 0 && len(c.PartitionedOf) == 0 && c.SharesOf == nil && c.GroupsOf == nil {
-			errs = append(errs, field.Required(p, "a number, or devicesOf/countedOf/countedNodesOf/partitionsOf/partitionedOf/sharesOf/groupsOf"))
+		if c.N == nil && len(c.DevicesOf) == 0 && len(c.CountedOf) == 0 && len(c.CountedNodesOf) == 0 && len(c.PartitionsOf) == 0 && len(c.PartitionedOf) == 0 && c.SharesOf == nil && c.GroupsOf == nil && c.PairsOf == nil && c.NodesOf == nil {
+			errs = append(errs, field.Required(p, "a number, or devicesOf/countedOf/countedNodesOf/partitionsOf/partitionedOf/sharesOf/groupsOf/pairsOf/nodesOf"))
+		}
+		if pr := c.PairsOf; pr != nil {
+			checkTier(p.Child("pairsOf", "tier"), pr.Tier)
+			errs = append(errs, validPairs(p.Child("pairsOf"), pr)...)
+		}
+		if n := c.NodesOf; n != nil {
+			np := p.Child("nodesOf")
+			errs = append(errs, validClass(np.Child("class"), n.Class)...)
+			errs = append(errs, validAttribute(np.Child("attribute"), n.Attribute)...)
+			if n.Value == "" {
+				errs = append(errs, field.Required(np.Child("value"), "the attribute's value, e.g. \"0\""))
+			}
 		}
 		checkTiers(p.Child("partitionedOf"), c.PartitionedOf)
 		if g := c.GroupsOf; g != nil {
@@ -743,9 +831,11 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 		}
 	}
 	for i, d := range s.Requires.Drivers {
-		if msgs := validation.IsDNS1123Subdomain(d); len(msgs) > 0 || !strings.Contains(d, ".") {
-			errs = append(errs, field.Invalid(field.NewPath("requires", "drivers").Index(i), d, "a driver's name, a DNS subdomain such as nic.dralab.dev"))
-		}
+		errs = append(errs, validDriver(field.NewPath("requires", "drivers").Index(i), d)...)
+	}
+	for i, pr := range s.Requires.Pairs {
+		checkTier(field.NewPath("requires", "pairs").Index(i).Child("tier"), pr.Tier)
+		errs = append(errs, validPairs(field.NewPath("requires", "pairs").Index(i), &pr.Pairs)...)
 	}
 	for i, r := range s.Requires.Resources {
 		if _, err := ParseResource(r); err != nil {
@@ -960,4 +1050,46 @@ func ParseResource(s string) (schema.GroupVersionResource, error) {
 // runner with GPUFaults.
 func (s *Scenario) FailsGPUs() bool {
 	return slices.ContainsFunc(s.Steps, func(st Step) bool { return st.FailGPU != nil })
+}
+
+// validPairs checks a count or requirement of pairs.
+func validPairs(p *field.Path, pr *Pairs) field.ErrorList {
+	var errs field.ErrorList
+	if pr.Tier == "" {
+		errs = append(errs, field.Required(p.Child("tier"), ""))
+	}
+	errs = append(errs, validClass(p.Child("class"), pr.Class)...)
+	errs = append(errs, validAttribute(p.Child("attribute"), pr.Attribute)...)
+	if pr.ClassAttribute != "" {
+		errs = append(errs, validAttribute(p.Child("classAttribute"), pr.ClassAttribute)...)
+	}
+	return errs
+}
+
+// validDriver checks a driver's name.
+func validDriver(p *field.Path, d string) field.ErrorList {
+	if msgs := validation.IsDNS1123Subdomain(d); len(msgs) > 0 || !strings.Contains(d, ".") {
+		return field.ErrorList{field.Invalid(p, d, "a driver's name, a DNS subdomain such as nic.dralab.dev")}
+	}
+	return nil
+}
+
+// validClass checks a DeviceClass's name.
+func validClass(p *field.Path, c string) field.ErrorList {
+	if c == "" {
+		return field.ErrorList{field.Required(p, "a DeviceClass, e.g. rdma.nic.dralab.dev")}
+	}
+	if msgs := validation.IsDNS1123Subdomain(c); len(msgs) > 0 {
+		return field.ErrorList{field.Invalid(p, c, "a DeviceClass's name: "+strings.Join(msgs, "; "))}
+	}
+	return nil
+}
+
+// validAttribute checks a qualified attribute name, domain/name.
+func validAttribute(p *field.Path, a string) field.ErrorList {
+	domain, name, ok := strings.Cut(a, "/")
+	if !ok || len(validation.IsDNS1123Subdomain(domain)) > 0 || name == "" || len(validation.IsCIdentifier(name)) > 0 {
+		return field.ErrorList{field.Invalid(p, a, "a qualified attribute name, domain/name, e.g. resource.kubernetes.io/pcieRoot")}
+	}
+	return nil
 }

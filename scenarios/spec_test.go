@@ -60,6 +60,10 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		"hold within backoff":    {head + "steps: [{name: a, apply: [pod.yaml], holdsFor: 5s, expect: [{pods: p, phase: Pending}]}]\n", []string{"steps[0].holdsFor", "maximum backoff"}},
 		"hold not a duration":    {head + "steps: [{name: a, apply: [pod.yaml], holdsFor: long, expect: [{pods: p, phase: Pending}]}]\n", []string{"steps[0].holdsFor", "a duration"}},
 		"hold nothing":           {head + "steps: [{name: a, apply: [pod.yaml], holdsFor: 15s}]\n", []string{"steps[0].expect", "holdsFor needs expectations"}},
+		"pairs without class":    {head + "steps: [{name: a, createPods: {manifest: pod.yaml, replicas: {pairsOf: {tier: l4, attribute: resource.kubernetes.io/pcieRoot}}}}]\n", []string{"steps[0].createPods.replicas.pairsOf.class"}},
+		"pairs bare attribute":   {head + "requires: {pairs: [{tier: l4, attribute: pcieRoot, class: rdma.nic.dralab.dev}]}\nsteps: [{name: a, apply: [pod.yaml]}]\n", []string{"requires.pairs[0].attribute", "qualified"}},
+		"pairs unknown tier":     {head + "requires: {pairs: [{tier: t4, attribute: a.b/c, class: rdma.nic.dralab.dev}]}\nsteps: [{name: a, apply: [pod.yaml]}]\n", []string{"requires.pairs[0].tier", `"t4"`}},
+		"nodes without value":    {head + "steps: [{name: a, createPods: {manifest: pod.yaml, replicas: {nodesOf: {class: rdma.nic.dralab.dev, attribute: resource.kubernetes.io/numaNode}}}}]\n", []string{"steps[0].createPods.replicas.nodesOf.value"}},
 		"wrong version":          {strings.Replace(head, "v1alpha1", "v2", 1) + "steps: [{name: a, apply: [pod.yaml]}]\n", []string{"apiVersion"}},
 	}
 	for name, c := range cases {

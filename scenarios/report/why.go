@@ -614,6 +614,19 @@ func (s *Snapshot) matching(ctx context.Context, alt alternative) ([]deviceRef, 
 	return out, nil
 }
 
+// InClass reports whether a device of a slice is one of a DeviceClass's:
+// the class exists and its selectors select the device. A selector that
+// fails on the device (or does not compile) selects nothing, as no claim
+// of the class could be given the device.
+func (s *Snapshot) InClass(ctx context.Context, class string, sl *resourceapi.ResourceSlice, dev *resourceapi.Device) bool {
+	c := s.Classes[class]
+	if c == nil {
+		return false
+	}
+	ok, err := matchesAll(ctx, c.Spec.Selectors, deviceRef{driver: sl.Spec.Driver, pool: sl.Spec.Pool.Name, node: ptr.Deref(sl.Spec.NodeName, ""), dev: dev})
+	return ok && err == nil
+}
+
 // matchesAll reports whether every selector selects the device; a
 // selector that fails on it is a *selectorError.
 func matchesAll(ctx context.Context, selectors []resourceapi.DeviceSelector, d deviceRef) (bool, error) {
