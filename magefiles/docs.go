@@ -21,9 +21,12 @@ func (Docs) Check() error {
 	return sh.RunV("go", "test", "-count=1", "-v", "./docs")
 }
 
-// Screenshot runs the dashboard's and the scenario report's browser tests
-// and keeps the screenshots they take as docs/images/dashboard.png and
-// docs/images/scenario-report.png (needs Chromium: deps:browser).
+// Screenshot takes the docs' pictures from real runs: the prioritized-
+// fallback scenario on the default embedded lab, with the lab's live
+// dashboard open in Chromium once the cluster is full
+// (docs/images/dashboard.png), and that scenario's HTML report as
+// scenario:run writes it (docs/images/scenario-report.png). Needs Chromium
+// (deps:browser); a few minutes, the e2e suite's lab included.
 func (Docs) Screenshot() error {
 	mg.Deps(Deps.Browser)
 	dir, err := os.MkdirTemp("", "dralab-screenshot-")
@@ -31,11 +34,19 @@ func (Docs) Screenshot() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if err := sh.RunWithV(map[string]string{"ARTIFACTS": dir}, "go", "test", "-count=1", "-run", "^(TestDashboardInABrowser|TestScenarioReportInABrowser)$", "./internal/dashboard"); err != nil {
+	env := map[string]string{"ARTIFACTS": dir}
+	if err := sh.RunWithV(env, "go", "test", "-count=1", "-run", "^TestDashboardDuringFallback$", "./e2e"); err != nil {
 		return err
 	}
-	for _, name := range []string{"dashboard.png", "scenario-report.png"} {
-		data, err := os.ReadFile(filepath.Join(dir, name))
+	if err := sh.RunWithV(env, "go", "test", "-count=1", "-run", "^TestScenarios$", "./e2e", "-args", "--labels", "scenario=prioritized-fallback"); err != nil {
+		return err
+	}
+	report := filepath.Join(dir, "scenario-report.png")
+	if err := sh.RunV("go", "run", "./internal/harness/cmd/dralab-harness", "screenshot", filepath.Join(dir, "scenario-prioritized-fallback.html"), report); err != nil {
+		return err
+	}
+	for name, from := range map[string]string{"dashboard.png": filepath.Join(dir, "dashboard-prioritized-fallback.png"), "scenario-report.png": report} {
+		data, err := os.ReadFile(from)
 		if err != nil {
 			return err
 		}

@@ -21,13 +21,23 @@ var targets = map[string]func(ctx context.Context) error{
 	"bench-scale": benchScale,
 }
 
+// withArgs are the targets that take arguments.
+var withArgs = map[string]func(ctx context.Context, args []string) error{
+	"screenshot": screenshot,
+}
+
 func main() {
-	if len(os.Args) != 2 || targets[os.Args[1]] == nil {
-		fmt.Fprintln(os.Stderr, "usage: dralab-harness chart-lint|bench-scale")
+	if len(os.Args) < 2 || targets[os.Args[1]] == nil && withArgs[os.Args[1]] == nil || targets[os.Args[1]] != nil && len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: dralab-harness chart-lint|bench-scale|screenshot PAGE.html OUT.png")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := targets[os.Args[1]](ctx)
+	var err error
+	if run := targets[os.Args[1]]; run != nil {
+		err = run(ctx)
+	} else {
+		err = withArgs[os.Args[1]](ctx, os.Args[2:])
+	}
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "Error:", err)
