@@ -31,8 +31,11 @@ func (Bench) Dashboard() error {
 // of 100 and 500 virtual nodes (DRALAB_BENCH_NODES=10,200 picks others;
 // DRALAB_BENCH_CASES=counting,first-available some cases,
 // DRALAB_BENCH_STATES=empty some states;
-// DRALAB_BENCH_CONTROL_PLANE='{parallelism: 4}' tunes the labs). It prints
-// a table and writes bench-scale.json and bench-scale.svg into $ARTIFACTS
-// (else ~/.cache/dralab/bench). DRALAB_BENCH_UPSTREAM=1 also runs
+// DRALAB_BENCH_CONTROL_PLANE='{parallelism: 4}' tunes the labs;
+// DRALAB_BENCH_RUNS=3 measures every run three times, round after round,
+// and adds medians with their range). It prints a table and writes
+// bench-scale.json and bench-scale.svg into $ARTIFACTS (else
+// ~/.cache/dralab/bench), and bench-scale-summary.json with
+// DRALAB_BENCH_RUNS. DRALAB_BENCH_UPSTREAM=1 also runs
 // scheduler_perf's SchedulingWithResourceClaimTemplate beside the lab.
 func (Bench) Scale(ctx context.Context) error { return harness(ctx, "bench-scale") }

@@ -103,7 +103,7 @@ func ReadJSON(path string) ([]Result, error) {
 func WritePlot(path string, results []Result) error {
 	var groups []string
 	var cases []string
-	values := map[string]map[string]float64{}
+	runs := map[string]map[string][]float64{}
 	for _, r := range results {
 		if r.Source != sourceLab {
 			continue
@@ -115,10 +115,18 @@ func WritePlot(path string, results []Result) error {
 		if !slices.Contains(cases, r.Workload) {
 			cases = append(cases, r.Workload)
 		}
-		if values[r.Workload] == nil {
-			values[r.Workload] = map[string]float64{}
+		if runs[r.Workload] == nil {
+			runs[r.Workload] = map[string][]float64{}
 		}
-		values[r.Workload][g] = r.PodsPerSecond
+		runs[r.Workload][g] = append(runs[r.Workload][g], r.PodsPerSecond)
+	}
+	// Repeated runs are drawn as their median.
+	values := map[string]map[string]float64{}
+	for c, byGroup := range runs {
+		values[c] = map[string]float64{}
+		for g, v := range byGroup {
+			values[c][g] = spreadOf(v).Median
+		}
 	}
 	if len(groups) == 0 {
 		return fmt.Errorf("writing %s: no lab results to plot", path)

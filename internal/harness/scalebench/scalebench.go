@@ -64,6 +64,10 @@ type Options struct {
 	// LeftOut, when set, is told of each run left out and why: a case
 	// of the default set that does not fit a size asked for.
 	LeftOut func(run, why string)
+	// Rounds is how many times every run is measured, each time on a
+	// fresh lab (default 1): round after round, so that a ratio compares
+	// runs of one round.
+	Rounds int
 }
 
 // DefaultNodes are the sizes a run measures unless told otherwise.
@@ -106,6 +110,8 @@ type Result struct {
 	Source string `json:"source"`
 	// Note says what else the run reported, e.g. a gate it missed.
 	Note string `json:"note,omitempty"`
+	// Round is the run's round, from 1, when the runs were repeated.
+	Round int `json:"round,omitempty"`
 }
 
 // Name is a run's name, like scheduler_perf's: first-available/empty_500nodes.
@@ -126,18 +132,26 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	}
 	defer cleanup()
 	var results []Result
-	for _, r := range runs {
-		name := Name(r.workload, r.state, r.nodes)
-		done := func(error) {}
-		if o.Progress != nil {
-			done = o.Progress(name)
+	for round := 1; round <= o.Rounds; round++ {
+		for _, r := range runs {
+			name := Name(r.workload, r.state, r.nodes)
+			if o.Rounds > 1 {
+				name += fmt.Sprintf(" (round %d of %d)", round, o.Rounds)
+			}
+			done := func(error) {}
+			if o.Progress != nil {
+				done = o.Progress(name)
+			}
+			res, err := o.runOne(ctx, r.workload, r.state, shapeOf(r.workload, r.state, r.nodes))
+			done(err)
+			if err != nil {
+				return results, fmt.Errorf("%s: %w", name, err)
+			}
+			if o.Rounds > 1 {
+				res.Round = round
+			}
+			results = append(results, res)
 		}
-		res, err := o.runOne(ctx, r.workload, r.state, shapeOf(r.workload, r.state, r.nodes))
-		done(err)
-		if err != nil {
-			return results, fmt.Errorf("%s: %w", name, err)
-		}
-		results = append(results, res)
 	}
 	CompareWithCounting(results)
 	CompareGangsWithSinglePods(results)
@@ -220,6 +234,9 @@ func (o Options) withDefaults() Options {
 	if o.Workers == 0 {
 		o.Workers = 16
 	}
+	if o.Rounds < 1 {
+		o.Rounds = 1
+	}
 	return o
 }
 
@@ -241,17 +258,18 @@ func CompareGangsWithSinglePods(results []Result) {
 }
 
 // ratioTo sets, in each lab result that field gives a place for, its
-// pods/s over the baseline case's in the same state and size.
+// pods/s over the baseline case's in the same state, size and round.
 func ratioTo(results []Result, baseline string, field func(*Result) *float64) {
+	key := func(r *Result) string { return fmt.Sprintf("%s#%d", Name("", r.State, r.Nodes), r.Round) }
 	base := map[string]float64{}
-	for _, r := range results {
-		if r.Workload == baseline && r.Source == sourceLab {
-			base[Name("", r.State, r.Nodes)] = r.PodsPerSecond
+	for i := range results {
+		if r := &results[i]; r.Workload == baseline && r.Source == sourceLab {
+			base[key(r)] = r.PodsPerSecond
 		}
 	}
 	for i := range results {
 		r := &results[i]
-		if b, f := base[Name("", r.State, r.Nodes)], field(r); b > 0 && f != nil && r.Source == sourceLab {
+		if b, f := base[key(r)], field(r); b > 0 && f != nil && r.Source == sourceLab {
 			*f = r.PodsPerSecond / b
 		}
 	}

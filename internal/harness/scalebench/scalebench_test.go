@@ -1,6 +1,7 @@
 package scalebench
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -325,5 +326,47 @@ func TestPlanLeavesOutWhatDoesNotFit(t *testing.T) {
 	}
 	if _, _, err := plan(Options{Nodes: []int{10}, Cases: []string{CaseGang}}); err == nil || !strings.Contains(err.Error(), "needs at least 16") {
 		t.Errorf("a gang asked for on 10 nodes: %v; want the 16 nodes it needs", err)
+	}
+}
+
+// Repeated runs are summarized as medians to two significant figures with
+// their range, a ratio compares runs of one round, and a ratio whose runs
+// include 1 is marked as no effect.
+func TestSummarizeRounds(t *testing.T) {
+	var results []Result
+	for round, rates := range [][2]float64{{60, 59}, {64, 70}, {57, 55}} {
+		results = append(results,
+			Result{Case: "whole-node/empty_100nodes", Workload: CaseWholeNode, State: StateEmpty, Nodes: 100, Pods: 88, PodsPerSecond: rates[0], CPUSecondsPerPod: 0.031, Source: sourceLab, Round: round + 1},
+			Result{Case: "gang/empty_100nodes", Workload: CaseGang, State: StateEmpty, Nodes: 100, Pods: 88, Groups: 11, PodsPerSecond: rates[1], CPUSecondsPerPod: 0.032, Source: sourceLab, Round: round + 1})
+	}
+	CompareGangsWithSinglePods(results)
+	// Round by round: 59/60, 70/64, 55/57.
+	if got := results[3].VsSinglePod; math.Abs(got-70.0/64) > 1e-9 {
+		t.Errorf("round 2's gang ÷ single pod = %v, want 70/64", got)
+	}
+	s := Summarize(results)
+	if len(s) != 2 || s[1].Case != "gang/empty_100nodes" || s[1].Runs != 3 {
+		t.Fatalf("summaries = %+v, want whole-node and gang, 3 runs each", s)
+	}
+	if got := s[0].PodsPerSecond.String(); got != "60 (57–64)" {
+		t.Errorf("whole-node pods/s = %q, want 60 (57–64)", got)
+	}
+	if got := s[1].VsSinglePod; !got.Includes(1) || got.Median != 59.0/60 {
+		t.Errorf("gang ÷ single pod = %+v, want the median 59/60 and a range that includes 1", got)
+	}
+	var b strings.Builder
+	if err := WriteSummary(&b, s); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "≈ 0.98 (0.96–1.1)") {
+		t.Errorf("the summary does not mark gang ÷ single pod as within the noise:\n%s", b.String())
+	}
+	if got := ratio(Spread{Median: 1, Min: 1, Max: 1}, 3); got != "1.0" {
+		t.Errorf("a ratio that is 1 in every run = %q, want 1.0, no mark", got)
+	}
+	for v, want := range map[float64]string{328.7: "330", 0.456: "0.46", 99.6: "100", 1.04: "1.0", 46.8: "47", 0.12: "0.12"} {
+		if got := sig2(v); got != want {
+			t.Errorf("sig2(%v) = %q, want %q", v, got, want)
+		}
 	}
 }

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/dralab/dralab/drivers/conformance/strictyaml"
@@ -25,6 +27,13 @@ func benchScale(ctx context.Context) error {
 	}
 	if v := os.Getenv("DRALAB_BENCH_CASES"); v != "" {
 		o.Cases = strings.Split(v, ",")
+	}
+	if v := os.Getenv("DRALAB_BENCH_RUNS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("DRALAB_BENCH_RUNS=%q: how many times to measure each run, a number from 1", v)
+		}
+		o.Rounds = n
 	}
 	if v := os.Getenv("DRALAB_BENCH_STATES"); v != "" {
 		o.States = strings.Split(v, ",")
@@ -73,6 +82,20 @@ func benchScale(ctx context.Context) error {
 	}
 	if err := scalebench.WriteTable(os.Stdout, results, comparisons); err != nil {
 		return err
+	}
+	if o.Rounds > 1 {
+		fmt.Printf("\nMedians of %d runs each, to two significant figures, with the runs' range; ≈: a ratio whose runs include 1\n", o.Rounds)
+		summaries := scalebench.Summarize(results)
+		if err := scalebench.WriteSummary(os.Stdout, summaries); err != nil {
+			return err
+		}
+		data, err := json.MarshalIndent(summaries, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "bench-scale-summary.json"), data, 0o644); err != nil {
+			return err
+		}
 	}
 	jsonFile, svgFile := filepath.Join(dir, "bench-scale.json"), filepath.Join(dir, "bench-scale.svg")
 	if err := scalebench.WriteJSON(jsonFile, results); err != nil {
