@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/fakecpu"
 	"github.com/dralab/dralab/drivers/fakenic"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/kubeclient"
@@ -44,11 +45,14 @@ const (
 	LogDriver = "driver"
 	// LogNICDriver is the log of the node's NIC driver.
 	LogNICDriver = "nic-driver"
+	// LogCPUDriver is the log of the node's CPU driver.
+	LogCPUDriver = "cpu-driver"
 )
 
 // WaitReady waits until every configured node is registered and
 // Ready and its GPUs are published: as ResourceSlices of the GPU driver for
-// DRA nodes, as allocatable extended resources for device-plugin nodes.
+// DRA nodes, as allocatable extended resources for device-plugin nodes;
+// and its NICs and CPU complexes, as ResourceSlices of their drivers.
 // logOf names the log of a node's component (LogNode, LogDriver) that
 // explains what is missing.
 func WaitReady(ctx context.Context, kubeconfig string, cfg *config.Config, labNode func(*v1.Node) string, logOf func(node, component string) string) error {
@@ -81,6 +85,8 @@ func WaitReadySince(ctx context.Context, kubeconfig string, cfg *config.Config, 
 		for name, why := range missing {
 			component := LogNode
 			switch {
+			case why.cpuDriver:
+				component = LogCPUDriver
 			case why.nicDriver:
 				component = LogNICDriver
 			case why.driver:
@@ -94,12 +100,13 @@ func WaitReadySince(ctx context.Context, kubeconfig string, cfg *config.Config, 
 	return nil
 }
 
-// notReady is what a node lacks, and whether its driver (or its NIC
-// driver) is to explain.
+// notReady is what a node lacks, and whether its driver (or its NIC or
+// CPU driver) is to explain.
 type notReady struct {
 	why       string
 	driver    bool
 	nicDriver bool
+	cpuDriver bool
 }
 
 // nodesNotReady says, per configured node, what it still lacks.
@@ -123,15 +130,21 @@ func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.Resourc
 		driver = cfg.Driver.Name
 	}
 	complete := completeNodes(driver, rs)
-	completeNICs := completeNodes(fakenic.DriverName, rs)
-	nics := map[string]int{}
+	completeNICs, completeCPUs := completeNodes(fakenic.DriverName, rs), completeNodes(fakecpu.DriverName, rs)
+	nics, complexes := map[string]int{}, map[string]int{}
 	for _, s := range rs {
-		if s.Spec.Driver != fakenic.DriverName {
+		var count map[string]int
+		switch s.Spec.Driver {
+		case fakenic.DriverName:
+			count = nics
+		case fakecpu.DriverName:
+			count = complexes
+		default:
 			continue
 		}
 		for name, n := range byName {
 			if n.Name == s.Spec.Pool.Name {
-				nics[name] += len(s.Spec.Devices)
+				count[name] += len(s.Spec.Devices)
 			}
 		}
 	}
@@ -197,6 +210,9 @@ func nodesNotReady(cfg *config.Config, nodes []v1.Node, rs []resourceapi.Resourc
 		}
 		if _, gpusMissing := missing[n.Name]; !gpusMissing && ok && n.NICs != nil && (nics[n.Name] != n.NICs.Count || !completeNICs[node.Name]) {
 			missing[n.Name] = notReady{why: fmt.Sprintf("has %d of its %d NICs in ResourceSlices", nics[n.Name], n.NICs.Count), nicDriver: true}
+		}
+		if _, gpusMissing := missing[n.Name]; !gpusMissing && ok && n.CPUs != nil && (complexes[n.Name] != n.CPUs.Complexes || !completeCPUs[node.Name]) {
+			missing[n.Name] = notReady{why: fmt.Sprintf("has %d of its %d CPU complexes in ResourceSlices", complexes[n.Name], n.CPUs.Complexes), cpuDriver: true}
 		}
 	}
 	return missing

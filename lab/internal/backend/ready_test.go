@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/fakecpu"
 	"github.com/dralab/dralab/drivers/fakenic"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/lab/config"
@@ -160,5 +161,33 @@ func TestNodeWaitsForItsNICs(t *testing.T) {
 	}
 	if missing = nodesNotReady(cfg, []v1.Node{node}, []resourceapi.ResourceSlice{both}, time.Time{}, SameName); missing["n"].nicDriver || !missing["n"].driver {
 		t.Errorf("NICs without GPUs: %+v, want the GPU driver named", missing["n"])
+	}
+}
+
+// A node with CPU complexes is ready once its CPU driver has published
+// all of them, beside its GPUs; until then the CPU driver's log is the one
+// to read. (lab:up said Ready before the CPU driver had published.)
+func TestNodeWaitsForItsCPUComplexes(t *testing.T) {
+	cfg := &config.Config{Nodes: []config.Node{{Name: "n", GPUs: &config.GPUs{Profile: "l4-24gb", Count: 1, Mode: config.GPUModeDRA}, CPUs: &config.CPUs{Complexes: 2, CPUsPerComplex: 8}}}}
+	node := v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}}}
+	slice := func(driver string, devices ...resourceapi.Device) resourceapi.ResourceSlice {
+		return resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{
+			Driver: driver, NodeName: ptr.To("n"), Pool: resourceapi.ResourcePool{Name: "n", Generation: 1, ResourceSliceCount: 1}, Devices: devices,
+		}}
+	}
+	gpus := slice(gpu.DriverName, resourceapi.Device{Name: "gpu-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{gpu.AttrType: {StringValue: ptr.To(gpu.TypeGPU)}}})
+	one := slice(fakecpu.DriverName, resourceapi.Device{Name: "ccx-0"})
+	both := slice(fakecpu.DriverName, resourceapi.Device{Name: "ccx-0"}, resourceapi.Device{Name: "ccx-1"})
+
+	missing := nodesNotReady(cfg, []v1.Node{node}, []resourceapi.ResourceSlice{gpus}, time.Time{}, SameName)
+	if w := missing["n"]; !w.cpuDriver || w.why != "has 0 of its 2 CPU complexes in ResourceSlices" {
+		t.Errorf("GPUs without CPU complexes: %+v, want the complexes missing, the CPU driver's log named", w)
+	}
+	missing = nodesNotReady(cfg, []v1.Node{node}, []resourceapi.ResourceSlice{gpus, one}, time.Time{}, SameName)
+	if w := missing["n"]; w.why != "has 1 of its 2 CPU complexes in ResourceSlices" {
+		t.Errorf("one complex of two: %+v", w)
+	}
+	if missing = nodesNotReady(cfg, []v1.Node{node}, []resourceapi.ResourceSlice{gpus, both}, time.Time{}, SameName); len(missing) != 0 {
+		t.Errorf("GPUs and CPU complexes published: %v, want ready", missing)
 	}
 }
