@@ -61,6 +61,8 @@ type Inventory struct {
 	// NodeLabelsOf are each node's labels, for requirements per domain
 	// of a node label.
 	NodeLabelsOf map[string]map[string]string
+	// Tainted counts the GPUs of a tier that carry a taint, by tier.
+	Tainted map[string]int
 	// Free lists every free, untainted device on a node, of any driver:
 	// for counts of pairs across drivers.
 	Free []FreeDevice

@@ -256,3 +256,18 @@ func TestInventoryCountsPairsAcrossDrivers(t *testing.T) {
 		t.Errorf("meets = %v, want unmet for want of a pair", err)
 	}
 }
+
+// A scenario that takes a node's every H100 (admin-access's All claim) is
+// unmet while an H100 is tainted: the device taint manager would evict its
+// pod, and the expectation would find no pod.
+func TestUntaintedTiersAreRequired(t *testing.T) {
+	req := Requirements{UntaintedTiers: []string{"h100"}}
+	inv := Inventory{Tainted: map[string]int{"h100": 1}}
+	if err := inv.meets(req); !errors.Is(err, ErrUnmet) || !strings.Contains(err.Error(), "no tainted h100 GPU (it has 1") {
+		t.Errorf("meets = %v, want unmet for a tainted H100", err)
+	}
+	inv.Tainted["h100"] = 0
+	if err := inv.meets(req); err != nil {
+		t.Errorf("no H100 tainted: %v", err)
+	}
+}

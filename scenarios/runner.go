@@ -186,7 +186,7 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 	if err != nil {
 		return Inventory{}, err
 	}
-	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, CountedNodes: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Overhead: map[string]int{}, TimeSliced: map[string]int{}, NodeLabels: map[string]bool{}, Plain: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]report.FreeShare{}, Groups: map[string]map[string]map[string]int{}, Published: map[string]map[string]int{}, Drivers: map[string]int{}, FreeOnNode: map[string]map[string]int{}, NodeLabelsOf: map[string]map[string]string{}}
+	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, CountedNodes: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Overhead: map[string]int{}, TimeSliced: map[string]int{}, NodeLabels: map[string]bool{}, Plain: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]report.FreeShare{}, Groups: map[string]map[string]map[string]int{}, Published: map[string]map[string]int{}, Drivers: map[string]int{}, FreeOnNode: map[string]map[string]int{}, NodeLabelsOf: map[string]map[string]string{}, Tainted: map[string]int{}}
 	shares := map[string]report.FreeShare{}
 	for _, f := range snap.FreeShares(gpu.CapacityMemory) {
 		shares[f.Driver+"/"+f.Pool+"/"+f.Device] = f
@@ -241,7 +241,11 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 			}
 			// A tainted device is not the scenario's: its requests do
 			// not tolerate the taints gpu:fail and DeviceTaintRules put.
-			if tier == "" || len(snap.Taints(sl.Spec.Driver, sl.Spec.Pool.Name, &sl.Spec.Devices[i])) > 0 {
+			if tier == "" {
+				continue
+			}
+			if len(snap.Taints(sl.Spec.Driver, sl.Spec.Pool.Name, &sl.Spec.Devices[i])) > 0 {
+				inv.Tainted[tier]++
 				continue
 			}
 			if f, ok := shares[key]; ok {
@@ -415,6 +419,11 @@ func (inv Inventory) meets(req Requirements) error {
 	for _, t := range req.OverheadTiers {
 		if inv.Overhead[t] == 0 {
 			missing = append(missing, fmt.Sprintf("%s GPUs that add node resources to a pod, such as a host-memory overhead (nodeAllocatableResources: the DRANodeAllocatableResources gate, as lab/examples/frontier.yaml has it)", t))
+		}
+	}
+	for _, t := range req.UntaintedTiers {
+		if n := inv.Tainted[t]; n > 0 {
+			missing = append(missing, fmt.Sprintf("no tainted %s GPU (it has %d: an All claim with admin access takes a node's every one, and the device taint manager evicts its pod from a NoExecute one)", t, n))
 		}
 	}
 	for _, d := range req.Drivers {

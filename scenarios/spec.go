@@ -110,6 +110,10 @@ type Requirements struct {
 	// exactly Count domains of a node label with free GPUs of a tier,
 	// each with exactly Devices (a gang that must fill one whole).
 	Domains *DomainRequirement `json:"domains,omitempty"`
+	// UntaintedTiers must have no tainted GPU: an All claim takes a
+	// node's every device, and Kubernetes 1.37's device taint manager
+	// evicts an admin-access pod from a NoExecute one, tolerated or not.
+	UntaintedTiers []string `json:"untaintedTiers,omitempty"`
 	// Pairs asks for pairs of a GPU and another driver's device that
 	// agree on an attribute on one node.
 	Pairs []PairRequirement `json:"pairs,omitempty"`
@@ -790,6 +794,7 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 	checkTiers(field.NewPath("requires", "plainTiers"), s.Requires.PlainTiers)
 	checkTiers(field.NewPath("requires", "overheadTiers"), s.Requires.OverheadTiers)
 	checkTiers(field.NewPath("requires", "timeSlicedTiers"), s.Requires.TimeSlicedTiers)
+	checkTiers(field.NewPath("requires", "untaintedTiers"), s.Requires.UntaintedTiers)
 	for i, n := range s.Requires.Nodes {
 		np := field.NewPath("requires", "nodes").Index(i)
 		checkTier(np.Child("tier"), n.Tier)
