@@ -97,6 +97,11 @@ func attributeValues(a resourceapi.DeviceAttribute) []string {
 	if v, ok := devices.AttributeString(a); ok {
 		return []string{v}
 	}
+	return listValues(a)
+}
+
+// listValues are a list attribute's values as text, none for a plain one.
+func listValues(a resourceapi.DeviceAttribute) []string {
 	var vs []string
 	for _, v := range a.IntValues {
 		vs = append(vs, strconv.FormatInt(v, 10))
@@ -130,15 +135,7 @@ func requestDerived(claim *resourceapi.ResourceClaim, request string) []resource
 
 // attributeText writes an attribute's value, a list as [a, b].
 func attributeText(a resourceapi.DeviceAttribute) string {
-	var vs []string
-	for _, v := range a.IntValues {
-		vs = append(vs, strconv.FormatInt(v, 10))
-	}
-	for _, v := range a.BoolValues {
-		vs = append(vs, strconv.FormatBool(v))
-	}
-	vs = append(vs, a.StringValues...)
-	vs = append(vs, a.VersionValues...)
+	vs := listValues(a)
 	switch {
 	case a.IntValues != nil || a.BoolValues != nil || a.StringValues != nil || a.VersionValues != nil:
 		return "[" + strings.Join(vs, ", ") + "]"
