@@ -38,21 +38,24 @@ type XID struct {
 	Application bool
 }
 
-// XIDs are the codes the drivers know by name. Any other code is treated
-// as fatal, as NVIDIA's own DRA driver and device plugin do.
+// XIDs are the codes the drivers know by name. The application errors are
+// those NVIDIA's own DRA driver and device plugin skip (13, 31, 43, 45, 68,
+// 109); any code not named here is treated as fatal, as they do.
 var XIDs = map[int]XID{
-	13: {Code: 13, Description: "graphics engine exception", Application: true},
-	31: {Code: 31, Description: "GPU memory page fault", Application: true},
-	43: {Code: 43, Description: "GPU stopped processing", Application: true},
-	45: {Code: 45, Description: "preemptive cleanup, due to previous errors", Application: true},
-	48: {Code: 48, Description: "double-bit ECC error", Effect: resourceapi.DeviceTaintEffectNoSchedule},
-	63: {Code: 63, Description: "ECC page retirement or row remapping recorded", Effect: resourceapi.DeviceTaintEffectNoSchedule},
-	64: {Code: 64, Description: "ECC page retirement or row remapping failure", Effect: resourceapi.DeviceTaintEffectNoExecute},
-	74: {Code: 74, Description: "NVLink error", Effect: resourceapi.DeviceTaintEffectNoExecute},
-	79: {Code: 79, Description: "GPU has fallen off the bus", Effect: resourceapi.DeviceTaintEffectNoExecute},
-	92: {Code: 92, Description: "high single-bit ECC error rate", Effect: resourceapi.DeviceTaintEffectNoSchedule},
-	94: {Code: 94, Description: "contained ECC error", Effect: resourceapi.DeviceTaintEffectNoSchedule},
-	95: {Code: 95, Description: "uncontained ECC error", Effect: resourceapi.DeviceTaintEffectNoExecute},
+	13:  {Code: 13, Description: "graphics engine exception", Application: true},
+	31:  {Code: 31, Description: "GPU memory page fault", Application: true},
+	43:  {Code: 43, Description: "GPU stopped processing", Application: true},
+	45:  {Code: 45, Description: "preemptive cleanup, due to previous errors", Application: true},
+	68:  {Code: 68, Description: "video processor exception", Application: true},
+	109: {Code: 109, Description: "context switch timeout", Application: true},
+	48:  {Code: 48, Description: "double-bit ECC error", Effect: resourceapi.DeviceTaintEffectNoSchedule},
+	63:  {Code: 63, Description: "ECC page retirement or row remapping recorded", Effect: resourceapi.DeviceTaintEffectNoSchedule},
+	64:  {Code: 64, Description: "ECC page retirement or row remapping failure", Effect: resourceapi.DeviceTaintEffectNoExecute},
+	74:  {Code: 74, Description: "NVLink error", Effect: resourceapi.DeviceTaintEffectNoExecute},
+	79:  {Code: 79, Description: "GPU has fallen off the bus", Effect: resourceapi.DeviceTaintEffectNoExecute},
+	92:  {Code: 92, Description: "high single-bit ECC error rate", Effect: resourceapi.DeviceTaintEffectNoSchedule},
+	94:  {Code: 94, Description: "contained ECC error", Effect: resourceapi.DeviceTaintEffectNoSchedule},
+	95:  {Code: 95, Description: "uncontained ECC error", Effect: resourceapi.DeviceTaintEffectNoExecute},
 }
 
 // DefaultXID is what gpu:fail injects unless told otherwise.

@@ -68,6 +68,10 @@ type Options struct {
 	// FaultsFile is the node's GPU faults file (gpu.Faults), which the
 	// driver watches: a GPU named there is unhealthy and tainted.
 	FaultsFile string
+	// IgnoredXIDs are Xids the node takes for application errors, beyond
+	// those gpu.XIDs says are (13, 31, 43, 45, 68, 109): a GPU that
+	// reports one stays healthy.
+	IgnoredXIDs []int
 }
 
 // faultsPoll is how often the driver reads its GPU faults file.
@@ -110,7 +114,8 @@ Never run both modes on one node: the two allocators would hand out the same GPU
 	f.StringVar(&o.RackLabel, "rack-label", "", "read the rack from this label of the node (e.g. "+gpu.NodeRackLabel+"), when it has it")
 	f.StringVar(&o.NVLinkDomainLabel, "nvlink-domain-label", "", "read the NVLink domain from this label of the node (e.g. "+gpu.NodeNVLinkDomainLabel+"), when it has it")
 	f.StringVar(&o.DevicePluginsDir, "kubelet-device-plugins-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory (device-plugin mode)")
-	f.StringVar(&o.FaultsFile, "faults-file", "", "a node-local file of injected GPU faults (what `mage gpu:fail` writes), watched: a GPU named there reports its XID as unhealthy to the kubelet and is tainted in the ResourceSlice; empty: none")
+	f.StringVar(&o.FaultsFile, "faults-file", "", "a node-local file of injected GPU faults (what go run mage.go gpu:fail writes), watched: a GPU named there reports its XID as unhealthy to the kubelet and is tainted in the ResourceSlice; empty: none")
+	f.IntSliceVar(&o.IgnoredXIDs, "ignored-xids", nil, "Xids this node takes for application errors, beyond 13, 31, 43, 45, 68 and 109: a GPU that reports one stays healthy (e.g. 92,94)")
 	env.Document(f)
 	return cmd
 }
@@ -132,6 +137,11 @@ func Run(ctx context.Context, o Options) error {
 	ctx = klog.NewContext(ctx, logger)
 	if err := o.CheckPodUID(env); err != nil {
 		return err
+	}
+	for _, x := range o.IgnoredXIDs {
+		if x <= 0 {
+			return fmt.Errorf("--ignored-xids: %d is not an Xid (they are positive)", x)
+		}
 	}
 	// Bound before anything registers: a taken port is a failed start, not
 	// a driver the kubelet uses while its probes fail.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 
 	"k8s.io/klog/v2"
@@ -21,7 +22,7 @@ func watchHealth(ctx context.Context, o Options, inv kit.Inventory, d *kit.Drive
 	if err != nil {
 		return err
 	}
-	h := &gpuHealth{driver: d, devs: devs, gpus: map[string]gpu.GPUFault{}}
+	h := &gpuHealth{driver: d, devs: devs, gpus: map[string]gpu.GPUFault{}, ignored: o.IgnoredXIDs}
 	nv, isNVML := inv.(*nvml.Inventory)
 	if !isNVML {
 		if o.FaultsFile != "" {
@@ -58,6 +59,8 @@ type gpuHealth struct {
 	gpus   map[string]gpu.GPUFault
 	// injected are a mock's GPUs the faults file failed.
 	injected map[string]gpu.GPUFault
+	// ignored are the node's own application-error Xids (--ignored-xids).
+	ignored []int
 }
 
 // set replaces the failed GPUs.
@@ -68,8 +71,12 @@ func (h *gpuHealth) set(ctx context.Context, gpus map[string]gpu.GPUFault) error
 	return h.apply(ctx)
 }
 
+// apply sets the driver's device health from the failed GPUs, leaving out
+// those whose Xid the node ignores (from the faults file as from NVML).
 func (h *gpuHealth) apply(ctx context.Context) error {
-	faults, err := gpu.DeviceFaults(h.devs, h.gpus)
+	gpus := maps.Clone(h.gpus)
+	maps.DeleteFunc(gpus, func(_ string, f gpu.GPUFault) bool { return slices.Contains(h.ignored, f.XID) })
+	faults, err := gpu.DeviceFaults(h.devs, gpus)
 	if err != nil {
 		return err
 	}
@@ -93,7 +100,7 @@ func (h *gpuHealth) xid(ctx context.Context) func(nvml.XIDEvent) {
 			logger.Info("An Xid of a GPU this driver does not publish", "uuid", ev.UUID)
 			return
 		}
-		if _, fault := x.Fault(); !fault {
+		if _, fault := x.Fault(); !fault || slices.Contains(h.ignored, ev.XID) {
 			return
 		}
 		h.mu.Lock()

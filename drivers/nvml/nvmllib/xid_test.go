@@ -4,8 +4,15 @@ package nvmllib
 
 import (
 	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/dralab/dralab/drivers/gpu"
 	dnvml "github.com/dralab/dralab/drivers/nvml"
@@ -50,5 +57,143 @@ func TestWatchXIDs(t *testing.T) {
 	}
 	if err := l.(dnvml.XIDInjector).InjectXID("GPU-nope", 79); err == nil {
 		t.Error("an Xid of an unknown GPU was injected")
+	}
+}
+
+// watchLost starts WatchXIDs on a dgxh100 mock whose event set's wait
+// says a GPU is lost, every time and at once, as real drivers do after an
+// Xid 79; lost are the GPUs (by index) that answer ERROR_GPU_IS_LOST once
+// the watch has started. It returns the events reported within a second
+// and how many times the watch waited.
+func watchLost(t *testing.T, lost ...int) ([]dnvml.XIDEvent, int64) {
+	t.Helper()
+	l, err := Open(dnvml.MockPrefix+"dgxh100", WithNode(node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	s := l.(*lister).lib.(*server.Server)
+	var waits atomic.Int64
+	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+		for _, dev := range s.Devices {
+			dev.(*server.Device).RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
+		}
+		return &mock.EventSet{
+			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+			WaitFunc: func(uint32) (nvml.EventData, nvml.Return) {
+				waits.Add(1)
+				return nvml.EventData{}, nvml.ERROR_GPU_IS_LOST
+			},
+		}, nvml.SUCCESS
+	}
+	var mu sync.Mutex
+	var events []dnvml.XIDEvent
+	started := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	// The GPUs fall off the bus once they are registered: the first wait.
+	for _, i := range lost {
+		d := s.Devices[i].(*server.Device)
+		uuid, _ := d.GetUUID()
+		d.GetUUIDFunc = func() (string, nvml.Return) {
+			select {
+			case <-started:
+				return "", nvml.ERROR_GPU_IS_LOST
+			default:
+				return uuid, nvml.SUCCESS
+			}
+		}
+	}
+	set := s.EventSetCreateFunc
+	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+		es, ret := set()
+		m := es.(*mock.EventSet)
+		wait := m.WaitFunc
+		m.WaitFunc = func(ms uint32) (nvml.EventData, nvml.Return) {
+			select {
+			case <-started:
+			default:
+				close(started)
+			}
+			return wait(ms)
+		}
+		return m, ret
+	}
+	go func() {
+		done <- l.(dnvml.XIDWatcher).WatchXIDs(ctx, func(ev dnvml.XIDEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			events = append(events, ev)
+		})
+	}()
+	time.Sleep(time.Second)
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("WatchXIDs ended with %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return events, waits.Load()
+}
+
+// A wait that says a GPU is lost reports the GPU that no longer answers
+// as fallen off the bus (Xid 79), once, and does not make the watch spin:
+// the wait returns at once every time, and the watch waited over a million
+// times in 4 s before.
+func TestWatchXIDsLostGPU(t *testing.T) {
+	events, waits := watchLost(t, 2)
+	want := []dnvml.XIDEvent{{UUID: gpu.DeviceUUID(node, 2), XID: XIDLost}}
+	if !slices.Equal(events, want) {
+		t.Errorf("events %+v, want GPU 2's Xid 79 once", events)
+	}
+	if waits > 10 {
+		t.Errorf("the watch waited %d times in a second on a lost GPU, want a pause between waits", waits)
+	}
+}
+
+// A lost GPU that NVML does not name, every GPU still answering: every
+// GPU is reported lost, once each, as NVIDIA's drivers mark the node's
+// devices unhealthy when they cannot tell which one failed.
+func TestWatchXIDsLostGPUUnnamed(t *testing.T) {
+	events, _ := watchLost(t)
+	if len(events) != 8 {
+		t.Fatalf("%d events, want one for each of the 8 GPUs: %+v", len(events), events)
+	}
+	for i, ev := range events {
+		if ev != (dnvml.XIDEvent{UUID: gpu.DeviceUUID(node, i), XID: XIDLost}) {
+			t.Errorf("event %d: %+v, want GPU %d's Xid 79", i, ev, i)
+		}
+	}
+}
+
+// The Xid of a GPU that can no longer report its UUID (it fell off the
+// bus) is still its own: the watch read the UUID when it registered the
+// GPU. Before, the event was logged and dropped, and the GPU stayed
+// schedulable.
+func TestWatchXIDsOfAGPUWithoutUUID(t *testing.T) {
+	l, err := Open(dnvml.MockPrefix+"dgxh100", WithNode(node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ls := l.(*lister)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := make(chan dnvml.XIDEvent, 4)
+	go func() { _ = l.(dnvml.XIDWatcher).WatchXIDs(ctx, func(ev dnvml.XIDEvent) { events <- ev }) }()
+	time.Sleep(100 * time.Millisecond)
+	d, ret := ls.lib.DeviceGetHandleByIndex(3)
+	if ret != nvml.SUCCESS {
+		t.Fatal(ret)
+	}
+	d.(*server.Device).GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
+	ls.mockEvents <- nvml.EventData{Device: d, EventType: nvml.EventTypeXidCriticalError, EventData: 79}
+	select {
+	case ev := <-events:
+		if ev != (dnvml.XIDEvent{UUID: gpu.DeviceUUID(node, 3), XID: 79}) {
+			t.Errorf("event %+v, want GPU 3's Xid 79", ev)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the Xid of a GPU without a UUID was dropped")
 	}
 }
