@@ -34,6 +34,34 @@ func TestAttachedTiersAreRequired(t *testing.T) {
 	}
 }
 
+// Each kind of GPU a scenario may need of a tier is missing, and named,
+// where the inventory has none of that kind in the tier, and only there.
+func TestTiersOfEachKindAreRequired(t *testing.T) {
+	req := Requirements{CountedTiers: []string{"l4"}, PartitionedTiers: []string{"h100"}, PlainTiers: []string{"a100"},
+		SharedTiers: []string{"l4"}, OverheadTiers: []string{"h100"}}
+	inv := Inventory{Counted: map[string]int{"l4": 2}, Partitioned: map[string]int{"h100": 1}, Plain: map[string]int{},
+		Shared: map[string]int{"a100": 1}, Overhead: map[string]int{}}
+	err := inv.meets(req)
+	if !errors.Is(err, ErrUnmet) {
+		t.Fatalf("meets = %v, want unmet", err)
+	}
+	for _, want := range []string{"a100 GPUs that are neither partitioned, shared nor fabric-attached", "l4 GPUs shared by memory (sharing: memory)",
+		"h100 GPUs that add node resources to a pod"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("meets = %v, want it to name %q", err, want)
+		}
+	}
+	for _, met := range []string{"counted through", "MIG partitions"} {
+		if strings.Contains(err.Error(), met) {
+			t.Errorf("meets = %v, names %q, which the cluster has", err, met)
+		}
+	}
+	inv.Plain["a100"], inv.Shared["l4"], inv.Overhead["h100"] = 1, 3, 1
+	if err := inv.meets(req); err != nil {
+		t.Errorf("with a GPU of each kind: %v", err)
+	}
+}
+
 // The inventory counts what the scenario may be given: a GPU that
 // gpu:fail tainted, or that a DeviceTaintRule taints, is not free, so a
 // scenario never expects one device too many.

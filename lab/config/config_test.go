@@ -159,6 +159,9 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"gate not a bool", head + "featureGates: {GenericWorkload: yes please}\nnodes: []\n", []string{"featureGates"}},
 		{"misspelt API version", head + "runtimeConfig: {scheduling.k8s.io/v1beta: 'true'}\nnodes: []\n", []string{"runtimeConfig[scheduling.k8s.io/v1beta]", "no such API version", "did you mean scheduling.k8s.io/v1beta1?"}},
 		{"runtime config not true or false", head + "runtimeConfig: {scheduling.k8s.io/v1beta1: 'on'}\nnodes: []\n", []string{"runtimeConfig[scheduling.k8s.io/v1beta1]", `"on"`, `"true"`}},
+		{"CPUs on kind", head + "backend: kind\nfeatureGates: {DRANodeAllocatableResources: true}\nnodes: [{name: a, cpus: {complexes: 4, cpusPerComplex: 16}}]\n", []string{"nodes[0].cpus: Forbidden", "embedded backend only"}},
+		{"memory on kind", head + "backend: kind\nnodes: [{name: a, memory: 64Gi}]\n", []string{"nodes[0].memory: Forbidden", "container's memory"}},
+		{"control plane on kind", head + "backend: kind\ncontrolPlane: {}\nnodes: [{name: a}]\n", []string{"controlPlane: Forbidden", "embedded backend's control plane only"}},
 		{"misspelt partitioning", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, partitionning: mig}}]\n", []string{`unknown field "nodes[0].gpus.partitionning"`}},
 	}
 	for _, c := range cases {
@@ -395,5 +398,19 @@ func TestRealNodeWithNICs(t *testing.T) {
 	}
 	if n := cfg.Nodes[0]; n.Kind != NodeReal || n.NICs == nil || n.NICs.Count != 2 {
 		t.Errorf("node %+v, want a real node with two NICs", n)
+	}
+}
+
+// Every limit of a backend is the kind backend's: the embedded backend
+// does all a configuration can say, and each limit names a field and why.
+func TestBackendLimitsAreKinds(t *testing.T) {
+	for _, l := range backendLimits {
+		if l.backend != BackendKind || len(l.field) == 0 || l.why == "" || (l.lab == nil) == (l.node == nil) {
+			t.Errorf("limit %+v: want the kind backend's, a field, a reason and one of lab or node", l)
+		}
+	}
+	embedded := Default()
+	if errs := embedded.labLimits(); len(errs) > 0 {
+		t.Errorf("the default embedded lab has backend limits: %v", errs)
 	}
 }

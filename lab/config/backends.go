@@ -1,0 +1,70 @@
+package config
+
+import (
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// A backendLimit is something a configuration may ask that a backend does
+// not do, and why. The embedded backend does all a configuration can say;
+// the kind backend runs dralab's drivers from the chart on kind's nodes,
+// and its limits are listed here, in one place. validate reports each as
+// Forbidden at its field.
+type backendLimit struct {
+	backend string
+	// field is where the limit is reported: under the lab (lab set) or
+	// under a node (node set).
+	field []string
+	lab   func(c *Config) bool
+	node  func(n *Node) bool
+	why   string
+}
+
+// backendLimits are the kind backend's limits.
+var backendLimits = []backendLimit{
+	{backend: BackendKind, field: []string{"controlPlane"}, lab: func(c *Config) bool { return c.ControlPlane != nil },
+		why: "the embedded backend's control plane only"},
+	{backend: BackendKind, field: []string{"cpus"}, node: func(n *Node) bool { return n.CPUs != nil },
+		why: "the CPU driver runs on the embedded backend only, so far"},
+	{backend: BackendKind, field: []string{"memory"}, node: func(n *Node) bool { return n.Memory != "" },
+		why: "a kind node has its container's memory: memory sets a hollow node's"},
+	{backend: BackendKind, field: []string{"gpus"}, node: func(n *Node) bool {
+		return n.GPUs != nil && (n.GPUs.Partitioning != "" || n.GPUs.Sharing != "" || n.GPUs.TimeSlices != 0)
+	}, why: "partitioning, sharing and time slices run on the embedded backend only, so far: the kind backend's chart does not pass them to the driver"},
+	{backend: BackendKind, field: []string{"gpus", "deviceMetadata"}, node: func(n *Node) bool { return n.GPUs != nil && n.GPUs.DeviceMetadata },
+		why: "device metadata runs on the embedded backend only, so far: the kind backend's chart does not pass it to the driver"},
+	{backend: BackendKind, field: []string{"gpus", "attach"}, node: func(n *Node) bool { return n.GPUs != nil && n.GPUs.Attach != "" },
+		why: "fabric attach runs on the embedded backend only, so far: its attach controller is part of the embedded lab process"},
+	{backend: BackendKind, field: []string{"nics"}, node: func(n *Node) bool {
+		return n.NICs != nil && (n.NICs.SkipNodeOperations || n.NICs.NUMANodeList)
+	}, why: "skipNodeOperations and numaNodeList run on the embedded backend only, so far: on kind one release of the NIC driver serves every node alike"},
+}
+
+// labLimits reports what the configuration asks of the lab that its
+// backend does not do.
+func (c *Config) labLimits() field.ErrorList {
+	var errs field.ErrorList
+	for _, l := range backendLimits {
+		if l.backend == c.Backend && l.lab != nil && l.lab(c) {
+			errs = append(errs, field.Forbidden(field.NewPath(l.field[0], l.field[1:]...), l.why))
+		}
+	}
+	return errs
+}
+
+// nodeLimits reports what the configuration asks of a node that the lab's
+// backend does not do, and the fields it reported ("gpus.attach"), whose
+// own checks validate then leaves out.
+func (c *Config) nodeLimits(n *Node, p *field.Path) (field.ErrorList, sets.Set[string]) {
+	var errs field.ErrorList
+	limited := sets.New[string]()
+	for _, l := range backendLimits {
+		if l.backend == c.Backend && l.node != nil && l.node(n) {
+			errs = append(errs, field.Forbidden(p.Child(l.field[0], l.field[1:]...), l.why))
+			limited.Insert(strings.Join(l.field, "."))
+		}
+	}
+	return errs, limited
+}
