@@ -10,12 +10,10 @@ package kit
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -36,113 +34,9 @@ import (
 	"k8s.io/utils/ptr"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
-	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/dralab/dralab/drivers/kit/natural"
 )
-
-// Device is one device of an inventory.
-type Device struct {
-	// API is the device as published in the node's ResourceSlice.
-	API resourceapi.Device
-	// Env is what the device sets in a container, keyed by suffix: a
-	// prepared device n of a claim sets <EnvPrefix>_<n>=<Env[""]> and
-	// <EnvPrefix>_<n>_<key>=<value> for the other keys.
-	Env map[string]string
-	// ClaimEnv is what the device sets once per claim rather than per
-	// device: the values of a key over the claim's devices are joined with
-	// commas, as NVIDIA_VISIBLE_DEVICES lists a claim's GPUs.
-	ClaimEnv map[string]string
-	// DeviceNodes are host device files the container gets.
-	DeviceNodes []DeviceNode
-	// StatusData is what the driver writes as the device's data in the
-	// status of a claim it prepared (status.devices[].data), e.g. the GPU's
-	// UUID and product.
-	StatusData map[string]string
-	// NetworkData is what a network device writes as its network data in
-	// the status of a claim it prepared (status.devices[].networkData): the
-	// interface a container gets, its addresses and hardware address.
-	NetworkData *resourceapi.NetworkDeviceData
-	// Hooks are OCI hooks the container runtime runs for a container
-	// given the device (CDI's containerEdits.hooks), e.g. a createRuntime
-	// hook that puts a network interface into the container's network
-	// namespace.
-	Hooks []Hook
-}
-
-// Hook is an OCI hook of a device's container edits: HookName is the OCI
-// hook point (createRuntime, createContainer, startContainer, poststart,
-// poststop), Path the host program, Args its argv (the program first).
-type Hook struct {
-	HookName string
-	Path     string
-	Args     []string
-}
-
-// DeviceNode is a host device file a container gets.
-type DeviceNode struct {
-	// Path is the file's path in the container.
-	Path string
-	// HostPath is the file on the host, Path if empty: a device driver
-	// installed by a container may keep its device files elsewhere.
-	HostPath string
-}
-
-// ContainerEdits are what a container gets besides its devices' own
-// variables: environment variables and host device files.
-type ContainerEdits struct {
-	Env         map[string]string
-	DeviceNodes []DeviceNode
-}
-
-func (e ContainerEdits) empty() bool { return len(e.Env) == 0 && len(e.DeviceNodes) == 0 }
-
-// Inventory lists a node's devices.
-type Inventory interface {
-	// Devices returns the devices with stable names, in the order they are
-	// published: the allocator takes the first device that fits.
-	Devices(ctx context.Context) ([]Device, error)
-}
-
-// NodeWideInventory is an Inventory whose devices need container edits of
-// the whole node rather than of one device, such as a GPU driver's control
-// device files. The driver writes them once, as the CDI device
-// <CDIKind>=node in a spec file of its own, and lists that device with
-// every prepared device, so a container gets them once whatever its claims.
-type NodeWideInventory interface {
-	Inventory
-	// NodeEdits returns the node-wide edits; empty ones are no CDI device.
-	NodeEdits() ContainerEdits
-}
-
-// DevicePreparer is an Inventory whose devices need work on the node before
-// a container can use them, undone when the claim is unprepared: a MIG
-// device's GPU and compute instances exist only while a claim holds it.
-// The driver checkpoints a claim as Preparing before it prepares any of its
-// devices, so that what a driver stopped in the middle may have left is
-// undone when it starts again, never leaked nor made twice.
-type DevicePreparer interface {
-	Inventory
-	// PrepareDevice readies a device for a claim; a device that needs
-	// nothing returns the zero DevicePrepared.
-	PrepareDevice(ctx context.Context, device string) (DevicePrepared, error)
-	// UnprepareDevice undoes PrepareDevice. state is what PrepareDevice
-	// returned, or nil where it failed or may not have returned (the driver
-	// stopped in the middle): then it undoes whatever the call may have
-	// left. Undoing what is already gone is no error.
-	UnprepareDevice(ctx context.Context, device string, state json.RawMessage) error
-}
-
-// DevicePrepared is what a DevicePreparer made of a device for a claim.
-type DevicePrepared struct {
-	// State is what UnprepareDevice needs; the checkpoint keeps it.
-	State json.RawMessage
-	// Env and ClaimEnv add to the device's Env and ClaimEnv.
-	Env      map[string]string
-	ClaimEnv map[string]string
-	// StatusData adds to the device's StatusData.
-	StatusData map[string]string
-}
 
 // Options configure a driver on one node.
 type Options struct {
@@ -554,145 +448,6 @@ func appliesTo(requests []string, result string) bool {
 	return false
 }
 
-// cdiDeviceName names a prepared device's CDI device: by claim and device,
-// and by share, as one claim may hold several shares of one device.
-func cdiDeviceName(claim types.UID, pd PreparedDevice) string {
-	name := string(claim) + "-" + pd.Device
-	if pd.ShareID != "" {
-		name += "-" + pd.ShareID
-	}
-	return name
-}
-
-// Share variables: a share's ID, and what it may use of each capacity it
-// consumed (<capacity>_LIMIT, e.g. MEMORY_LIMIT=8Gi).
-const (
-	EnvShareID     = "SHARE_ID"
-	envLimitSuffix = "_LIMIT"
-)
-
-// shareEnv is what a device share sets besides the device's own variables.
-func shareEnv(pd PreparedDevice) map[string]string {
-	if pd.ShareID == "" {
-		return nil
-	}
-	env := map[string]string{EnvShareID: pd.ShareID}
-	for name, q := range pd.ConsumedCapacity {
-		// A capacity of another domain is named domain/name.
-		_, short, ok := strings.Cut(name, "/")
-		if !ok {
-			short = name
-		}
-		env[envName(short)+envLimitSuffix] = q.String()
-	}
-	return env
-}
-
-// envName makes a capacity's name a variable's: upper case, with
-// underscores for anything else than letters and digits.
-func envName(s string) string {
-	return strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z':
-			return r - 'a' + 'A'
-		case r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
-			return r
-		}
-		return '_'
-	}, s)
-}
-
-// edits are a device's container edits as the n-th device of its claim,
-// with its configuration's and its share's variables.
-func (d *Driver) edits(n int, dev Device, pd PreparedDevice) cdispec.ContainerEdits {
-	var edits cdispec.ContainerEdits
-	if share := shareEnv(pd); len(pd.Env) > 0 || len(pd.ConfigEnv) > 0 || len(share) > 0 {
-		env := make(map[string]string, len(dev.Env)+len(pd.Env)+len(pd.ConfigEnv)+len(share))
-		maps.Copy(env, dev.Env)
-		maps.Copy(env, pd.Env)
-		maps.Copy(env, pd.ConfigEnv)
-		maps.Copy(env, share)
-		dev.Env = env
-	}
-	for _, kv := range deviceEnv(d.opts.EnvPrefix, n, dev) {
-		edits.Env = append(edits.Env, kv[0]+"="+kv[1])
-	}
-	edits.DeviceNodes = cdiDeviceNodes(dev.DeviceNodes)
-	for _, h := range dev.Hooks {
-		edits.Hooks = append(edits.Hooks, &cdispec.Hook{HookName: h.HookName, Path: h.Path, Args: h.Args})
-	}
-	return edits
-}
-
-func cdiDeviceNodes(nodes []DeviceNode) []*cdispec.DeviceNode {
-	var out []*cdispec.DeviceNode
-	for _, n := range nodes {
-		out = append(out, &cdispec.DeviceNode{Path: n.Path, HostPath: n.HostPath})
-	}
-	return out
-}
-
-// nodeDeviceName names the node-wide CDI device; claims' devices are named
-// <claim UID>-<device>, never this.
-const nodeDeviceName = "node"
-
-// syncNodeSpec keeps the node-wide CDI spec exactly while a claim is
-// prepared: the kubelet may create a container of a prepared claim at any
-// time (and keeps the CDI IDs it got, whatever the driver's configuration
-// becomes), while with no claim prepared the driver leaves nothing in the
-// CDI directory. rewrite writes the spec even if it exists.
-func (d *Driver) syncNodeSpec(rewrite bool) error {
-	if len(d.cp.Claims) == 0 {
-		return d.removeSpec(d.nodeSpec)
-	}
-	if d.nodeDevice == "" {
-		// A spec of an earlier configuration stays for the claims
-		// prepared with it.
-		return nil
-	}
-	if !rewrite {
-		if _, err := os.Stat(filepath.Join(d.opts.CDIDir, d.nodeSpec)); err == nil {
-			return nil
-		}
-	}
-	edits := cdispec.ContainerEdits{DeviceNodes: cdiDeviceNodes(d.nodeEdits.DeviceNodes)}
-	for _, k := range slices.Sorted(maps.Keys(d.nodeEdits.Env)) {
-		edits.Env = append(edits.Env, k+"="+d.nodeEdits.Env[k])
-	}
-	spec := &cdispec.Spec{
-		Version: cdispec.CurrentVersion, Kind: d.opts.CDIKind,
-		Devices: []cdispec.Device{{Name: nodeDeviceName, ContainerEdits: edits}},
-	}
-	return d.cdi.WriteSpec(spec, d.nodeSpec)
-}
-
-// ensureSpec rewrites a prepared claim's CDI spec if it went missing.
-func (d *Driver) ensureSpec(uid types.UID, c *PreparedClaim) error {
-	if _, err := os.Stat(filepath.Join(d.opts.CDIDir, c.CDISpec)); err == nil {
-		return nil
-	}
-	spec, err := d.specOf(uid, c)
-	if err != nil {
-		return err
-	}
-	return d.cdi.WriteSpec(spec, c.CDISpec)
-}
-
-// specOf is a prepared claim's CDI spec: a device per prepared device, and
-// the claim-wide edits.
-func (d *Driver) specOf(uid types.UID, c *PreparedClaim) (*cdispec.Spec, error) {
-	spec := &cdispec.Spec{Version: cdispec.CurrentVersion, Kind: d.opts.CDIKind}
-	for i, pd := range c.Devices {
-		dev, ok := d.devices[pd.Device]
-		if !ok {
-			return nil, fmt.Errorf("prepared claim %s uses device %q, which is no longer in the inventory", uid, pd.Device)
-		}
-		spec.Devices = append(spec.Devices, cdispec.Device{Name: cdiDeviceName(uid, pd), ContainerEdits: d.edits(i, dev, pd)})
-	}
-	spec.ContainerEdits = claimEdits(d.devicesOf(c))
-	return spec, nil
-}
-
 // devicesOf returns a prepared claim's devices that are in the inventory,
 // with the claim variables their preparation added.
 func (d *Driver) devicesOf(c *PreparedClaim) []Device {
@@ -776,36 +531,6 @@ func (d *Driver) abandonUnfinished(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// claimEdits are the claim-wide edits: a spec's own edits apply once when
-// any of its devices is injected, and the spec holds one claim, so a
-// variable listing all the claim's devices is set exactly once.
-func claimEdits(devs []Device) cdispec.ContainerEdits {
-	values := map[string][]string{}
-	var keys []string
-	for _, dev := range devs {
-		for k, v := range dev.ClaimEnv {
-			if _, seen := values[k]; !seen {
-				keys = append(keys, k)
-			}
-			values[k] = append(values[k], v)
-		}
-	}
-	sort.Strings(keys)
-	var edits cdispec.ContainerEdits
-	for _, k := range keys {
-		edits.Env = append(edits.Env, k+"="+strings.Join(values[k], ","))
-	}
-	return edits
-}
-
-func (d *Driver) removeSpec(name string) error {
-	err := d.cdi.RemoveSpec(name)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	return err
 }
 
 // UnprepareResourceClaims implements kubeletplugin.DRAPlugin. Unknown
