@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -28,28 +29,66 @@ import (
 	"github.com/dralab/dralab/scenarios/report"
 )
 
-// partitionedScenarios need split or shared GPUs, which the default lab
-// does not have: on it TestScenarios skips them as unmet, and only them
-// and fabricScenarios.
-var partitionedScenarios = []string{"mig-partitions", "gpu-sharing", "mig-fallback"}
+// The scenarios each example lab is written for, as their scenario.yaml
+// says (lab:); the default lab's are the others. On another lab a
+// scenario is unmet, or runs where the lab has what it needs.
+var (
+	// partitionedScenarios need split or shared GPUs, which the default
+	// lab does not have: on it TestScenarios skips them as unmet, as it
+	// does all those below.
+	partitionedScenarios = scenariosFor("partitioned")
+	// fabricScenarios need fabric-attached GPUs.
+	fabricScenarios = scenariosFor("fabric")
+	// workloadScenarios need the Workload API (PodGroups, gang
+	// scheduling), which only lab/examples/workloads.yaml switches on.
+	workloadScenarios = scenariosFor("workloads")
+	// nicScenarios need the NIC driver beside the GPU driver, which only
+	// lab/examples/gpu-nic.yaml runs.
+	nicScenarios = scenariosFor("gpu-nic")
+	// frontierScenarios need devices that account node resources, device
+	// metadata or compatibility groups, which only
+	// lab/examples/frontier.yaml (every 1.37 DRA gate on) publishes.
+	frontierScenarios = scenariosFor("frontier")
+)
 
-// fabricScenarios need fabric-attached GPUs, which the default lab does
-// not have either.
-var fabricScenarios = []string{"fabric-attach"}
+// testedLabs are the example labs a test runs their scenarios on: the
+// default lab (TestScenarios) and those above.
+var testedLabs = []string{"default", "partitioned", "fabric", "workloads", "gpu-nic", "frontier"}
 
-// workloadScenarios need the Workload API (PodGroups, gang scheduling),
-// which only lab/examples/workloads.yaml switches on: every other lab
-// skips them as unmet.
-var workloadScenarios = []string{"gang-vs-partial", "group-claim", "topology", "gang-fallback", "gang-shared-claim", "gang-partitions"}
+// scenariosFor names the built-in scenarios written for an example lab.
+func scenariosFor(lab string) []string {
+	all, err := scenarios.All()
+	if err != nil {
+		panic(fmt.Sprintf("reading the built-in scenarios: %v", err))
+	}
+	var names []string
+	for _, s := range all {
+		if s.LabFile() == lab+".yaml" {
+			names = append(names, s.Name)
+		}
+	}
+	return names
+}
 
-// nicScenarios need the NIC driver beside the GPU driver, which only
-// lab/examples/gpu-nic.yaml runs: every other lab skips them as unmet.
-var nicScenarios = []string{"gpu-nic-pair", "bandwidth-shares", "no-prepare", "derived-alignment", "list-numa"}
-
-// frontierScenarios need devices that account node resources, device
-// metadata or compatibility groups, which only lab/examples/frontier.yaml
-// (every 1.37 DRA gate on) publishes: every other lab skips them as unmet.
-var frontierScenarios = []string{"host-memory", "device-metadata", "cpu-mapping", "compatibility-groups"}
+// Every scenario is written for a lab that a test runs it on, and every
+// such lab has scenarios: a scenario whose lab: names another example
+// would never be run where it is meant to pass.
+func TestEveryScenarioRunsOnItsLab(t *testing.T) {
+	all, err := scenarios.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range all {
+		if !slices.Contains(testedLabs, strings.TrimSuffix(s.LabFile(), ".yaml")) {
+			t.Errorf("scenario %s is written for lab/examples/%s, on which no test runs it; tested: %v", s.Name, s.LabFile(), testedLabs)
+		}
+	}
+	for _, lab := range testedLabs {
+		if len(scenariosFor(lab)) == 0 {
+			t.Errorf("no scenario is written for lab/examples/%s.yaml", lab)
+		}
+	}
+}
 
 // TestGPUNICScenarios runs the scenarios of GPUs and NICs on a lab of
 // lab/examples/gpu-nic.yaml: two drivers on every node, NIC i under the
@@ -141,6 +180,9 @@ func TestFabricScenarios(t *testing.T) {
 // scenarios on it, one after another, and returns it; it is deleted when
 // the test ends.
 func runOnExampleLab(t *testing.T, file, labName string, names []string) *lab.Lab {
+	if len(names) == 0 {
+		t.Fatalf("no scenario is written for lab/examples/%s", file)
+	}
 	l, restConfig := startExampleLab(t, file, labName)
 	ctx := context.Background()
 	for _, name := range names {

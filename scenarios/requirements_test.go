@@ -299,3 +299,24 @@ func TestUntaintedTiersAreRequired(t *testing.T) {
 		t.Errorf("no H100 tainted: %v", err)
 	}
 }
+
+// An unmet scenario names the example lab it is written for, and how to
+// bring that lab up.
+func TestUnmetNamesTheScenariosLab(t *testing.T) {
+	s, err := Parse("scenario.yaml", []byte(`apiVersion: scenarios.dralab.dev/v1alpha1
+kind: Scenario
+name: needs-h100s
+title: t
+summary: s
+lab: frontier
+requires: {tiers: [h100]}
+steps: [{name: a, apply: [pod.yaml]}]
+`), []string{"pod.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = (&Runner{Client: fake.NewClientset()}).Run(context.Background(), s)
+	if !errors.Is(err, ErrUnmet) || !strings.Contains(err.Error(), "it is written for lab/examples/frontier.yaml (DRALAB_CONFIG=lab/examples/frontier.yaml go run mage.go lab:up)") {
+		t.Errorf("Run on a cluster without GPUs = %v, want unmet naming lab/examples/frontier.yaml", err)
+	}
+}

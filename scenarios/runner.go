@@ -125,7 +125,7 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (_ *Result, err error) {
 		return nil, err
 	}
 	if err := inv.meets(s.Requires); err != nil {
-		return nil, fmt.Errorf("scenario %s: %w", s.Name, err)
+		return nil, fmt.Errorf("scenario %s: %w; it is written for lab/examples/%s (DRALAB_CONFIG=lab/examples/%s go run mage.go lab:up)", s.Name, err, s.LabFile(), s.LabFile())
 	}
 	if err := r.serves(s.Requires.Resources); err != nil {
 		return nil, fmt.Errorf("scenario %s: %w", s.Name, err)

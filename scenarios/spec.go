@@ -17,6 +17,8 @@ import (
 	"time"
 
 	sigsjson "sigs.k8s.io/json"
+
+	"github.com/dralab/dralab/lab/examples"
 )
 
 // Scenario file identity.
@@ -39,6 +41,10 @@ type Scenario struct {
 	Summary string `json:"summary"`
 	// Labels select scenarios in the e2e suite, e.g. tier: fast.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Lab names the example lab the scenario is written for: a file of
+	// lab/examples without ".yaml" ("frontier"); empty, the default lab.
+	// The e2e suite runs the scenario there, and an unmet run names it.
+	Lab string `json:"lab,omitempty"`
 	// Requires is what the cluster must offer.
 	Requires Requirements `json:"requires"`
 	// NamespaceLabels label the scenario's namespace.
@@ -648,4 +654,13 @@ func (r Reasons) String() string { return strings.Join(r, " or ") }
 // runner with GPUFaults.
 func (s *Scenario) FailsGPUs() bool {
 	return slices.ContainsFunc(s.Steps, func(st Step) bool { return st.FailGPU != nil })
+}
+
+// LabFile is the example lab the scenario is written for, a file name of
+// lab/examples ("default.yaml" unless the scenario names another).
+func (s *Scenario) LabFile() string {
+	if s.Lab == "" {
+		return examples.DefaultFile
+	}
+	return s.Lab + ".yaml"
 }

@@ -41,6 +41,7 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		"unknown field":          {head + "steps: [{name: a, apply: [pod.yaml], expectt: []}]\n", []string{`unknown field "steps[0].expectt"`}},
 		"unknown field deeper":   {head + "steps: [{name: a, apply: [pod.yaml], expect: [{pods: p, teir: h100}]}]\n", []string{`unknown field "steps[0].expect[0].teir"`}},
 		"unknown count field":    {head + "steps: [{name: a, createPods: {manifest: pod.yaml, replicas: {devicesof: [h100]}}}]\n", []string{"devicesof"}},
+		"unknown lab":            {head + "lab: frontear\nsteps: [{name: a, apply: [pod.yaml]}]\n", []string{"lab", `"frontear"`, `"frontier"`}},
 		"unknown tier":           {head + "steps: [{name: a, apply: [pod.yaml], expect: [{pods: p, tier: h200}]}]\n", []string{"steps[0].expect[0].tier", `"h200"`}},
 		"missing file":           {head + "steps: [{name: a, apply: [nope.yaml]}]\n", []string{"steps[0].apply[0]", "nope.yaml"}},
 		"two actions":            {head + "steps: [{name: a, apply: [pod.yaml], deletePods: {pods: p, count: 1}}]\n", []string{"steps[0]", "at most one action"}},

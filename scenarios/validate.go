@@ -3,6 +3,7 @@ package scenarios
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"path"
 	"slices"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/conformance/strictyaml"
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/lab/examples"
 )
 
 // nodeResources are the node resources a device may account
@@ -57,6 +59,12 @@ func tierNames() []string {
 
 func (s *Scenario) validate(files []string) field.ErrorList {
 	var errs field.ErrorList
+	if s.Lab != "" {
+		labs := exampleLabs()
+		if !slices.Contains(labs, s.Lab) {
+			errs = append(errs, field.NotSupported(field.NewPath("lab"), s.Lab, labs))
+		}
+	}
 	tiers := tierNames()
 	checkTiers := func(p *field.Path, list []string) {
 		for i, t := range list {
@@ -456,4 +464,15 @@ func validAttribute(p *field.Path, a string) field.ErrorList {
 		return field.ErrorList{field.Invalid(p, a, "a qualified attribute name, domain/name, e.g. resource.kubernetes.io/pcieRoot")}
 	}
 	return nil
+}
+
+// exampleLabs are the example labs a scenario may be written for, by
+// name: lab/examples' files without ".yaml".
+func exampleLabs() []string {
+	var labs []string
+	files, _ := fs.Glob(examples.FS, "*.yaml") // a valid pattern
+	for _, f := range files {
+		labs = append(labs, strings.TrimSuffix(f, ".yaml"))
+	}
+	return labs
 }
