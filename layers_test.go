@@ -60,6 +60,16 @@ func TestLayers(t *testing.T) {
 		} else if strings.HasPrefix(p, mod+"internal/") {
 			internal = append(internal, p)
 		}
+		// What a kind of device is to a lab lives in internal/nodedrivers:
+		// the lab, its backends and its process ask there, and only there,
+		// or in a command or a harness (which drive one kind's driver),
+		// are the NIC and CPU drivers and NVML imported.
+		for _, d := range imports {
+			kindDriver := d == mod+"drivers/fakenic" || d == mod+"drivers/fakecpu" || d == mod+"drivers/nvml"
+			if kindDriver && !strings.HasPrefix(p, mod+"drivers/") && p != mod+"internal/nodedrivers" && name != "main" && !strings.HasPrefix(p, harness) {
+				t.Errorf("%s imports %s: what a kind of device is to a lab lives in internal/nodedrivers", p, d)
+			}
+		}
 		// Only commands (mage's targets are package main too) and other
 		// harnesses build on a harness.
 		for _, d := range imports {

@@ -22,6 +22,7 @@ import (
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/examples"
@@ -118,7 +119,7 @@ func TestGPUNICScenarios(t *testing.T) {
 // asked it to prepare, or to unprepare (operation).
 func claimCalls(t *testing.T, dir labstate.Dir, node, operation string) int {
 	t.Helper()
-	address, err := os.ReadFile(dir.Node(node).NICDriverMetrics())
+	address, err := os.ReadFile(dir.Node(node).Driver(nodedrivers.RoleNICDriver).Metrics)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/nvml"
+	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -29,8 +30,8 @@ func TestConfigSpellsTheDriversValues(t *testing.T) {
 			t.Errorf("lab/config says %q where the driver says %q", c.config, c.driver)
 		}
 	}
-	if len(gpuCatalog{}.Profiles()) == 0 || len(gpuCatalog{}.MIGProfiles()) == 0 || len(gpuCatalog{}.NVMLMocks()) == 0 {
-		t.Error("the GPU catalog is empty")
+	if c := nodedrivers.Catalog; len(c.Profiles()) == 0 || len(c.MIGProfiles()) == 0 || len(c.NVMLMocks()) == 0 || len(c.NICProfiles()) == 0 {
+		t.Error("the drivers' catalog is empty")
 	}
 }
 

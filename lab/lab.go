@@ -21,6 +21,7 @@ import (
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/drametrics"
+	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/internal/backend"
@@ -126,7 +127,7 @@ func New(opts ...Option) (*Lab, error) {
 		}
 	}
 	// The GPU names only the driver knows, before anything changes.
-	if err := l.cfg.CheckGPUs(gpuCatalog{}); err != nil {
+	if err := l.cfg.CheckGPUs(nodedrivers.Catalog); err != nil {
 		return nil, err
 	}
 	root, err := stateRoot(opts)

@@ -171,7 +171,7 @@ func TestUpReuseDown(t *testing.T) {
 		t.Errorf("lab listens on %v, want exactly the API server, each kubelet, the dashboard and each driver's metrics", ports)
 	}
 	for _, n := range cfg.Nodes {
-		address, err := os.ReadFile(labstate.Dir(st.StateDir).Node(n.Name).DriverMetrics())
+		address, err := os.ReadFile(labstate.Dir(st.StateDir).Node(n.Name).Driver(labstate.RoleDriver).Metrics)
 		_, port, _ := net.SplitHostPort(strings.TrimSpace(string(address)))
 		if err != nil || !strings.HasPrefix(string(address), "127.0.0.1:") || !slices.Contains(ports, mustAtoi(port)) {
 			t.Errorf("node %s's driver metrics address %q (%v): want a loopback port the lab listens on", n.Name, address, err)
@@ -305,7 +305,7 @@ func assertNoDataWithoutCertificate(t *testing.T, ports []int) {
 // on its own node only, its own node's slices written — and no more.
 func assertDriversMayWriteClaimStatus(ctx context.Context, t *testing.T, node labstate.NodeDir) {
 	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", node.DriverKubeconfig())
+	cfg, err := clientcmd.BuildConfigFromFlags("", node.Driver(labstate.RoleDriver).Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,7 +91,7 @@ func TestUpResumesKilledLab(t *testing.T) {
 	if after.UID != before.UID || deviceOf(after) != deviceOf(before) {
 		t.Errorf("after resuming, the pod's claim is %s on %s; before it was %s on %s", after.UID, deviceOf(after), before.UID, deviceOf(before))
 	}
-	cp, err := kit.ReadCheckpoint(filepath.Join(labstate.Dir(st2.StateDir).Node("n1").DriverCheckpoint(), "checkpoint.json"))
+	cp, err := kit.ReadCheckpoint(filepath.Join(labstate.Dir(st2.StateDir).Node("n1").Driver(labstate.RoleDriver).Checkpoint, "checkpoint.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

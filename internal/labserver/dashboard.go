@@ -5,13 +5,11 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/dralab/dralab/drivers/fakecpu"
-	"github.com/dralab/dralab/drivers/fakenic"
-	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/atomicfile"
 	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/drametrics"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -27,7 +25,7 @@ func startDashboard(ctx context.Context, dir labstate.Dir, cfg *config.Config) e
 	}
 	metrics := func(ctx context.Context) (*drametrics.Snapshot, error) {
 		return drametrics.Read(ctx, dir.Kubeconfig(), nodes, func(node string) (map[string]string, error) {
-			return dir.Node(node).DriverMetricsAddresses(gpu.DriverName, fakenic.DriverName, fakecpu.DriverName)
+			return nodedrivers.MetricsAddresses(dir.Node(node))
 		})
 	}
 	url, err := dashboard.Serve(ctx, dir.Kubeconfig(), "dralab: "+cfg.Name, metrics)

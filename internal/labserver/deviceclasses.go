@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 
-	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
@@ -14,36 +13,18 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/dralab/dralab/drivers/fakecpu"
-	"github.com/dralab/dralab/drivers/fakenic"
-	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/kubeapply"
 	"github.com/dralab/dralab/internal/kubeclient"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/lab/config"
 )
 
-// applyDeviceClasses creates the GPU driver's DeviceClasses, as the driver's
-// Helm chart does on other clusters, when any node carries GPUs served
-// through DRA, the NIC driver's when any node carries NICs, and the CPU
-// driver's when any node has cpus.
+// applyDeviceClasses creates the DeviceClasses of the drivers the lab's
+// nodes run, as their Helm charts do on other clusters (the GPU driver's
+// where a node serves GPUs through DRA).
 func applyDeviceClasses(ctx context.Context, dir labstate.Dir, cfg *config.Config) error {
-	var classes []resourceapi.DeviceClass
-	gpus, nics, cpus := false, false, false
-	for _, n := range cfg.Nodes {
-		gpus = gpus || (n.GPUs != nil && n.GPUs.Mode == config.GPUModeDRA)
-		nics = nics || n.NICs != nil
-		cpus = cpus || n.CPUs != nil
-	}
-	if gpus {
-		classes = append(classes, gpu.DeviceClasses()...)
-	}
-	if nics {
-		classes = append(classes, fakenic.DeviceClasses()...)
-	}
-	if cpus {
-		classes = append(classes, fakecpu.DeviceClasses()...)
-	}
+	classes := nodedrivers.DeviceClasses(cfg)
 	if len(classes) == 0 {
 		return nil
 	}

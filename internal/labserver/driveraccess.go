@@ -18,12 +18,10 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
-	"github.com/dralab/dralab/drivers/fakecpu"
-	"github.com/dralab/dralab/drivers/fakenic"
-	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/atomicfile"
 	"github.com/dralab/dralab/internal/driverauth"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -55,22 +53,11 @@ type nodeDriver struct {
 	token  string
 }
 
-// driversOf are the drivers node n runs: the outside driver or the GPU
-// driver, the NIC driver and the CPU driver.
+// driversOf are the drivers node n runs (nodedrivers.Of).
 func driversOf(dir labstate.Dir, cfg *config.Config, n config.Node) []nodeDriver {
 	var out []nodeDriver
-	nd := dir.Node(n.Name)
-	switch {
-	case cfg.Driver != nil:
-		out = append(out, nodeDriver{driverAccess{cfg.Driver.Name, driverauth.ModeDRA}, nd.DriverToken()})
-	case n.GPUs != nil:
-		out = append(out, nodeDriver{driverAccess{gpu.DriverName, n.GPUs.Mode}, nd.DriverToken()})
-	}
-	if n.NICs != nil {
-		out = append(out, nodeDriver{driverAccess{fakenic.DriverName, driverauth.ModeDRA}, nd.NICDriverToken()})
-	}
-	if n.CPUs != nil {
-		out = append(out, nodeDriver{driverAccess{fakecpu.DriverName, driverauth.ModeDRA}, nd.CPUDriverToken()})
+	for _, k := range nodedrivers.Of(cfg, n) {
+		out = append(out, nodeDriver{driverAccess{k.Driver(cfg), k.Mode(n)}, dir.Node(n.Name).Driver(k.Role()).Token})
 	}
 	return out
 }

@@ -163,7 +163,7 @@ nodes:
 		t.Fatalf("at the first look after a 70-min sleep the keeper issued %s; want both renewed", got)
 	}
 	for _, n := range []string{"n1", "n2"} {
-		times, err := driverauth.ReadTokenTimes(dir.Node(n).DriverToken())
+		times, err := driverauth.ReadTokenTimes(dir.Node(n).Driver(labstate.RoleDriver).Token)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/dralab/dralab/internal/kubeclient"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/mounts"
+	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/internal/procid"
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab/config"
@@ -203,14 +204,14 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 	}
 	for _, n := range cfg.Nodes {
 		if n.Kind == config.NodeReal {
-			if err := startRealNode(ctx, procs, o, n, pkiFiles.CACert, cfg.FeatureGatesFlag()); err != nil {
+			if err := startRealNode(ctx, procs, o, cfg, n, pkiFiles.CACert, cfg.FeatureGatesFlag()); err != nil {
 				listener.Close()
 				return fmt.Errorf("real node %s: %w", n.Name, err)
 			}
 			continue
 		}
 		rebind := func() ([]string, []string, error) {
-			args, err := nodeArgs(dir, n, pkiFiles.CACert, cfg.FeatureGatesFlag(), o.Verbosity)
+			args, err := nodeArgs(dir, cfg, n, pkiFiles.CACert, cfg.FeatureGatesFlag(), o.Verbosity)
 			return args, nil, err
 		}
 		args, _, err := rebind()
@@ -221,7 +222,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 			// It talks to its kubelet only: started now, it registers before
 			// the node does, whose first status then counts its GPUs.
 			var p *process
-			if p, err = gpuDriver(dir, n, cfg.HostMemoryOverhead(n), cfg.GateEnabled(config.GatePartitionableDevicesType), o.Verbosity); err == nil {
+			if p, err = kindDriver(dir, cfg, nodedrivers.Of(cfg, n)[0], n, o.Verbosity); err == nil {
 				err = procs.startProcess(ctx, p)
 			}
 		}
@@ -274,33 +275,23 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 				return err
 			}
 		}
-		var err error
-		switch {
-		case cfg.Driver != nil:
+		for i, k := range nodedrivers.Of(cfg, n) {
 			var p *process
-			if p, err = outsideDriver(dir, cfg.Driver, n); err == nil {
+			var err error
+			switch {
+			case i == 0 && withNode(cfg, n):
+				continue // started with its node
+			case cfg.Driver != nil:
+				p, err = outsideDriver(dir, cfg.Driver, n)
+			default:
+				p, err = kindDriver(dir, cfg, k, n, o.Verbosity)
+			}
+			if err == nil {
 				err = procs.startProcess(ctx, p)
 			}
-		case n.GPUs != nil && !withNode(cfg, n):
-			var p *process
-			if p, err = gpuDriver(dir, n, cfg.HostMemoryOverhead(n), cfg.GateEnabled(config.GatePartitionableDevicesType), o.Verbosity); err == nil {
-				err = procs.startProcess(ctx, p)
+			if err != nil {
+				return err
 			}
-		}
-		if err == nil && n.NICs != nil {
-			var p *process
-			if p, err = nicDriver(dir, n, o.Verbosity); err == nil {
-				err = procs.startProcess(ctx, p)
-			}
-		}
-		if err == nil && n.CPUs != nil {
-			var p *process
-			if p, err = cpuDriver(dir, n, o.Verbosity); err == nil {
-				err = procs.startProcess(ctx, p)
-			}
-		}
-		if err != nil {
-			return err
 		}
 	}
 
@@ -352,9 +343,9 @@ func shutdown(ctx context.Context, procs *supervisor, dir labstate.Dir, cfg *con
 	logger := klog.FromContext(ctx)
 	const grace = 10 * time.Second
 	bg := context.WithoutCancel(ctx)
-	procs.stop(bg, grace, labstate.RoleDriver)
-	procs.stop(bg, grace, labstate.RoleNICDriver)
-	procs.stop(bg, grace, labstate.RoleCPUDriver)
+	for _, role := range nodedrivers.Roles() {
+		procs.stop(bg, grace, role)
+	}
 	procs.stop(bg, grace, labstate.RoleNode)
 	logger.Info("Stopped the lab's drivers and nodes")
 	if cp != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/dralab/dralab/internal/atomicfile"
 	"github.com/dralab/dralab/internal/controlplane"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/internal/pki"
 )
 
@@ -91,13 +92,10 @@ func writePKI(dir labstate.Dir, server, lab string, nodes []string) (controlplan
 		ids = append(ids,
 			identity{dir.Node(n).Kubeconfig(), "system:node:" + n, []string{"system:nodes"}})
 		// A driver's token is issued once its node has registered.
-		for _, d := range []struct{ kubeconfig, token string }{
-			{dir.Node(n).DriverKubeconfig(), dir.Node(n).DriverToken()},
-			{dir.Node(n).NICDriverKubeconfig(), dir.Node(n).NICDriverToken()},
-			{dir.Node(n).CPUDriverKubeconfig(), dir.Node(n).CPUDriverToken()},
-		} {
-			driver := &clientcmdapi.AuthInfo{TokenFile: d.token}
-			if err := writeKubeconfig(d.kubeconfig, labstate.ContextName(lab), server, ca.CertPEM(), driver); err != nil {
+		for _, role := range nodedrivers.Roles() {
+			d := dir.Node(n).Driver(role)
+			driver := &clientcmdapi.AuthInfo{TokenFile: d.Token}
+			if err := writeKubeconfig(d.Kubeconfig, labstate.ContextName(lab), server, ca.CertPEM(), driver); err != nil {
 				return files, err
 			}
 		}

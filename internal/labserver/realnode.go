@@ -15,6 +15,7 @@ import (
 
 	"github.com/dralab/dralab/internal/kubeclient"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab/config"
 )
@@ -22,7 +23,7 @@ import (
 // startRealNode starts containerd, imports the node's images, and starts
 // the real kubelet. The node's GPU driver starts with the others, once the
 // control plane is up.
-func startRealNode(ctx context.Context, procs *supervisor, o Options, n config.Node, caCert, gates string) error {
+func startRealNode(ctx context.Context, procs *supervisor, o Options, cfg *config.Config, n config.Node, caCert, gates string) error {
 	p := realnode.Paths{Node: o.Dir.Node(n.Name)}
 	if err := os.MkdirAll(string(p.Node), 0o750); err != nil {
 		return err
@@ -50,7 +51,7 @@ func startRealNode(ctx context.Context, procs *supervisor, o Options, n config.N
 	if err := realnode.ImportImages(ctx, binDir, p); err != nil {
 		return err
 	}
-	args := realnode.KubeletArgs(p, n.Name, o.Dir.Node(n.Name).Kubeconfig(), nodeLabels(n), gates, o.Verbosity)
+	args := realnode.KubeletArgs(p, n.Name, o.Dir.Node(n.Name).Kubeconfig(), nodedrivers.Labels(cfg, n), gates, o.Verbosity)
 	rebind := func() ([]string, []string, error) {
 		port, err := freePort()
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/internal/procid"
 )
 
@@ -93,7 +94,7 @@ func (s *supervisor) spawn(ctx context.Context, p *process) error {
 	switch {
 	case p.bin != "":
 		exe = p.bin
-	case p.role == labstate.RoleDriver || p.role == labstate.RoleNICDriver || p.role == labstate.RoleCPUDriver:
+	case slices.Contains(nodedrivers.Roles(), p.role):
 		exe = filepath.Join(filepath.Dir(exe), build.DriverBinary)
 	}
 	cmd := exec.Command(exe, p.args...)

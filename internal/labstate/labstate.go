@@ -237,56 +237,34 @@ func (n NodeDir) CDI() string { return n.path("cdi") }
 // Kubeconfig is the node's kubelet kubeconfig.
 func (n NodeDir) Kubeconfig() string { return n.path("kubelet.kubeconfig") }
 
-// DriverKubeconfig is the kubeconfig of the node's DRA driver: the token
-// in DriverToken, of the driver's ServiceAccount in DriversNamespace, bound
-// to the node's Node object; the lab grants it what the driver's chart
-// grants in a cluster.
-func (n NodeDir) DriverKubeconfig() string { return n.path("driver.kubeconfig") }
+// DriverFiles are the files of one of a node's drivers (the GPU driver,
+// an outside driver, the NIC or CPU driver): each has its own
+// ServiceAccount token, kubeconfig, checkpoint and metrics address.
+type DriverFiles struct {
+	// Kubeconfig is the driver's kubeconfig: the token in Token, of the
+	// driver's ServiceAccount in DriversNamespace, bound to the node's
+	// Node object; the lab grants it what the driver's chart grants in a
+	// cluster.
+	Kubeconfig string
+	// Token is the driver's token, which the lab renews while it runs.
+	Token string
+	// Checkpoint is the directory of the driver's checkpoint.
+	Checkpoint string
+	// Metrics holds the address (host:port) where the driver serves its
+	// Prometheus metrics, /metrics: its prepare and unprepare calls.
+	Metrics string
+}
 
-// DriverToken is the file with the node's driver's token, which the lab
-// renews while it runs.
-func (n NodeDir) DriverToken() string { return n.path("driver.token") }
-
-// NICDriverKubeconfig, NICDriverToken and NICDriverCheckpoint are the NIC
-// driver's, as DriverKubeconfig, DriverToken and DriverCheckpoint are the
-// GPU driver's (or an outside driver's): each driver of a node has its own
-// ServiceAccount, token and state.
-func (n NodeDir) NICDriverKubeconfig() string { return n.path("nic-driver.kubeconfig") }
-func (n NodeDir) NICDriverToken() string      { return n.path("nic-driver.token") }
-func (n NodeDir) NICDriverCheckpoint() string { return n.path("nic-driver") }
-
-// CPUDriverKubeconfig, CPUDriverToken and CPUDriverCheckpoint are the CPU
-// driver's (cpu.dralab.dev), for a node with cpus.
-func (n NodeDir) CPUDriverKubeconfig() string { return n.path("cpu-driver.kubeconfig") }
-func (n NodeDir) CPUDriverToken() string      { return n.path("cpu-driver.token") }
-func (n NodeDir) CPUDriverCheckpoint() string { return n.path("cpu-driver") }
-
-// DriverMetrics holds the address (host:port) where the node's GPU
-// driver serves its Prometheus metrics, /metrics: its prepare and
-// unprepare calls; NICDriverMetrics the NIC driver's.
-func (n NodeDir) DriverMetrics() string { return n.path("driver-metrics-address") }
-
-func (n NodeDir) NICDriverMetrics() string { return n.path("nic-driver-metrics-address") }
-
-// CPUDriverMetrics holds the CPU driver's metrics address.
-func (n NodeDir) CPUDriverMetrics() string { return n.path("cpu-driver-metrics-address") }
-
-// DriverMetricsAddresses reads the metrics addresses the node's drivers
-// were started with, by driver name: the GPU, NIC and CPU drivers' names
-// as given, each only where the node runs that driver.
-func (n NodeDir) DriverMetricsAddresses(gpuDriver, nicDriver, cpuDriver string) (map[string]string, error) {
-	out := map[string]string{}
-	for driver, file := range map[string]string{gpuDriver: n.DriverMetrics(), nicDriver: n.NICDriverMetrics(), cpuDriver: n.CPUDriverMetrics()} {
-		data, err := os.ReadFile(file)
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-		case err != nil:
-			return nil, err
-		default:
-			out[driver] = strings.TrimSpace(string(data))
-		}
+// Driver returns the files of the node's driver of a process role
+// (RoleDriver for the node's GPU or outside driver; the others' roles are
+// internal/nodedrivers').
+func (n NodeDir) Driver(role string) DriverFiles {
+	return DriverFiles{
+		Kubeconfig: n.path(role + ".kubeconfig"),
+		Token:      n.path(role + ".token"),
+		Checkpoint: n.path(role),
+		Metrics:    n.path(role + "-metrics-address"),
 	}
-	return out, nil
 }
 
 // DriversNamespace is the namespace of the lab drivers' ServiceAccounts.
@@ -297,9 +275,6 @@ func (n NodeDir) CertDir() string { return n.path("pki") }
 
 // DevicePlugins is the kubelet's device-plugin directory.
 func (n NodeDir) DevicePlugins() string { return filepath.Join(n.KubeletRoot(), "device-plugins") }
-
-// DriverCheckpoint is the directory of the GPU driver's checkpoint.
-func (n NodeDir) DriverCheckpoint() string { return n.path("driver") }
 
 // GPUFaults is the node's GPU faults file (gpu.Faults): what gpu:fail
 // writes and the node's GPU driver watches.
@@ -331,14 +306,12 @@ type Status struct {
 	Processes []ProcessStatus `json:"processes,omitempty"`
 }
 
-// Process roles.
+// Process roles. RoleDriver is a node's main driver, dralab's GPU driver
+// or an outside driver; the roles of the drivers beside it (NIC, CPU) are
+// internal/nodedrivers'.
 const (
 	RoleNode   = "node"
 	RoleDriver = "driver"
-	// RoleNICDriver is a node's NIC driver, beside its GPU driver.
-	RoleNICDriver = "nic-driver"
-	// RoleCPUDriver is a node's CPU driver (cpu.dralab.dev).
-	RoleCPUDriver = "cpu-driver"
 	// RoleContainerd is the container runtime of a real node.
 	RoleContainerd = "containerd"
 )

@@ -12,9 +12,8 @@ import (
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/drivers/conformance/sanity"
-	"github.com/dralab/dralab/drivers/fakecpu"
-	"github.com/dralab/dralab/drivers/fakenic"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/nodedrivers"
 )
 
 // SanityConfig points the conformance suite's sanity checks at the lab
@@ -76,16 +75,12 @@ func RestartDriver(ctx context.Context, stateDir string, node string) error {
 }
 
 // RestartDriverOf is RestartDriver for the lab's driver of that name: the
-// NIC driver's process for nic.dralab.dev, the CPU driver's for
-// cpu.dralab.dev, else the node's GPU (or
-// outside) driver.
+// process of dralab's driver of that name (the NIC driver's for
+// nic.dralab.dev), else the node's main (outside) driver.
 func RestartDriverOf(ctx context.Context, stateDir, driver, node string) error {
 	role := labstate.RoleDriver
-	switch driver {
-	case fakenic.DriverName:
-		role = labstate.RoleNICDriver
-	case fakecpu.DriverName:
-		role = labstate.RoleCPUDriver
+	if k, ok := nodedrivers.OfDriver(driver); ok {
+		role = k.Role()
 	}
 	return restart(ctx, stateDir, role, node)
 }

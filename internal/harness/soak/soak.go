@@ -512,7 +512,7 @@ func (s *soak) observe(ctx context.Context) (*observation, error) {
 	o := &observation{checkpoints: map[string]*kit.Checkpoint{}, cdiSpecs: map[string][]string{}}
 	for _, n := range s.lab.Config().Nodes {
 		nd := s.dir.Node(n.Name)
-		cp, err := readCheckpoint(filepath.Join(nd.DriverCheckpoint(), "checkpoint.json"))
+		cp, err := readCheckpoint(filepath.Join(nd.Driver(labstate.RoleDriver).Checkpoint, "checkpoint.json"))
 		if err != nil {
 			return nil, err
 		}

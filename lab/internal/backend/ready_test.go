@@ -13,6 +13,8 @@ import (
 	"github.com/dralab/dralab/drivers/fakecpu"
 	"github.com/dralab/dralab/drivers/fakenic"
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -149,7 +151,7 @@ func TestNodeWaitsForItsNICs(t *testing.T) {
 	both := slice(fakenic.DriverName, resourceapi.Device{Name: "nic-0"}, resourceapi.Device{Name: "nic-1"})
 
 	missing := nodesNotReady(cfg, []v1.Node{node}, []resourceapi.ResourceSlice{gpus}, time.Time{}, SameName)
-	if w := missing["n"]; !w.nicDriver || w.why != "has 0 of its 2 NICs in ResourceSlices" {
+	if w := missing["n"]; w.component != nodedrivers.RoleNICDriver || w.why != "has 0 of its 2 NICs in ResourceSlices" {
 		t.Errorf("GPUs without NICs: %+v, want the NICs missing, the NIC driver's log named", w)
 	}
 	missing = nodesNotReady(cfg, []v1.Node{node}, []resourceapi.ResourceSlice{gpus, one}, time.Time{}, SameName)
@@ -159,7 +161,7 @@ func TestNodeWaitsForItsNICs(t *testing.T) {
 	if missing = nodesNotReady(cfg, []v1.Node{node}, []resourceapi.ResourceSlice{gpus, both}, time.Time{}, SameName); len(missing) != 0 {
 		t.Errorf("GPUs and NICs published: %v, want ready", missing)
 	}
-	if missing = nodesNotReady(cfg, []v1.Node{node}, []resourceapi.ResourceSlice{both}, time.Time{}, SameName); missing["n"].nicDriver || !missing["n"].driver {
+	if missing = nodesNotReady(cfg, []v1.Node{node}, []resourceapi.ResourceSlice{both}, time.Time{}, SameName); missing["n"].component != labstate.RoleDriver {
 		t.Errorf("NICs without GPUs: %+v, want the GPU driver named", missing["n"])
 	}
 }
@@ -180,7 +182,7 @@ func TestNodeWaitsForItsCPUComplexes(t *testing.T) {
 	both := slice(fakecpu.DriverName, resourceapi.Device{Name: "ccx-0"}, resourceapi.Device{Name: "ccx-1"})
 
 	missing := nodesNotReady(cfg, []v1.Node{node}, []resourceapi.ResourceSlice{gpus}, time.Time{}, SameName)
-	if w := missing["n"]; !w.cpuDriver || w.why != "has 0 of its 2 CPU complexes in ResourceSlices" {
+	if w := missing["n"]; w.component != nodedrivers.RoleCPUDriver || w.why != "has 0 of its 2 CPU complexes in ResourceSlices" {
 		t.Errorf("GPUs without CPU complexes: %+v, want the complexes missing, the CPU driver's log named", w)
 	}
 	missing = nodesNotReady(cfg, []v1.Node{node}, []resourceapi.ResourceSlice{gpus, one}, time.Time{}, SameName)

@@ -19,12 +19,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
-	"github.com/dralab/dralab/drivers/fakecpu"
-	"github.com/dralab/dralab/drivers/fakenic"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/mounts"
+	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/internal/procid"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab/config"
@@ -331,7 +330,7 @@ var _ backend.DriverMetricser = &Backend{}
 // DriverMetrics implements backend.DriverMetricser: the addresses the
 // node's GPU and NIC drivers were started with, from the node's state.
 func (b *Backend) DriverMetrics(name, node string) (map[string]string, error) {
-	return b.dir(name).Node(node).DriverMetricsAddresses(gpu.DriverName, fakenic.DriverName, fakecpu.DriverName)
+	return nodedrivers.MetricsAddresses(b.dir(name).Node(node))
 }
 
 var _ backend.GPUFaulter = &Backend{}

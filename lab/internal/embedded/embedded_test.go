@@ -233,17 +233,17 @@ func TestReuseWaitsForTokensKept(t *testing.T) {
 	}
 	// Issued 70 min ago: the machine slept through its renewal.
 	stale := token(time.Now().Add(-70 * time.Minute))
-	if err := os.WriteFile(node.DriverToken(), stale, 0o600); err != nil {
+	if err := os.WriteFile(node.Driver(labstate.RoleDriver).Token, stale, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	err := waitTokensKept(context.Background(), dir, cfg, time.Second)
-	if err == nil || !strings.Contains(err.Error(), node.DriverToken()) {
-		t.Fatalf("waitTokensKept with a token 70 min old = %v; want an error naming %s", err, node.DriverToken())
+	if err == nil || !strings.Contains(err.Error(), node.Driver(labstate.RoleDriver).Token) {
+		t.Fatalf("waitTokensKept with a token 70 min old = %v; want an error naming %s", err, node.Driver(labstate.RoleDriver).Token)
 	}
 	// The lab process renews it while lab:up waits.
 	go func() {
 		time.Sleep(500 * time.Millisecond)
-		if err := atomicfile.Write(node.DriverToken(), token(time.Now()), 0o600); err != nil {
+		if err := atomicfile.Write(node.Driver(labstate.RoleDriver).Token, token(time.Now()), 0o600); err != nil {
 			t.Error(err)
 		}
 	}()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dralab/dralab/internal/kubeclient"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/internal/backend"
 	"github.com/dralab/dralab/lab/status"
@@ -69,31 +70,21 @@ func (b *Backend) Status(ctx context.Context, name string) (*status.Status, erro
 			runtime, _, runtimeOK = processState(s, labstate.RoleContainerd, n.Name)
 			ns.Process = "kubelet " + ns.Process + ", containerd " + runtime
 		}
-		switch {
-		case cfg.Driver != nil:
-			ns.Profile = cfg.Driver.Name
-			ns.Driver, ns.DriverPID, driverOK = processState(s, labstate.RoleDriver, n.Name)
-		case n.GPUs != nil && n.GPUs.NVML != "":
-			ns.Profile = fmt.Sprintf("NVML %s (%s)", n.GPUs.NVML, n.GPUs.Mode)
-			ns.Driver, ns.DriverPID, driverOK = processState(s, labstate.RoleDriver, n.Name)
-		case n.GPUs != nil:
-			ns.Profile = fmt.Sprintf("%d× %s (%s)", n.GPUs.Count, n.GPUs.Profile, n.GPUs.Mode)
-			ns.Driver, ns.DriverPID, driverOK = processState(s, labstate.RoleDriver, n.Name)
-		}
-		if n.NICs != nil {
-			nics := fmt.Sprintf("%d× %s NICs", n.NICs.Count, n.NICs.Profile)
-			state, _, ok := processState(s, labstate.RoleNICDriver, n.Name)
-			ns.Profile = strings.TrimPrefix(ns.Profile+", "+nics, ", ")
-			ns.Driver = strings.TrimPrefix(ns.Driver+"; NIC driver "+state, "; ")
+		// The node's main driver's state is said alone, the others' by
+		// name: "running; NIC driver running".
+		var profiles, drivers []string
+		for _, k := range nodedrivers.Of(cfg, n) {
+			profiles = append(profiles, k.Describe(cfg, n))
+			state, pid, ok := processState(s, k.Role(), n.Name)
+			if k.Role() == labstate.RoleDriver {
+				ns.DriverPID = pid
+			} else {
+				state = k.Name() + " " + state
+			}
+			drivers = append(drivers, state)
 			driverOK = driverOK && ok
 		}
-		if n.CPUs != nil {
-			cpus := fmt.Sprintf("%d× %d-CPU complexes", n.CPUs.Complexes, n.CPUs.CPUsPerComplex)
-			state, _, ok := processState(s, labstate.RoleCPUDriver, n.Name)
-			ns.Profile = strings.TrimPrefix(ns.Profile+", "+cpus, ", ")
-			ns.Driver = strings.TrimPrefix(ns.Driver+"; CPU driver "+state, "; ")
-			driverOK = driverOK && ok
-		}
+		ns.Profile, ns.Driver = strings.Join(profiles, ", "), strings.Join(drivers, "; ")
 		ns.Healthy = nodeOK && runtimeOK && driverOK
 		if !ns.Healthy {
 			st.Phase = status.PhaseDegraded

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dralab/dralab/internal/driverauth"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -31,7 +32,8 @@ func waitTokensKept(ctx context.Context, dir labstate.Dir, cfg *config.Config, t
 		now := time.Now()
 		for _, n := range cfg.Nodes {
 			nd := dir.Node(n.Name)
-			for _, path := range []string{nd.DriverToken(), nd.NICDriverToken(), nd.CPUDriverToken()} {
+			for _, role := range nodedrivers.Roles() {
+				path := nd.Driver(role).Token
 				times, err := driverauth.ReadTokenTimes(path)
 				switch {
 				case errors.Is(err, fs.ErrNotExist):

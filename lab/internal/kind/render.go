@@ -10,11 +10,11 @@ import (
 	"maps"
 	"slices"
 	"sort"
-	"strconv"
 
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -32,9 +32,9 @@ const (
 	// LabelNICProfile and LabelNICs are read by the NIC driver's release
 	// (the chart's nic.profileLabel and nic.nicsLabel); LabelNICDriver
 	// selects the nodes it runs on.
-	LabelNICProfile = "nic.dralab.dev/profile"
-	LabelNICs       = "nic.dralab.dev/nics"
-	LabelNICDriver  = "dralab.dev/nic-driver"
+	LabelNICProfile = nodedrivers.LabelNICProfile
+	LabelNICs       = nodedrivers.LabelNICs
+	LabelNICDriver  = nodedrivers.LabelNICDriver
 )
 
 // FeatureGates are the DRA features the scenarios rely on. Every one is on
@@ -94,21 +94,10 @@ func Render(cfg *config.Config) (*v1alpha4.Cluster, error) {
 	}
 	c.Networking.APIServerAddress = "127.0.0.1"
 	for _, n := range cfg.Nodes {
-		w := v1alpha4.Node{Role: v1alpha4.WorkerRole, Image: NodeImage, Labels: map[string]string{LabelLabNode: n.Name}}
-		for k, v := range n.Labels {
-			w.Labels[k] = v
-		}
-		maps.Copy(w.Labels, n.Topology.Labels())
-		if n.GPUs != nil {
-			w.Labels[gpu.NodeProfileLabel] = n.GPUs.Profile
-			w.Labels[LabelGPUs] = strconv.Itoa(n.GPUs.Count)
-			w.Labels[LabelGPUMode] = n.GPUs.Mode
-		}
-		if n.NICs != nil {
-			w.Labels[LabelNICProfile] = n.NICs.Profile
-			w.Labels[LabelNICs] = strconv.Itoa(n.NICs.Count)
-			w.Labels[LabelNICDriver] = "true"
-		}
+		// The labels an embedded node registers with, and the lab node's
+		// name: kind chooses the workers' own.
+		w := v1alpha4.Node{Role: v1alpha4.WorkerRole, Image: NodeImage, Labels: nodedrivers.Labels(cfg, n)}
+		w.Labels[LabelLabNode] = n.Name
 		c.Nodes = append(c.Nodes, w)
 	}
 	v1alpha4.SetDefaultsCluster(c)

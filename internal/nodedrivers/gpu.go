@@ -1,0 +1,187 @@
+package nodedrivers
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/drivers/nvml"
+	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/realnode"
+	"github.com/dralab/dralab/lab/config"
+)
+
+// gpuKind is dralab's GPU driver (gpu.dralab.dev): fake GPUs of a profile
+// or NVML's, served through DRA or counted by its device plugin.
+type gpuKind struct{}
+
+func (gpuKind) Name() string                 { return "GPU driver" }
+func (gpuKind) Role() string                 { return labstate.RoleDriver }
+func (gpuKind) Driver(*config.Config) string { return gpu.DriverName }
+func (gpuKind) Mode(n config.Node) string    { return n.GPUs.Mode }
+func (gpuKind) Runs(cfg *config.Config, n config.Node) bool {
+	return cfg.Driver == nil && n.GPUs != nil
+}
+
+// Args runs the GPU driver, its ServiceAccount token bound to the node:
+// what its chart grants a DaemonSet. The lab's DRANodeAllocatableResources
+// gate has fake GPUs served through DRA publish their profile's
+// host-memory overhead; its DRAPartitionableDevicesType gate has
+// partitioned or time-sliced fake GPUs name their partition types.
+func (k gpuKind) Args(nd labstate.NodeDir, cfg *config.Config, n config.Node, verbosity int) []string {
+	g := n.GPUs
+	args := []string{"--inventory=fake", "--profile=" + g.Profile, "--gpus=" + strconv.Itoa(g.Count)}
+	for _, s := range settings(g) {
+		args = append(args, "--"+s.flag+"="+s.value)
+	}
+	if cfg.HostMemoryOverhead(n) && g.Mode != config.GPUModeDevicePlugin {
+		args = append(args, "--host-memory-overhead")
+	}
+	if cfg.GateEnabled(config.GatePartitionableDevicesType) && (g.Partitioning != "" || g.TimeSlices > 0) {
+		args = append(args, "--partition-types")
+	}
+	if g.NVML != "" {
+		args = []string{"--inventory=nvml", "--nvml=" + nvml.SourceOf(g.NVML)}
+	}
+	if g.DeviceMetadata {
+		args = append(args, "--device-metadata")
+	}
+	args = append(args, topologyArgs(n.Topology)...)
+	args = append(args, kubeletArgs(nd, k.Role(), n, verbosity)...)
+	return append(args,
+		"--mode="+g.Mode,
+		"--kubelet-device-plugins-dir="+devicePluginsDir(n, nd),
+		"--faults-file="+nd.GPUFaults(),
+	)
+}
+
+// devicePluginsDir is where a node's kubelet serves the device-plugin
+// Registration service: a fixed host path for the real kubelet.
+func devicePluginsDir(n config.Node, nd labstate.NodeDir) string {
+	if n.Kind == config.NodeReal {
+		return realnode.DevicePluginsDir
+	}
+	return nd.DevicePlugins()
+}
+
+// Labels name the node's GPU profile and count and how its GPUs are
+// served, which the chart's driver reads on kind.
+func (gpuKind) Labels(n config.Node) map[string]string {
+	labels := map[string]string{gpu.NodeModeLabel: n.GPUs.Mode}
+	if n.GPUs.Profile != "" {
+		labels[gpu.NodeProfileLabel] = n.GPUs.Profile
+	}
+	if n.GPUs.Count > 0 {
+		labels[gpu.NodeGPUsLabel] = strconv.Itoa(n.GPUs.Count)
+	}
+	if n.GPUs.DeviceMetadata {
+		labels[gpu.NodeDeviceMetadataLabel] = "true"
+	}
+	return labels
+}
+
+// DeviceClasses: counted GPUs are no DRA devices.
+func (gpuKind) DeviceClasses(n config.Node) []resourceapi.DeviceClass {
+	if n.GPUs.Mode != config.GPUModeDRA {
+		return nil
+	}
+	return gpu.DeviceClasses()
+}
+
+func (gpuKind) Describe(_ *config.Config, n config.Node) string {
+	if n.GPUs.NVML != "" {
+		return fmt.Sprintf("NVML %s (%s)", n.GPUs.NVML, n.GPUs.Mode)
+	}
+	return fmt.Sprintf("%d× %s (%s)", n.GPUs.Count, n.GPUs.Profile, n.GPUs.Mode)
+}
+
+// NotReady: a DRA node's whole GPUs are all published, each as the
+// configuration promises, with its MIG devices and time-sliced shares; a
+// counting node's are allocatable. An NVML node's count is NVML's: one
+// GPU will do.
+func (gpuKind) NotReady(_ *config.Config, n config.Node, p Published) string {
+	g := n.GPUs
+	allocatable := p.Node.Status.Allocatable[v1.ResourceName(gpu.ExtendedResource)]
+	whole, kept, parts, shares := 0, 0, 0, 0
+	for _, d := range p.Devices {
+		switch ptr.Deref(d.Attributes[gpu.AttrType].StringValue, "") {
+		case gpu.TypeGPU:
+			whole++
+			if promised(g, d) {
+				kept++
+			}
+		case gpu.TypeMIG:
+			parts++
+		case gpu.TypeTimeSlice:
+			shares++
+		}
+	}
+	switch {
+	case g.NVML != "":
+		if (g.Mode == config.GPUModeDRA && len(p.Devices) == 0) || (g.Mode == config.GPUModeDevicePlugin && allocatable.Value() == 0) {
+			return fmt.Sprintf("has no GPUs from NVML (%s) yet", g.NVML)
+		}
+		if g.Mode == config.GPUModeDRA && !p.Complete {
+			return fmt.Sprintf("has published only some of its ResourceSlices of GPUs from NVML (%s)", g.NVML)
+		}
+	case g.Mode == config.GPUModeDevicePlugin:
+		if allocatable.Value() != int64(g.Count) {
+			return fmt.Sprintf("has %d of its %d GPUs allocatable as %s", allocatable.Value(), g.Count, gpu.ExtendedResource)
+		}
+	case whole != g.Count || !p.Complete:
+		return fmt.Sprintf("has %d of its %d GPUs in ResourceSlices", whole, g.Count)
+	case kept != g.Count || g.Partitioning == config.PartitioningMIG && parts == 0 || shares != g.Count*g.TimeSlices:
+		return fmt.Sprintf("has %d of its %d GPUs published as its configuration says (%s), with %d MIG devices and %d of %d time-sliced shares",
+			kept, g.Count, promises(g), parts, shares, g.Count*g.TimeSlices)
+	}
+	return ""
+}
+
+// promised reports whether a whole GPU is published as the node's GPUs
+// promise: consuming its counters when partitioned, allowing several
+// allocations when shared, with binding conditions when fabric-attached.
+// A lab that is Ready then has every device its scenarios require, so a
+// driver that stops publishing them fails lab:up rather than skip them.
+func promised(g *config.GPUs, d resourceapi.Device) bool {
+	return (g.Partitioning != config.PartitioningMIG && g.TimeSlices == 0 || len(d.ConsumesCounters) > 0) &&
+		(g.Sharing != config.SharingMemory || ptr.Deref(d.AllowMultipleAllocations, false)) &&
+		(g.Attach != config.AttachFabric || len(d.BindingConditions) > 0)
+}
+
+// promises says what promised checks, in the configuration's words.
+func promises(g *config.GPUs) string {
+	var out []string
+	for _, s := range settings(g) {
+		out = append(out, s.field+": "+s.value)
+	}
+	if len(out) == 0 {
+		return "whole GPUs"
+	}
+	return strings.Join(out, ", ")
+}
+
+// setting is a GPUs section's setting that the driver takes as a flag:
+// the field's name, the flag's and the value.
+type setting struct{ field, flag, value string }
+
+// settings are the section's settings that are set, in the
+// configuration's order.
+func settings(g *config.GPUs) []setting {
+	var out []setting
+	for _, s := range []setting{
+		{"partitioning", "partitioning", g.Partitioning},
+		{"sharing", "sharing", g.Sharing},
+		{"attach", "attach", g.Attach},
+		{"timeSlices", "time-slices", strconv.Itoa(g.TimeSlices)},
+	} {
+		if s.value != "" && s.value != "0" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
