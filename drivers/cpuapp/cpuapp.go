@@ -74,12 +74,5 @@ func Run(ctx context.Context, o Options) error {
 
 // List writes the devices the driver would publish to w, as YAML.
 func List(ctx context.Context, o Options, w io.Writer) error {
-	if o.NodeName == "" {
-		o.NodeName = "node"
-	}
-	inv, err := inventory(o)
-	if err != nil {
-		return err
-	}
-	return kit.WriteDevices(ctx, inv, w)
+	return o.ListDevices(ctx, w, func() (kit.Inventory, error) { return inventory(o) })
 }

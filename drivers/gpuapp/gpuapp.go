@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"time"
 
@@ -170,11 +169,11 @@ func Run(ctx context.Context, o Options) error {
 	// serves and before it has credentials, as a lab starts it, with its
 	// node.
 	var client kubernetes.Interface
-	if o.Mode != ModeDevicePlugin || o.readsNodeLabels() {
+	if o.Mode != ModeDevicePlugin || o.labels().Reads() {
 		if client, err = kit.KubeClient(o.Kubeconfig, gpu.DriverName); err != nil {
 			return err
 		}
-		if err := fromNodeLabels(ctx, client, &o); err != nil {
+		if err := o.labels().FromNodeLabels(ctx, client, o.NodeName); err != nil {
 			return err
 		}
 	}
@@ -232,41 +231,15 @@ func Run(ctx context.Context, o Options) error {
 	return nil
 }
 
-// readsNodeLabels tells whether the flags name node labels to read.
-func (o *Options) readsNodeLabels() bool {
-	return o.ProfileLabel != "" || o.GPUsLabel != "" || o.RackLabel != "" || o.NVLinkDomainLabel != ""
-}
-
-// fromNodeLabels fills the profile, the GPU count and the topology from
-// the node's labels, where the options name labels.
-func fromNodeLabels(ctx context.Context, client kubernetes.Interface, o *Options) error {
-	if !o.readsNodeLabels() {
-		return nil
+// labels are the settings the flags have read from node labels: the
+// profile only for a fake inventory given none.
+func (o *Options) labels() kit.LabelSettings {
+	s := kit.LabelSettings{What: "GPU", CountLabel: o.GPUsLabel, Count: &o.GPUs,
+		RackLabel: o.RackLabel, Rack: &o.Rack, NVLinkDomainLabel: o.NVLinkDomainLabel, NVLinkDomain: &o.NVLinkDomain}
+	if o.Inventory == InventoryFake && o.ProfileFile == "" {
+		s.ProfileLabel, s.Profile = o.ProfileLabel, &o.Profile
 	}
-	labels, err := kit.NodeLabels(ctx, client, o.NodeName, "GPU")
-	if err != nil {
-		return err
-	}
-	if v := labels[o.RackLabel]; o.RackLabel != "" && v != "" {
-		o.Rack = v
-	}
-	if v := labels[o.NVLinkDomainLabel]; o.NVLinkDomainLabel != "" && v != "" {
-		o.NVLinkDomain = v
-	}
-	if o.ProfileLabel != "" && o.Profile == "" && o.ProfileFile == "" && o.Inventory == InventoryFake {
-		o.Profile = labels[o.ProfileLabel]
-		if o.Profile == "" {
-			return fmt.Errorf("node %s has no label %s naming its GPU profile", o.NodeName, o.ProfileLabel)
-		}
-	}
-	if v, ok := labels[o.GPUsLabel]; ok && o.GPUsLabel != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return fmt.Errorf("node %s label %s=%q is not a number", o.NodeName, o.GPUsLabel, v)
-		}
-		o.GPUs = n
-	}
-	return nil
+	return s
 }
 
 // List writes the inventory's devices, as published in ResourceSlices, to

@@ -78,7 +78,7 @@ func TestTopologyFromFlagsAndNodeLabels(t *testing.T) {
 		t.Errorf("--list with --rack r1 --nvlink-domain nvl-1:\n%s", out.String())
 	}
 	o.RackLabel, o.NVLinkDomainLabel = gpu.NodeRackLabel, gpu.NodeNVLinkDomainLabel
-	if err := fromNodeLabels(ctx, fake.NewClientset(node), &o); err != nil {
+	if err := o.labels().FromNodeLabels(ctx, fake.NewClientset(node), o.NodeName); err != nil {
 		t.Fatal(err)
 	}
 	if o.topology() != (gpu.Topology{Rack: "r2", NVLinkDomain: "nvl-2"}) {

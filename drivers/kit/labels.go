@@ -3,6 +3,8 @@ package kit
 import (
 	"context"
 	"fmt"
+	"io"
+	"strconv"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -18,4 +20,74 @@ func NodeLabels(ctx context.Context, client kubernetes.Interface, node, what str
 		return nil, fmt.Errorf("reading node %s for its %s labels: %w", node, what, err)
 	}
 	return n.Labels, nil
+}
+
+// LabelSettings are a driver's settings that one DaemonSet over nodes
+// that differ reads from each node's labels (the chart's way): the
+// labels' names, from flags, and the settings they fill. A label left
+// unnamed, or a setting left nil, is not read.
+type LabelSettings struct {
+	// What names the devices in messages ("GPU", "NIC").
+	What string
+	// ProfileLabel fills Profile, where the command line left it empty;
+	// a node without the label is an error.
+	ProfileLabel string
+	Profile      *string
+	// CountLabel fills Count where the node has it.
+	CountLabel string
+	Count      *int
+	// RackLabel and NVLinkDomainLabel fill Rack and NVLinkDomain where the
+	// node has them.
+	RackLabel, NVLinkDomainLabel string
+	Rack, NVLinkDomain           *string
+}
+
+// Reads tells whether any label is to be read.
+func (s LabelSettings) Reads() bool {
+	return s.ProfileLabel != "" || s.CountLabel != "" || s.RackLabel != "" || s.NVLinkDomainLabel != ""
+}
+
+// FromNodeLabels fills the settings from the labels of the driver's node.
+func (s LabelSettings) FromNodeLabels(ctx context.Context, client kubernetes.Interface, node string) error {
+	if !s.Reads() {
+		return nil
+	}
+	labels, err := NodeLabels(ctx, client, node, s.What)
+	if err != nil {
+		return err
+	}
+	for _, l := range []struct {
+		label string
+		value *string
+	}{{s.RackLabel, s.Rack}, {s.NVLinkDomainLabel, s.NVLinkDomain}} {
+		if v := labels[l.label]; l.label != "" && l.value != nil && v != "" {
+			*l.value = v
+		}
+	}
+	if s.ProfileLabel != "" && s.Profile != nil && *s.Profile == "" {
+		if *s.Profile = labels[s.ProfileLabel]; *s.Profile == "" {
+			return fmt.Errorf("node %s has no label %s naming its %s profile", node, s.ProfileLabel, s.What)
+		}
+	}
+	if v, ok := labels[s.CountLabel]; ok && s.CountLabel != "" && s.Count != nil {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("node %s label %s=%q is not a number", node, s.CountLabel, v)
+		}
+		*s.Count = n
+	}
+	return nil
+}
+
+// ListDevices writes the devices the driver's inventory would publish to w, as
+// YAML (--list): on the node named, or on "node".
+func (o *NodeFlags) ListDevices(ctx context.Context, w io.Writer, inventory func() (Inventory, error)) error {
+	if o.NodeName == "" {
+		o.NodeName = "node"
+	}
+	inv, err := inventory()
+	if err != nil {
+		return err
+	}
+	return WriteDevices(ctx, inv, w)
 }

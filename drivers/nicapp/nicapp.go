@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -160,7 +159,7 @@ func inventory(o Options) (*fakenic.Inventory, error) {
 // Run runs the driver until ctx ends.
 func Run(ctx context.Context, o Options) error {
 	return o.RunDriver(ctx, env, fakenic.DriverName, func(ctx context.Context, client kubernetes.Interface, ko *kit.Options) error {
-		if err := fromNodeLabels(ctx, client, &o); err != nil {
+		if err := o.labels().FromNodeLabels(ctx, client, o.NodeName); err != nil {
 			return err
 		}
 		inv, err := inventory(o)
@@ -181,45 +180,13 @@ func Run(ctx context.Context, o Options) error {
 	})
 }
 
-// fromNodeLabels fills the profile, the NIC count and the node's place
-// from the node's labels, where the options name labels.
-func fromNodeLabels(ctx context.Context, client kubernetes.Interface, o *Options) error {
-	if o.ProfileLabel == "" && o.NICsLabel == "" && o.RackLabel == "" && o.NVLinkDomainLabel == "" {
-		return nil
-	}
-	labels, err := kit.NodeLabels(ctx, client, o.NodeName, "NIC")
-	if err != nil {
-		return err
-	}
-	if v := labels[o.RackLabel]; o.RackLabel != "" && v != "" {
-		o.Rack = v
-	}
-	if v := labels[o.NVLinkDomainLabel]; o.NVLinkDomainLabel != "" && v != "" {
-		o.NVLinkDomain = v
-	}
-	if o.ProfileLabel != "" && o.Profile == "" {
-		if o.Profile = labels[o.ProfileLabel]; o.Profile == "" {
-			return fmt.Errorf("node %s has no label %s naming its NIC profile", o.NodeName, o.ProfileLabel)
-		}
-	}
-	if v, ok := labels[o.NICsLabel]; ok && o.NICsLabel != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return fmt.Errorf("node %s label %s=%q is not a number", o.NodeName, o.NICsLabel, v)
-		}
-		o.NICs = n
-	}
-	return nil
+// labels are the settings the flags have read from node labels.
+func (o *Options) labels() kit.LabelSettings {
+	return kit.LabelSettings{What: "NIC", ProfileLabel: o.ProfileLabel, Profile: &o.Profile, CountLabel: o.NICsLabel, Count: &o.NICs,
+		RackLabel: o.RackLabel, Rack: &o.Rack, NVLinkDomainLabel: o.NVLinkDomainLabel, NVLinkDomain: &o.NVLinkDomain}
 }
 
 // List writes the devices the driver would publish to w, as YAML.
 func List(ctx context.Context, o Options, w io.Writer) error {
-	if o.NodeName == "" {
-		o.NodeName = "node"
-	}
-	inv, err := inventory(o)
-	if err != nil {
-		return err
-	}
-	return kit.WriteDevices(ctx, inv, w)
+	return o.ListDevices(ctx, w, func() (kit.Inventory, error) { return inventory(o) })
 }

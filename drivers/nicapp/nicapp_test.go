@@ -67,21 +67,21 @@ func TestFromNodeLabels(t *testing.T) {
 	labels := Options{ProfileLabel: "nic.dralab.dev/profile", NICsLabel: "nic.dralab.dev/nics", RackLabel: "topology.dralab.dev/rack"}
 	o := labels
 	o.NodeName, o.NICs = "n1", 2
-	if err := fromNodeLabels(context.Background(), client, &o); err != nil || o.Profile != "cx7-400g" || o.NICs != 8 || o.Rack != "r1" {
+	if err := o.labels().FromNodeLabels(context.Background(), client, o.NodeName); err != nil || o.Profile != "cx7-400g" || o.NICs != 8 || o.Rack != "r1" {
 		t.Errorf("n1: %+v, %v; want cx7-400g, 8 NICs, rack r1", o, err)
 	}
 	o = labels
 	o.NodeName, o.Profile = "n1", "x710-10g"
-	if err := fromNodeLabels(context.Background(), client, &o); err != nil || o.Profile != "x710-10g" {
+	if err := o.labels().FromNodeLabels(context.Background(), client, o.NodeName); err != nil || o.Profile != "x710-10g" {
 		t.Errorf("--profile beside the label: %q, %v; want the flag's", o.Profile, err)
 	}
 	o = labels
 	o.NodeName = "n2"
-	if err := fromNodeLabels(context.Background(), client, &o); err == nil || !strings.Contains(err.Error(), "node n2 has no label nic.dralab.dev/profile") {
+	if err := o.labels().FromNodeLabels(context.Background(), client, o.NodeName); err == nil || !strings.Contains(err.Error(), "node n2 has no label nic.dralab.dev/profile") {
 		t.Errorf("n2 without a profile label: %v", err)
 	}
 	o.Profile = "cx7-400g"
-	if err := fromNodeLabels(context.Background(), client, &o); err == nil || !strings.Contains(err.Error(), `node n2 label nic.dralab.dev/nics="many" is not a number`) {
+	if err := o.labels().FromNodeLabels(context.Background(), client, o.NodeName); err == nil || !strings.Contains(err.Error(), `node n2 label nic.dralab.dev/nics="many" is not a number`) {
 		t.Errorf("n2's count: %v", err)
 	}
 }
