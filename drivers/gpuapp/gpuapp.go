@@ -132,103 +132,80 @@ const (
 
 // Run runs the driver until ctx ends.
 func Run(ctx context.Context, o Options) error {
-	logger := klog.FromContext(ctx).WithValues("node", o.NodeName)
-	ctx = klog.NewContext(ctx, logger)
-	if err := o.CheckPodUID(env); err != nil {
-		return err
-	}
 	for _, x := range o.IgnoredXIDs {
 		if x <= 0 {
 			return fmt.Errorf("--ignored-xids: %d is not an Xid (they are positive)", x)
 		}
 	}
-	// Bound before anything registers: a taken port is a failed start, not
-	// a driver the kubelet uses while its probes fail.
-	health := &kit.Health{}
-	metrics := kit.NewMetrics(gpu.DriverName)
-	stopEndpoints, err := o.ServeEndpoints(ctx, env, health, metrics)
-	if err != nil {
-		return err
-	}
-	defer stopEndpoints()
-	var inv kit.Inventory
-	if o.Inventory != InventoryFake {
-		// NVML first: on a machine without it, that is the one thing to say.
-		var closeInv func()
-		var err error
-		if inv, closeInv, err = openInventory(o); err != nil {
-			return err
-		}
-		defer closeInv()
-	}
-	if err := o.CheckNodeName(env); err != nil {
-		return err
-	}
-	// A device plugin talks to the kubelet only: it reads the API just for
-	// node labels the flags name. Without them it starts before the API
-	// serves and before it has credentials, as a lab starts it, with its
-	// node.
-	var client kubernetes.Interface
-	if o.Mode != ModeDevicePlugin || o.labels().Reads() {
-		if client, err = kit.KubeClient(o.Kubeconfig, gpu.DriverName); err != nil {
-			return err
-		}
-		if err := o.labels().FromNodeLabels(ctx, client, o.NodeName); err != nil {
-			return err
-		}
-	}
-	if nv, ok := inv.(*nvml.Inventory); ok {
-		nv.Topology = o.topology()
-	}
-	if inv == nil {
-		if inv, _, err = openInventory(o); err != nil {
-			return err
-		}
-	}
 	switch o.Mode {
-	case ModeDRA:
-		ko := o.Options(gpu.DriverName, client)
-		ko.CDIKind, ko.EnvPrefix = gpu.CDIKind, gpu.EnvPrefix
-		ko.Inventory, ko.Configure, ko.Metrics, ko.ReportHealth = inv, gpu.Configure, metrics, true
-		ko.DeviceMetadata = o.DeviceMetadata
-		if o.PartitionTypes {
-			if o.Inventory != InventoryFake {
-				return fmt.Errorf("--partition-types: only a fake inventory's partitioned GPUs carry partition types")
-			}
-			ko.PartitionTypeAttribute = gpu.DriverName + "/" + gpu.AttrPartitionType
-		}
-		d, err := kit.Start(ctx, ko)
-		if err != nil {
-			return err
-		}
-		defer d.Stop()
-		health.Watch(d)
-		if err := watchHealth(ctx, o, inv, d); err != nil {
-			return err
-		}
-	case ModeDevicePlugin:
-		if o.DeviceMetadata {
-			return fmt.Errorf("--device-metadata: the kubelet gives device metadata to claims; --mode %s serves an extended resource", ModeDevicePlugin)
-		}
-		p, err := kit.StartDevicePlugin(ctx, kit.DevicePluginOptions{
-			ResourceName: gpu.ExtendedResource,
-			Dir:          o.DevicePluginsDir,
-			Socket:       "dralab-gpu.sock",
-			EnvPrefix:    gpu.EnvPrefix,
-			Inventory:    inv,
-		})
-		if err != nil {
-			return err
-		}
-		defer p.Stop()
-		health.Watch(p)
+	case ModeDRA, ModeDevicePlugin:
 	default:
 		return fmt.Errorf("--mode %q: want %s or %s", o.Mode, ModeDRA, ModeDevicePlugin)
 	}
-	logger.Info("Driver running", "mode", o.Mode)
-	<-ctx.Done()
-	logger.Info("Driver stopping")
-	return nil
+	if o.Mode == ModeDevicePlugin && o.DeviceMetadata {
+		return fmt.Errorf("--device-metadata: the kubelet gives device metadata to claims; --mode %s serves an extended resource", ModeDevicePlugin)
+	}
+	if o.PartitionTypes && o.Inventory != InventoryFake {
+		return fmt.Errorf("--partition-types: only a fake inventory's partitioned GPUs carry partition types")
+	}
+	var inv kit.Inventory
+	r := kit.Run{
+		Name: gpu.DriverName,
+		// A device plugin talks to the kubelet only: it reads the API
+		// just for node labels the flags name. Without them it starts
+		// before the API serves and before it has credentials, as a lab
+		// starts it, with its node.
+		WithoutClient: o.Mode == ModeDevicePlugin && !o.labels().Reads(),
+		Setup: func(ctx context.Context, client kubernetes.Interface, ko *kit.Options) error {
+			if client != nil {
+				if err := o.labels().FromNodeLabels(ctx, client, o.NodeName); err != nil {
+					return err
+				}
+			}
+			if nv, ok := inv.(*nvml.Inventory); ok {
+				nv.Topology = o.topology()
+			}
+			if inv == nil {
+				var err error
+				if inv, _, err = openInventory(o); err != nil {
+					return err
+				}
+			}
+			ko.CDIKind, ko.EnvPrefix, ko.Inventory, ko.Configure = gpu.CDIKind, gpu.EnvPrefix, inv, gpu.Configure
+			ko.DeviceMetadata = o.DeviceMetadata
+			if o.PartitionTypes {
+				ko.PartitionTypeAttribute = gpu.DriverName + "/" + gpu.AttrPartitionType
+			}
+			klog.FromContext(ctx).Info("Serving GPUs", "mode", o.Mode, "inventory", o.Inventory)
+			return nil
+		},
+		Started: func(ctx context.Context, d *kit.Driver) error { return watchHealth(ctx, o, inv, d) },
+	}
+	if o.Inventory != InventoryFake {
+		// NVML first: on a machine without it, that is the one thing to say.
+		r.Open = func(context.Context) (func(), error) {
+			var closeInv func()
+			var err error
+			inv, closeInv, err = openInventory(o)
+			return closeInv, err
+		}
+	}
+	if o.Mode == ModeDevicePlugin {
+		r.Serve = func(ctx context.Context, ko kit.Options) (kit.Readier, func(), error) {
+			p, err := kit.StartDevicePlugin(ctx, kit.DevicePluginOptions{
+				ResourceName: gpu.ExtendedResource,
+				Dir:          o.DevicePluginsDir,
+				Socket:       "dralab-gpu.sock",
+				EnvPrefix:    gpu.EnvPrefix,
+				Inventory:    ko.Inventory,
+			})
+			if err != nil {
+				return nil, nil, err
+			}
+			return p, p.Stop, nil
+		}
+	}
+	return o.NodeFlags.Run(ctx, env, r)
 }
 
 // labels are the settings the flags have read from node labels: the

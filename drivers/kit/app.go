@@ -251,36 +251,94 @@ func (o *NodeFlags) Command(use, short, long string, e Env, list func(ctx contex
 // prefix and what else is the driver's own), and starts the driver, whose
 // devices are healthy until it says otherwise.
 func (o *NodeFlags) RunDriver(ctx context.Context, e Env, driverName string, setup func(ctx context.Context, client kubernetes.Interface, ko *Options) error) error {
-	logger := klog.FromContext(ctx).WithValues("node", o.NodeName, "driver", driverName)
+	return o.Run(ctx, e, Run{Name: driverName, Setup: setup})
+}
+
+// Run is how a driver's command runs on the kit (NodeFlags.Run): what it
+// does beyond RunDriver's steps, each optional.
+type Run struct {
+	// Name is the driver's name.
+	Name string
+	// Open runs first, once the endpoints serve: what must fail before
+	// anything else on a node that lacks it (NVML's library). Its close
+	// runs when the driver ends.
+	Open func(ctx context.Context) (close func(), err error)
+	// WithoutClient runs the driver without a client of the API server:
+	// a device plugin talks to its kubelet only, and starts before the API
+	// serves and before it has credentials.
+	WithoutClient bool
+	// Setup fills in the kit's options; client is nil without one.
+	Setup func(ctx context.Context, client kubernetes.Interface, ko *Options) error
+	// Serve, if set, serves the driver instead of a DRA kubelet plugin (a
+	// device plugin): it returns what the health endpoint asks and how to
+	// stop it.
+	Serve func(ctx context.Context, ko Options) (Readier, func(), error)
+	// Started runs once a DRA driver has started (its health monitors).
+	Started func(ctx context.Context, d *Driver) error
+}
+
+// Run runs a driver on the kit until ctx ends: it checks the pod UID,
+// serves health and metrics (bound before anything registers: a taken
+// port is a failed start, not a driver the kubelet uses while its probes
+// fail), opens what the driver opens first, checks the node name,
+// connects to the API server, has Setup fill in the kit's options, and
+// serves the driver.
+func (o *NodeFlags) Run(ctx context.Context, e Env, r Run) error {
+	logger := klog.FromContext(ctx).WithValues("node", o.NodeName, "driver", r.Name)
 	ctx = klog.NewContext(ctx, logger)
 	if err := o.CheckPodUID(e); err != nil {
 		return err
 	}
-	if err := o.CheckNodeName(e); err != nil {
-		return err
-	}
-	client, err := KubeClient(o.Kubeconfig, driverName)
-	if err != nil {
-		return err
-	}
 	health := &Health{}
-	metrics := NewMetrics(driverName)
+	metrics := NewMetrics(r.Name)
 	stop, err := o.ServeEndpoints(ctx, e, health, metrics)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	ko := o.Options(driverName, client)
+	if r.Open != nil {
+		closeOpened, err := r.Open(ctx)
+		if err != nil {
+			return err
+		}
+		defer closeOpened()
+	}
+	if err := o.CheckNodeName(e); err != nil {
+		return err
+	}
+	var client kubernetes.Interface
+	if !r.WithoutClient {
+		if client, err = KubeClient(o.Kubeconfig, r.Name); err != nil {
+			return err
+		}
+	}
+	ko := o.Options(r.Name, client)
 	ko.Metrics, ko.ReportHealth = metrics, true
-	if err := setup(ctx, client, &ko); err != nil {
-		return err
+	if r.Setup != nil {
+		if err := r.Setup(ctx, client, &ko); err != nil {
+			return err
+		}
 	}
-	d, err := Start(ctx, ko)
-	if err != nil {
-		return err
+	if r.Serve != nil {
+		ready, stopServing, err := r.Serve(ctx, ko)
+		if err != nil {
+			return err
+		}
+		defer stopServing()
+		health.Watch(ready)
+	} else {
+		d, err := Start(ctx, ko)
+		if err != nil {
+			return err
+		}
+		defer d.Stop()
+		health.Watch(d)
+		if r.Started != nil {
+			if err := r.Started(ctx, d); err != nil {
+				return err
+			}
+		}
 	}
-	defer d.Stop()
-	health.Watch(d)
 	logger.Info("Driver running")
 	<-ctx.Done()
 	logger.Info("Driver stopping")
