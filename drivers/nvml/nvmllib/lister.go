@@ -99,10 +99,11 @@ func (l *lister) Close() error {
 	return nil
 }
 
-// GPUs implements dnvml.Lister. A GPU that NVML reports lost fails the
-// whole listing, naming its index: it needs a reset or a reboot, and a
-// driver that fails to start says so where operators look, whereas an
-// inventory quietly one GPU short would not.
+// GPUs implements dnvml.Lister. A GPU that NVML reports lost is left out,
+// saying so at error level with its index (it needs a reset, or the node a
+// reboot), so that the node's healthy GPUs are published and its prepared
+// claims can still be unprepared; a node whose every GPU is lost fails the
+// listing, which says why.
 func (l *lister) GPUs(ctx context.Context) ([]dnvml.GPU, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -123,19 +124,26 @@ func (l *lister) GPUs(ctx context.Context) ([]dnvml.GPU, error) {
 		return nil, &callError{call: "DeviceGetCount", ret: ret}
 	}
 	gpus := make([]dnvml.GPU, 0, count)
+	var lost []error
 	for i := range count {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		g, err := l.gpu(klog.LoggerWithValues(logger, "index", i), i)
 		if errors.Is(err, nvml.ERROR_GPU_IS_LOST) {
-			return nil, fmt.Errorf("GPU at index %d is lost; it needs a reset, or the node a reboot: %w", i, err)
+			err = fmt.Errorf("GPU at index %d is lost; it needs a reset, or the node a reboot: %w", i, err)
+			logger.Error(err, "Leaving out a lost GPU; the node's other GPUs are published", "index", i)
+			lost = append(lost, err)
+			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("GPU at index %d: %w", i, err)
 		}
 		g.DriverVersion, g.CUDADriverVersion = driverVersion, cudaVersion
 		gpus = append(gpus, g)
+	}
+	if len(gpus) == 0 && len(lost) > 0 {
+		return nil, fmt.Errorf("every GPU of the node is lost: %w", errors.Join(lost...))
 	}
 	return gpus, nil
 }

@@ -330,7 +330,11 @@ func patched(t *testing.T) *server.Server {
 	return s
 }
 
-func TestLostGPUNamesItsIndex(t *testing.T) {
+// A GPU lost at start is left out, whichever call says so, and the node's
+// other GPUs are published; a node whose every GPU is lost fails, naming
+// them. Before, one lost GPU failed the listing: the driver exited and
+// restarted, and the healthy GPUs were never published.
+func TestLostGPUIsLeftOut(t *testing.T) {
 	for name, breakIt := range map[string]func(s *server.Server){
 		"handle": func(s *server.Server) {
 			s.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
@@ -350,12 +354,28 @@ func TestLostGPUNamesItsIndex(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := patched(t)
 			breakIt(s)
-			_, err := (&dnvml.Inventory{Lister: opened(t, s)}).Devices(context.Background())
-			if !errors.Is(err, nvml.ERROR_GPU_IS_LOST) || !strings.Contains(err.Error(), "GPU at index 3 is lost") {
-				t.Errorf("Devices = %v, want GPU at index 3 lost", err)
+			lostUUID, _ := s.Devices[3].(*server.Device).GetUUID()
+			devs, err := (&dnvml.Inventory{Lister: opened(t, s)}).Devices(context.Background())
+			if err != nil {
+				t.Fatalf("Devices = %v, want the other GPUs", err)
 			}
-			t.Log(err)
+			if len(devs) != 7 {
+				t.Errorf("%d devices published, want the 7 GPUs that are not lost", len(devs))
+			}
+			for _, d := range devs {
+				if u := d.API.Attributes["uuid"].StringValue; name != "uuid" && u != nil && *u == lostUUID {
+					t.Errorf("the lost GPU %s is published as %s", lostUUID, d.API.Name)
+				}
+			}
 		})
+	}
+	s := patched(t)
+	for _, d := range s.Devices {
+		d.(*server.Device).GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
+	}
+	_, err := (&dnvml.Inventory{Lister: opened(t, s)}).Devices(context.Background())
+	if !errors.Is(err, nvml.ERROR_GPU_IS_LOST) || !strings.Contains(err.Error(), "every GPU of the node is lost") || !strings.Contains(err.Error(), "GPU at index 7 is lost") {
+		t.Errorf("Devices with every GPU lost = %v, want an error naming them", err)
 	}
 }
 
