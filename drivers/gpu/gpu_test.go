@@ -78,7 +78,7 @@ func TestTierClassesSelectTheirProfiles(t *testing.T) {
 	// Real product names: NVML's, including look-alikes.
 	for name, tier := range map[string]string{
 		"NVIDIA H100 NVL": "h100", "NVIDIA H100 PCIe": "h100", "NVIDIA A100-PCIE-40GB": "a100",
-		"NVIDIA L40S": "", "NVIDIA H200": "", "NVIDIA A10": "",
+		"NVIDIA L40S": "", "NVIDIA H200": "", "NVIDIA A10": "", "Tesla T4": "", "NVIDIA B200": "", "NVIDIA GB200": "",
 	} {
 		for _, t2 := range gpu.Tiers {
 			if got := matches(t, classes[t2.ClassName()], product(gpu.DriverName, name)); got != (t2.Name == tier) {

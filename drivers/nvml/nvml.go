@@ -54,6 +54,10 @@ type GPU struct {
 	// profiles, nil unless MIG mode is enabled: then the GPU is published
 	// partitioned, like the fake driver's partitioning: mig.
 	MIG *gpu.MIG
+	// MIGMode says that MIG mode is enabled, whether or not NVML lists a
+	// GPU instance profile: a GPU in MIG mode without one runs no CUDA
+	// work whole, and is left out.
+	MIGMode bool
 	// Multiprocessors are what the GPU's instances share out: those of its
 	// largest GPU instance profile (0 without MIG).
 	Multiprocessors int
@@ -192,6 +196,11 @@ func (inv *Inventory) list(ctx context.Context) (*listing, error) {
 		}
 		if i > 0 && gpus[i-1].Minor == g.Minor {
 			return nil, fmt.Errorf("GPUs at index %d and %d have the same minor number %d", gpus[i-1].Index, g.Index, g.Minor)
+		}
+		if g.MIGMode && g.MIG == nil {
+			logger.Error(nil, "Leaving out a GPU in MIG mode whose NVML lists no GPU instance profile: in MIG mode a GPU runs CUDA work only in its instances; disable MIG mode (nvidia-smi -i <index> -mig 0) to publish it whole",
+				"index", g.Index, "uuid", g.UUID)
+			continue
 		}
 		whole := inv.device(logger, g)
 		if g.MIG != nil && g.UUID != "" && g.MemoryBytes > 0 && g.MemoryBytes <= math.MaxInt64 {

@@ -381,3 +381,22 @@ func render(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) str
 	}
 	return b.String()
 }
+
+// A GPU in MIG mode whose NVML lists no GPU instance profile is left out:
+// whole, it would run no CUDA work. Before, it was published whole
+// without a word.
+func TestMIGModeWithoutProfilesIsLeftOut(t *testing.T) {
+	empty := h100(1, 1, "00000000:43:00.0")
+	empty.MIGMode = true
+	devs, err := (&Inventory{Lister: fixed(h100(0, 0, "00000000:1B:00.0"), empty)}).Devices(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(devs) != 1 || devs[0].API.Name != DeviceName(0) {
+		var names []string
+		for _, d := range devs {
+			names = append(names, d.API.Name)
+		}
+		t.Errorf("published %v, want only %s: the MIG-mode GPU without profiles left out", names, DeviceName(0))
+	}
+}

@@ -205,7 +205,7 @@ func (l *lister) gpu(logger klog.Logger, index int) (dnvml.GPU, error) {
 	if err != nil {
 		return g, err
 	}
-	if mig {
+	if g.MIGMode = mig; mig {
 		if g.MIG, g.Multiprocessors, err = migGeometry(logger, d); err != nil {
 			return g, err
 		}
