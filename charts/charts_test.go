@@ -241,6 +241,7 @@ func TestBadValuesFailWithAClearMessage(t *testing.T) {
 		"unknown value":            {map[string]any{"gpuCount": 3}, []string{"gpuCount"}},
 		"bad mode":                 {map[string]any{"mode": "both"}, []string{"mode"}},
 		"relative path":            {map[string]any{"cdiDir": "cdi"}, []string{"cdiDir"}},
+		"relative driver root":     {map[string]any{"inventory": "nvml", "nvml": map[string]any{"driverRoot": "run/nvidia/driver"}}, []string{"/nvml/driverRoot"}},
 		"nvml with profile":        {map[string]any{"inventory": "nvml", "fake": map[string]any{"profile": "l4-24gb"}}, []string{"inventory is nvml"}},
 		"loopback API server in the pod network": {map[string]any{"apiServer": map[string]any{"host": "127.0.0.1", "port": 6443}},
 			[]string{"apiServer.host", "hostNetwork=true"}},
@@ -487,6 +488,14 @@ func TestMountsOnlyWhatTheDriverWrites(t *testing.T) {
 		"device-plugin": {countingValues(map[string]any{"kubeletDir": "/lab/node/kubelet"}),
 			[]string{devicePlugins},
 			map[string]string{"DRALAB_KUBELET_DEVICE_PLUGINS_DIR": devicePlugins}},
+		// NVML on the host's driver: nothing more; under a driver
+		// container's root: that root, read-only (checked below).
+		"nvml": {map[string]any{"inventory": "nvml"},
+			[]string{"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins/gpu.dralab.dev", "/var/run/cdi", "/var/lib/dralab-driver"},
+			map[string]string{"DRALAB_DRIVER_ROOT": ""}},
+		"nvml, driver root": {map[string]any{"inventory": "nvml", "nvml": map[string]any{"driverRoot": "/run/nvidia/driver"}},
+			[]string{"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins/gpu.dralab.dev", "/var/run/cdi", "/var/lib/dralab-driver", "/run/nvidia/driver"},
+			map[string]string{"DRALAB_DRIVER_ROOT": "/run/nvidia/driver"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ds := daemonSet(t, render(t, tc.values))
@@ -499,6 +508,11 @@ func TestMountsOnlyWhatTheDriverWrites(t *testing.T) {
 			for host, in := range mounts {
 				if host != in {
 					t.Errorf("host path %s is mounted at %s: the driver hands the kubelet paths in its own mount namespace", host, in)
+				}
+			}
+			for _, m := range ds.Spec.Template.Spec.Containers[0].VolumeMounts {
+				if m.Name == "driver-root" && !m.ReadOnly {
+					t.Errorf("the driver root is mounted writable: %+v", m)
 				}
 			}
 			e := env(ds)

@@ -4,6 +4,7 @@
 package gpuapp
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -30,9 +31,15 @@ const (
 // Options are the driver's settings.
 type Options struct {
 	kit.NodeFlags
-	Mode         string
-	Inventory    string
-	NVML         string
+	Mode      string
+	Inventory string
+	NVML      string
+	// DriverRoot, NVMLLibrary, DevRoot and SysfsRoot are where an NVML
+	// inventory finds the NVIDIA driver (roots.go).
+	DriverRoot   string
+	NVMLLibrary  string
+	DevRoot      string
+	SysfsRoot    string
 	Profile      string
 	ProfileFile  string
 	ProfileLabel string
@@ -96,6 +103,10 @@ Never run both modes on one node: the two allocators would hand out the same GPU
 	f.StringVar(&o.Mode, "mode", ModeDRA, "dra or device-plugin")
 	f.StringVar(&o.Inventory, "inventory", InventoryFake, "where devices come from: fake (GPU profiles) or nvml (NVIDIA's management library)")
 	f.StringVar(&o.NVML, "nvml", nvml.SourceLibrary, "the NVML of an nvml inventory: "+strings.Join(nvmllib.Sources(), ", ")+" (go-nvml's mock servers, for labs without GPUs)")
+	f.StringVar(&o.DriverRoot, "driver-root", "/", "where the NVIDIA driver is installed (/run/nvidia/driver when a driver container installs it): the NVML library and the device files are found under it")
+	f.StringVar(&o.NVMLLibrary, "nvml-library", "", "the NVML library's path; empty: "+nvmlLibrary+" under --driver-root (the loader's search where the root is /)")
+	f.StringVar(&o.DevRoot, "dev-root", "", "the host directory of the NVIDIA device files, named in the CDI specs; empty: --driver-root's dev where it holds nvidiactl, else /dev")
+	f.StringVar(&o.SysfsRoot, "sysfs-root", "/sys", "where sysfs is, for the GPUs' PCIe roots and NUMA nodes (an NVML mock's rendered tree)")
 	f.StringVar(&o.Profile, "profile", "", "built-in GPU profile of a fake inventory: "+strings.Join(fakegpu.BuiltinNames(), ", "))
 	f.StringVar(&o.ProfileFile, "profile-file", "", "GPU profile file of a fake inventory, instead of --profile")
 	f.StringVar(&o.ProfileLabel, "profile-label", "", "read the profile from this label of the node, instead of --profile (one DaemonSet, mixed nodes)")
@@ -253,12 +264,20 @@ func nvmlInventory(o Options) (*nvml.Inventory, error) {
 	if mock && o.NodeName == "" {
 		return nil, fmt.Errorf("--nvml %s: a mock server needs --node-name (or $%s)", o.NVML, envName("node-name"))
 	}
-	lister, err := nvmllib.Open(o.NVML, nvmllib.WithNode(o.NodeName))
+	opts := []nvmllib.Option{nvmllib.WithNode(o.NodeName)}
+	if !mock {
+		library, err := o.nvmlLibraryPath()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, nvmllib.WithLibraryPath(library))
+	}
+	lister, err := nvmllib.Open(o.NVML, opts...)
 	if err != nil {
 		return nil, err
 	}
 	// A mock's GPUs have no device files for the runtime to find.
-	return &nvml.Inventory{Lister: lister, SysfsRoot: "/sys", OmitDeviceNodes: mock, Topology: o.topology()}, nil
+	return &nvml.Inventory{Lister: lister, SysfsRoot: cmp.Or(o.SysfsRoot, "/sys"), DevRoot: o.devRoot(), OmitDeviceNodes: mock, Topology: o.topology()}, nil
 }
 
 // topology is where the options place the node.

@@ -29,7 +29,14 @@ func Open(source string, opts ...Option) (dnvml.Lister, error) {
 		return nil, err
 	}
 	if src.Mock == "" {
-		return open(nvml.New(), nil)
+		if o.library == "" {
+			return open(nvml.New(), nil)
+		}
+		l, err := open(nvml.New(nvml.WithLibraryPath(o.library)), nil)
+		if errors.Is(err, ErrLibraryNotFound) {
+			return nil, fmt.Errorf("%s: %w", o.library, err)
+		}
+		return l, err
 	}
 	s, err := newMockServer(src.Mock)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -463,5 +464,15 @@ func TestMachineLibrary(t *testing.T) {
 		if _, ok := d.API.Capacity["memory"]; !ok {
 			t.Errorf("%s has no memory", d.API.Name)
 		}
+	}
+}
+
+// A library path that holds no NVML library is the library-not-found
+// error, naming the path.
+func TestLibraryPathNotFound(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "libnvidia-ml.so.1")
+	_, err := Open("", WithLibraryPath(path))
+	if !errors.Is(err, ErrLibraryNotFound) || !strings.Contains(err.Error(), path) {
+		t.Errorf("Open with the library %s = %v, want ErrLibraryNotFound naming it", path, err)
 	}
 }

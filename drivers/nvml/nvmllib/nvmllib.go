@@ -32,7 +32,15 @@ func Sources() []string { return dnvml.Sources() }
 type Option func(*options)
 
 type options struct {
-	node string
+	node    string
+	library string
+}
+
+// WithLibraryPath opens the NVML library at path instead of the one the
+// loader finds (a driver root's); "" leaves the loader's. A mock server
+// ignores it.
+func WithLibraryPath(path string) Option {
+	return func(o *options) { o.library = path }
 }
 
 // WithNode names the node the GPUs belong to. A mock server derives its

@@ -1,0 +1,68 @@
+package gpuapp
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// An NVIDIA driver is installed on the host ("/") or by a driver container
+// under a driver root of its own (/run/nvidia/driver), which holds the
+// NVML library and, often, the device files. The driver finds both there,
+// as NVIDIA's own drivers do; --nvml-library and --dev-root name them
+// where the layout is another.
+
+// nvmlLibrary is NVML's library, as the NVIDIA driver installs it.
+const nvmlLibrary = "libnvidia-ml.so.1"
+
+// libraryDirs are where a driver root keeps its libraries, as
+// distributions and NVIDIA's driver containers lay them out.
+var libraryDirs = []string{
+	"usr/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu",
+	"lib64", "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu", "usr/lib", "lib",
+}
+
+// nvmlLibraryPath is the NVML library to open: --nvml-library, else the
+// library under a driver root other than "/", else "" (the loader's
+// search, as on a host whose driver is installed).
+func (o Options) nvmlLibraryPath() (string, error) {
+	if o.NVMLLibrary != "" {
+		if _, err := os.Stat(o.NVMLLibrary); err != nil {
+			return "", fmt.Errorf("--nvml-library: %w", err)
+		}
+		return o.NVMLLibrary, nil
+	}
+	root := cmp.Or(o.DriverRoot, "/")
+	if filepath.Clean(root) == "/" {
+		return "", nil
+	}
+	var tried []string
+	for _, dir := range libraryDirs {
+		p := filepath.Join(root, dir, nvmlLibrary)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("--driver-root %s: %w", root, err)
+		}
+		tried = append(tried, filepath.Join(dir, nvmlLibrary))
+	}
+	return "", fmt.Errorf("--driver-root %s holds no NVML library (looked for %s); name it with --nvml-library", root, strings.Join(tried, ", "))
+}
+
+// devRoot is the host directory of the NVIDIA device files: --dev-root,
+// else the driver root's dev where it holds nvidiactl, else /dev.
+func (o Options) devRoot() string {
+	if o.DevRoot != "" {
+		return o.DevRoot
+	}
+	root := cmp.Or(o.DriverRoot, "/")
+	if dev := filepath.Join(root, "dev"); filepath.Clean(root) != "/" {
+		if _, err := os.Stat(filepath.Join(dev, "nvidiactl")); err == nil {
+			return dev
+		}
+	}
+	return "/dev"
+}
