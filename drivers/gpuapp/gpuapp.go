@@ -213,6 +213,12 @@ func Run(ctx context.Context, o Options) error {
 			if err != nil {
 				return nil, nil, err
 			}
+			// Counting mode reports failed GPUs Unhealthy from the same
+			// watch: the kubelet counts them out.
+			if err := watchHealth(ctx, o, ko.Inventory, p); err != nil {
+				p.Stop()
+				return nil, nil, err
+			}
 			return p, p.Stop, nil
 		}
 	}

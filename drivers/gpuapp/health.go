@@ -17,7 +17,7 @@ import (
 // watchHealth keeps the driver's device health: from the faults file for a
 // fake inventory; from NVML's critical Xid events for an NVML inventory,
 // into which a mock source's faults file injects its Xids.
-func watchHealth(ctx context.Context, o Options, inv kit.Inventory, d *kit.Driver) error {
+func watchHealth(ctx context.Context, o Options, inv kit.Inventory, d kit.DeviceHealthSetter) error {
 	devs, err := inv.Devices(ctx)
 	if err != nil {
 		return err
@@ -53,7 +53,8 @@ func watchHealth(ctx context.Context, o Options, inv kit.Inventory, d *kit.Drive
 // failed until the driver restarts (a real GPU needs a reset) or, on a
 // mock, the lab heals it.
 type gpuHealth struct {
-	driver *kit.Driver
+	// driver is the DRA driver, or in counting mode the device plugin.
+	driver kit.DeviceHealthSetter
 	devs   []kit.Device
 	mu     sync.Mutex
 	gpus   map[string]gpu.GPUFault

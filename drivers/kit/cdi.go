@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -150,22 +149,28 @@ func (d *Driver) specOf(uid types.UID, c *PreparedClaim) (*cdispec.Spec, error) 
 // any of its devices is injected, and the spec holds one claim, so a
 // variable listing all the claim's devices is set exactly once.
 func claimEdits(devs []Device) cdispec.ContainerEdits {
+	env := claimEnv(devs)
+	var edits cdispec.ContainerEdits
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		edits.Env = append(edits.Env, k+"="+env[k])
+	}
+	return edits
+}
+
+// claimEnv is what devices set once for all of them (Device.ClaimEnv):
+// each variable's values in the devices' order, joined by commas.
+func claimEnv(devs []Device) map[string]string {
 	values := map[string][]string{}
-	var keys []string
 	for _, dev := range devs {
 		for k, v := range dev.ClaimEnv {
-			if _, seen := values[k]; !seen {
-				keys = append(keys, k)
-			}
 			values[k] = append(values[k], v)
 		}
 	}
-	sort.Strings(keys)
-	var edits cdispec.ContainerEdits
-	for _, k := range keys {
-		edits.Env = append(edits.Env, k+"="+strings.Join(values[k], ","))
+	out := make(map[string]string, len(values))
+	for k, v := range values {
+		out[k] = strings.Join(v, ",")
 	}
-	return edits
+	return out
 }
 
 func (d *Driver) removeSpec(name string) error {

@@ -1,13 +1,17 @@
 package kit
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,10 +42,31 @@ type DevicePlugin struct {
 	opts    DevicePluginOptions
 	devices map[string]Device
 	ids     []string
-	server  *grpc.Server
+	// nodeEdits are a node-wide inventory's edits (a GPU driver's control
+	// device files), which every container with a device gets.
+	nodeEdits ContainerEdits
+	server    *grpc.Server
 	// registered: the kubelet accepted a registration.
 	registered atomic.Bool
+
+	mu sync.Mutex
+	// faults are the failed devices, reported Unhealthy.
+	faults map[string]DeviceFault
+	// changed is closed and replaced on every change of faults.
+	changed chan struct{}
 }
+
+// DeviceHealthSetter is what a driver's health monitor reports failed
+// devices to: a DRA Driver (its health stream and its slices' taints) or
+// a DevicePlugin (ListAndWatch).
+type DeviceHealthSetter interface {
+	SetDeviceHealth(ctx context.Context, faults map[string]DeviceFault) error
+}
+
+var (
+	_ DeviceHealthSetter = &Driver{}
+	_ DeviceHealthSetter = &DevicePlugin{}
+)
 
 // StartDevicePlugin serves the device-plugin API and registers with the
 // kubelet, again whenever the kubelet restarts (its socket is recreated).
@@ -50,7 +75,10 @@ func StartDevicePlugin(ctx context.Context, opts DevicePluginOptions) (*DevicePl
 	if err != nil {
 		return nil, fmt.Errorf("enumerating devices: %w", err)
 	}
-	p := &DevicePlugin{opts: opts, devices: map[string]Device{}, server: grpc.NewServer()}
+	p := &DevicePlugin{opts: opts, devices: map[string]Device{}, server: grpc.NewServer(), faults: map[string]DeviceFault{}, changed: make(chan struct{})}
+	if nw, ok := opts.Inventory.(NodeWideInventory); ok {
+		p.nodeEdits = nw.NodeEdits()
+	}
 	for _, d := range devs {
 		p.devices[d.API.Name] = d
 		p.ids = append(p.ids, d.API.Name)
@@ -118,25 +146,67 @@ func (p *DevicePlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty)
 	return &pluginapi.DevicePluginOptions{}, nil
 }
 
-// ListAndWatch sends the devices, all healthy, and keeps the stream open.
-func (p *DevicePlugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
-	resp := &pluginapi.ListAndWatchResponse{}
-	for _, id := range p.ids {
-		resp.Devices = append(resp.Devices, &pluginapi.Device{ID: id, Health: pluginapi.Healthy})
+// SetDeviceHealth replaces the plugin's record of failed devices, which
+// ListAndWatch reports Unhealthy at once: the kubelet then counts them out
+// of the node's allocatable. Devices the inventory does not have are an
+// error, and nothing changes.
+func (p *DevicePlugin) SetDeviceHealth(ctx context.Context, faults map[string]DeviceFault) error {
+	for name := range faults {
+		if _, ok := p.devices[name]; !ok {
+			return fmt.Errorf("device health: %q is not a device of this node (%d devices)", name, len(p.devices))
+		}
 	}
-	if err := stream.Send(resp); err != nil {
-		return err
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if maps.EqualFunc(p.faults, faults, func(a, b DeviceFault) bool { return a.Message == b.Message }) {
+		return nil
 	}
-	<-stream.Context().Done()
+	p.faults = maps.Clone(faults)
+	if p.faults == nil {
+		p.faults = map[string]DeviceFault{}
+	}
+	close(p.changed)
+	p.changed = make(chan struct{})
+	klog.FromContext(ctx).Info("Device health changed", "failed", slices.Sorted(maps.Keys(p.faults)))
 	return nil
 }
 
-// Allocate sets each container's environment for the devices the kubelet
-// chose, with the same variables a DRA claim sets.
+// ListAndWatch sends the devices with their health, and again on every
+// change, until the kubelet closes the stream.
+func (p *DevicePlugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	for {
+		p.mu.Lock()
+		resp := &pluginapi.ListAndWatchResponse{}
+		for _, id := range p.ids {
+			health := pluginapi.Healthy
+			if _, failed := p.faults[id]; failed {
+				health = pluginapi.Unhealthy
+			}
+			resp.Devices = append(resp.Devices, &pluginapi.Device{ID: id, Health: health})
+		}
+		changed := p.changed
+		p.mu.Unlock()
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-changed:
+		}
+	}
+}
+
+// Allocate gives each container what a DRA claim of the devices the
+// kubelet chose gives it: the same variables (the devices' own, and those
+// set once for all of them, NVIDIA_VISIBLE_DEVICES on an NVML node), the
+// devices' files and the node-wide control files.
 func (p *DevicePlugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	resp := &pluginapi.AllocateResponse{}
 	for _, cr := range req.ContainerRequests {
 		envs := map[string]string{}
+		var specs []*pluginapi.DeviceSpec
+		var devs []Device
 		for n, id := range cr.DevicesIds {
 			dev, ok := p.devices[id]
 			if !ok {
@@ -145,10 +215,27 @@ func (p *DevicePlugin) Allocate(_ context.Context, req *pluginapi.AllocateReques
 			for _, kv := range deviceEnv(p.opts.EnvPrefix, n, dev) {
 				envs[kv[0]] = kv[1]
 			}
+			specs = append(specs, deviceSpecs(dev.DeviceNodes)...)
+			devs = append(devs, dev)
 		}
-		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{Envs: envs})
+		maps.Copy(envs, claimEnv(devs))
+		if len(devs) > 0 {
+			maps.Copy(envs, p.nodeEdits.Env)
+			specs = append(specs, deviceSpecs(p.nodeEdits.DeviceNodes)...)
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{Envs: envs, Devices: specs})
 	}
 	return resp, nil
+}
+
+// deviceSpecs are device files as the device-plugin API gives them to a
+// container: at their path, from the host's file, read and written.
+func deviceSpecs(nodes []DeviceNode) []*pluginapi.DeviceSpec {
+	var out []*pluginapi.DeviceSpec
+	for _, n := range nodes {
+		out = append(out, &pluginapi.DeviceSpec{ContainerPath: n.Path, HostPath: cmp.Or(n.HostPath, n.Path), Permissions: "rw"})
+	}
+	return out
 }
 
 // deviceEnv is the environment of a claim's or container's n-th device:

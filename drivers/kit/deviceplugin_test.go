@@ -2,8 +2,10 @@ package kit
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,19 +17,20 @@ import (
 	"github.com/dralab/dralab/drivers/kit/kittest"
 )
 
-func TestDevicePluginCounts(t *testing.T) {
+// startDevicePlugin starts a device plugin of inv, with a fake kubelet it
+// registers with, and returns it and a client of its socket.
+func startDevicePlugin(t *testing.T, ctx context.Context, inv Inventory) (*DevicePlugin, pluginapi.DevicePluginClient) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "dp-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	p, err := StartDevicePlugin(ctx, DevicePluginOptions{ResourceName: "test.dev/gpu", Dir: dir, Socket: "test.sock", EnvPrefix: "GPU_DEVICE", Inventory: testDevices(3)})
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	p, err := StartDevicePlugin(ctx, DevicePluginOptions{ResourceName: "test.dev/gpu", Dir: dir, Socket: "test.sock", EnvPrefix: "GPU_DEVICE", Inventory: inv})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Stop()
+	t.Cleanup(p.Stop)
 	if err := p.Ready(ctx); err == nil || !strings.Contains(err.Error(), "not registered") {
 		t.Errorf("Ready with no kubelet = %v, want not registered", err)
 	}
@@ -54,8 +57,14 @@ func TestDevicePluginCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	client := pluginapi.NewDevicePluginClient(conn)
+	t.Cleanup(func() { conn.Close() })
+	return p, pluginapi.NewDevicePluginClient(conn)
+}
+
+func TestDevicePluginCounts(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, client := startDevicePlugin(t, ctx, testDevices(3))
 	stream, err := client.ListAndWatch(ctx, &pluginapi.Empty{})
 	if err != nil {
 		t.Fatal(err)
@@ -77,5 +86,75 @@ func TestDevicePluginCounts(t *testing.T) {
 	}
 	if _, err := client.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"gpu-9"}}}}); err == nil {
 		t.Error("Allocate of an unknown device succeeded")
+	}
+}
+
+// Counting mode gives a container what a claim gives it: its devices'
+// files (from the host's path) and the node's control files once, the
+// variables set once for all its devices (NVIDIA_VISIBLE_DEVICES on an
+// NVML node); and it reports a failed device Unhealthy at once, which the
+// kubelet counts out. Before, Allocate gave variables only and every
+// device was Healthy for ever.
+func TestDevicePluginGivesDevicesAndHealth(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	devs := testDevices(3)
+	for i := range devs {
+		devs[i].DeviceNodes = []DeviceNode{{Path: fmt.Sprintf("/dev/nvidia%d", i), HostPath: fmt.Sprintf("/run/nvidia/driver/dev/nvidia%d", i)}}
+	}
+	inv := nodeWide{devs, ContainerEdits{Env: map[string]string{nodeEnv: "n"}, DeviceNodes: []DeviceNode{{Path: "/dev/nvidiactl"}}}}
+	p, client := startDevicePlugin(t, ctx, inv)
+	resp, err := client.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"gpu-0", "gpu-2"}}, {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := resp.ContainerResponses[0]
+	var specs []string
+	for _, d := range c.Devices {
+		specs = append(specs, d.HostPath+"->"+d.ContainerPath+":"+d.Permissions)
+	}
+	if want := []string{"/run/nvidia/driver/dev/nvidia0->/dev/nvidia0:rw", "/run/nvidia/driver/dev/nvidia2->/dev/nvidia2:rw", "/dev/nvidiactl->/dev/nvidiactl:rw"}; !slices.Equal(specs, want) {
+		t.Errorf("Allocate devices %v, want %v", specs, want)
+	}
+	if c.Envs["VISIBLE_DEVICES"] != "uuid-gpu-0,uuid-gpu-2" || c.Envs[nodeEnv] != "n" || c.Envs["GPU_DEVICE_1"] != "gpu-2" {
+		t.Errorf("Allocate env %v, want VISIBLE_DEVICES=uuid-gpu-0,uuid-gpu-2, %s=n and GPU_DEVICE_1=gpu-2", c.Envs, nodeEnv)
+	}
+	if empty := resp.ContainerResponses[1]; len(empty.Devices) > 0 || len(empty.Envs) > 0 {
+		t.Errorf("a container without devices gets %+v", empty)
+	}
+
+	stream, err := client.ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	health := func() string {
+		t.Helper()
+		list, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, d := range list.Devices {
+			out = append(out, d.ID+"="+d.Health)
+		}
+		return strings.Join(out, ",")
+	}
+	if got := health(); got != "gpu-0=Healthy,gpu-1=Healthy,gpu-2=Healthy" {
+		t.Fatalf("first list %s", got)
+	}
+	if err := p.SetDeviceHealth(ctx, map[string]DeviceFault{"gpu-1": {Message: "XID 79: GPU has fallen off the bus"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := health(); got != "gpu-0=Healthy,gpu-1=Unhealthy,gpu-2=Healthy" {
+		t.Errorf("after gpu-1 failed: %s", got)
+	}
+	if err := p.SetDeviceHealth(ctx, map[string]DeviceFault{"gpu-7": {}}); err == nil || !strings.Contains(err.Error(), `"gpu-7" is not a device of this node`) {
+		t.Errorf("SetDeviceHealth of an unknown device = %v", err)
+	}
+	if err := p.SetDeviceHealth(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := health(); got != "gpu-0=Healthy,gpu-1=Healthy,gpu-2=Healthy" {
+		t.Errorf("after healing: %s", got)
 	}
 }
