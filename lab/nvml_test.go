@@ -1,8 +1,12 @@
 package lab_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"maps"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -92,4 +96,73 @@ func TestNVMLMockLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitTaint("")
+
+	// An Xid 79: the mock GPU falls off the bus as a real one does (it
+	// answers ERROR_GPU_IS_LOST, and so does every wait of the event set).
+	// The GPU is tainted NoExecute within 10 s, no other GPU of the node
+	// is, and the driver does not spin on the lost GPU: under 5 % of a
+	// core.
+	lostRef := lab.GPURef{Node: "dgx-h100", Device: "gpu-2"}
+	start := time.Now()
+	if _, err := l.FailGPU(ctx, lostRef, 79); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		return deviceTaint(ctx, client, lostRef) == "gpu.dralab.dev/xid=79:NoExecute", nil
+	}); err != nil {
+		t.Fatalf("%s: taint %q 10 s after its Xid 79, want gpu.dralab.dev/xid=79:NoExecute", lostRef, deviceTaint(ctx, client, lostRef))
+	}
+	t.Logf("%s tainted %s after its Xid 79", lostRef, time.Since(start).Round(time.Millisecond))
+	for _, other := range []string{"gpu-0", "gpu-1", "gpu-3", "gpu-7"} {
+		if taint := deviceTaint(ctx, client, lab.GPURef{Node: lostRef.Node, Device: other}); taint != "" {
+			t.Errorf("%s/%s is tainted %q: only gpu-2 fell off the bus", lostRef.Node, other, taint)
+		}
+	}
+	st, err := l.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := 0
+	for _, n := range st.Nodes {
+		if n.Name == lostRef.Node {
+			pid = n.DriverPID
+		}
+	}
+	before := cpuTime(t, pid)
+	time.Sleep(3 * time.Second)
+	if used := cpuTime(t, pid) - before; used > 150*time.Millisecond {
+		t.Errorf("with a lost GPU the driver of %s used %s of CPU in 3 s, over 5 %% of a core", lostRef.Node, used)
+	} else {
+		t.Logf("with a lost GPU the driver used %s of CPU in 3 s", used)
+	}
+	if err := l.HealGPU(ctx, lostRef); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return deviceTaint(ctx, client, lostRef) == "", nil
+	}); err != nil {
+		t.Fatalf("%s healed: taint %q", lostRef, deviceTaint(ctx, client, lostRef))
+	}
+}
+
+// cpuTime is the CPU time a process has used, user and system, from
+// /proc/<pid>/stat (in clock ticks of 10 ms, Linux's USER_HZ).
+func cpuTime(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	if pid <= 0 {
+		t.Fatalf("no driver PID (%d)", pid)
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The command name, in parentheses, may hold spaces: fields count
+	// from the last ')'.
+	fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("/proc/%d/stat: %v %v", pid, err1, err2)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }

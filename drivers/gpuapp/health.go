@@ -138,6 +138,9 @@ func (h *gpuHealth) inject(inj nvml.XIDInjector) func(context.Context, map[strin
 		reset := false
 		for name := range h.injected {
 			if _, still := gpus[name]; !still {
+				if err := inj.ResetGPU(uuids[name]); err != nil {
+					return err
+				}
 				delete(h.gpus, name)
 				reset = true
 			}

@@ -20,5 +20,9 @@ type XIDWatcher interface {
 // lab, since go-nvml's mock servers have none: the lab's stand-in for a
 // GPU that reports an error.
 type XIDInjector interface {
+	// InjectXID has the GPU report the Xid; after an Xid 79 the GPU has
+	// fallen off the bus and answers as a lost GPU does.
 	InjectXID(uuid string, xid int) error
+	// ResetGPU has the GPU answer again, as after a reset.
+	ResetGPU(uuid string) error
 }

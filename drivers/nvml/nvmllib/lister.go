@@ -49,7 +49,7 @@ func Open(source string, opts ...Option) (dnvml.Lister, error) {
 	if err != nil {
 		return nil, fmt.Errorf("GPU source %q: %w", source, err)
 	}
-	events := make(chan nvml.EventData, 16)
+	events := &mockEvents{events: make(chan nvml.EventData, 16), lost: map[nvml.Device]bool{}}
 	patchMockEvents(s, events)
 	l, err := open(s, roots)
 	if err != nil {
@@ -75,8 +75,8 @@ type lister struct {
 	// places are the root complexes and NUMA nodes by bus ID as NVML
 	// writes it; only mock servers, whose topology is invented, have them.
 	places map[string]place
-	// mockEvents takes injected Xid events of a mock source.
-	mockEvents chan nvml.EventData
+	// mockEvents are a mock source's injected Xid events and lost GPUs.
+	mockEvents *mockEvents
 }
 
 // open initializes lib. It is Open's part that tests drive with a mock.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
@@ -87,21 +88,21 @@ func (l *lister) WatchXIDs(ctx context.Context, emit func(dnvml.XIDEvent)) error
 	}
 	l.mu.Unlock()
 	logger.Info("Watching the GPUs' critical Xid events", "gpus", watched)
+	// lost are the GPUs known to have fallen off the bus: the watch
+	// reports a GPU lost by its waits once, and not after its Xid 79.
 	lost := map[string]bool{}
 	report := func(uuid string, xid int) {
 		if xid == XIDLost {
-			if lost[uuid] {
-				return
-			}
 			lost[uuid] = true
 		}
 		emit(dnvml.XIDEvent{UUID: uuid, XID: xid})
 	}
-	// everyGPU reports an Xid for every registered GPU: NVML named none.
-	everyGPU := func(xid int) {
-		for _, d := range handles {
-			report(uuids[d], xid)
+	reportLost := func(uuid string) bool {
+		if lost[uuid] {
+			return false
 		}
+		report(uuid, XIDLost)
+		return true
 	}
 	for ctx.Err() == nil {
 		data, ret := set.Wait(eventWait)
@@ -110,16 +111,31 @@ func (l *lister) WatchXIDs(ctx context.Context, emit func(dnvml.XIDEvent)) error
 		case nvml.ERROR_TIMEOUT:
 			continue
 		case nvml.ERROR_GPU_IS_LOST:
-			gone := 0
+			var gone, answering []string
 			for _, d := range handles {
 				if _, ret := d.GetUUID(); ret == nvml.ERROR_GPU_IS_LOST {
-					gone++
-					report(uuids[d], XIDLost)
+					gone = append(gone, uuids[d])
+				} else {
+					answering = append(answering, uuids[d])
 				}
 			}
-			if gone == 0 {
-				logger.Info("NVML lost a GPU it does not name, and every GPU answers: reporting them all lost")
-				everyGPU(XIDLost)
+			if len(gone) == 0 {
+				// Every GPU answers: NVML has not said which one it lost.
+				newly := false
+				for _, uuid := range answering {
+					newly = reportLost(uuid) || newly
+				}
+				if newly {
+					logger.Info("NVML lost a GPU it does not name, and every GPU answers: reporting them all lost")
+				}
+			} else {
+				for _, uuid := range gone {
+					reportLost(uuid)
+				}
+				// Those that answer again were reset.
+				for _, uuid := range answering {
+					delete(lost, uuid)
+				}
 			}
 			// A lost GPU's wait returns at once, every time.
 			select {
@@ -138,7 +154,9 @@ func (l *lister) WatchXIDs(ctx context.Context, emit func(dnvml.XIDEvent)) error
 			uuid, ret = data.Device.GetUUID()
 			if ret != nvml.SUCCESS {
 				logger.Info("An Xid event of a GPU that cannot be told apart: reporting it for every GPU", "xid", data.EventData, "err", &callError{call: "GetUUID", ret: ret})
-				everyGPU(int(data.EventData))
+				for _, d := range handles {
+					report(uuids[d], int(data.EventData))
+				}
 				continue
 			}
 		}
@@ -147,42 +165,126 @@ func (l *lister) WatchXIDs(ctx context.Context, emit func(dnvml.XIDEvent)) error
 	return nil
 }
 
-// InjectXID implements dnvml.XIDInjector for mock sources: the Xid comes
-// out of the mock's event set as NVML would report it.
-func (l *lister) InjectXID(uuid string, xid int) error {
+// mockEvents are what a mock source's event sets report: the Xid events
+// injected, and the GPUs that have fallen off the bus (an Xid 79), which
+// answer ERROR_GPU_IS_LOST until they are reset, as NVML's do.
+type mockEvents struct {
+	events chan nvml.EventData
+	mu     sync.Mutex
+	lost   map[nvml.Device]bool
+}
+
+func (m *mockEvents) setLost(d nvml.Device, lost bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if lost {
+		m.lost[d] = true
+	} else {
+		delete(m.lost, d)
+	}
+}
+
+func (m *mockEvents) isLost(d nvml.Device) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lost[d]
+}
+
+// anyLost tells whether a GPU of the set has fallen off the bus.
+func (m *mockEvents) anyLost(registered map[nvml.Device]uint64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for d := range m.lost {
+		if registered[d] != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// mockDevice is a mock source's GPU of that UUID.
+func (l *lister) mockDevice(uuid string) (nvml.Device, error) {
 	if l.mockEvents == nil {
-		return errors.New("Xid events can be injected into mock GPUs only")
+		return nil, errors.New("Xid events can be injected into mock GPUs only")
 	}
 	l.mu.Lock()
 	lib := l.lib
 	l.mu.Unlock()
 	if lib == nil {
-		return errors.New("NVML lister is closed")
+		return nil, errors.New("NVML lister is closed")
 	}
 	d, ret := lib.DeviceGetHandleByUUID(uuid)
 	if ret != nvml.SUCCESS {
-		return fmt.Errorf("GPU %s: %w", uuid, &callError{call: "DeviceGetHandleByUUID", ret: ret})
+		return nil, fmt.Errorf("GPU %s: %w", uuid, &callError{call: "DeviceGetHandleByUUID", ret: ret})
 	}
-	l.mockEvents <- nvml.EventData{Device: d, EventType: nvml.EventTypeXidCriticalError, EventData: uint64(xid)}
+	return d, nil
+}
+
+// InjectXID implements dnvml.XIDInjector for mock sources: the Xid comes
+// out of the mock's event set as NVML would report it. After an Xid 79
+// the GPU has fallen off the bus: it answers ERROR_GPU_IS_LOST, and so do
+// the event set's waits, until ResetGPU.
+func (l *lister) InjectXID(uuid string, xid int) error {
+	d, err := l.mockDevice(uuid)
+	if err != nil {
+		return err
+	}
+	l.mockEvents.events <- nvml.EventData{Device: d, EventType: nvml.EventTypeXidCriticalError, EventData: uint64(xid)}
+	if xid == XIDLost {
+		l.mockEvents.setLost(d, true)
+	}
+	return nil
+}
+
+// ResetGPU implements dnvml.XIDInjector: the mock GPU answers again, as a
+// real one after a reset.
+func (l *lister) ResetGPU(uuid string) error {
+	d, err := l.mockDevice(uuid)
+	if err != nil {
+		return err
+	}
+	l.mockEvents.setLost(d, false)
 	return nil
 }
 
 // patchMockEvents gives a mock server the event sets that go-nvml's mock
-// lacks (EventSetCreate, RegisterEvents, EventSet.Wait): every set waits on
-// events, the lister's channel for injected ones, and reports those of the
-// devices registered with it.
-func patchMockEvents(s *server.Server, events chan nvml.EventData) {
+// lacks (EventSetCreate, RegisterEvents, EventSet.Wait): every set reports
+// the injected events of the devices registered with it, then, while one
+// of them has fallen off the bus, ERROR_GPU_IS_LOST at once on every wait;
+// a lost GPU answers ERROR_GPU_IS_LOST for its UUID.
+func patchMockEvents(s *server.Server, m *mockEvents) {
+	for _, dev := range s.Devices {
+		d := dev.(*server.Device)
+		uuid := d.GetUUIDFunc
+		d.GetUUIDFunc = func() (string, nvml.Return) {
+			if m.isLost(d) {
+				return "", nvml.ERROR_GPU_IS_LOST
+			}
+			return uuid()
+		}
+	}
 	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
 		registered := map[nvml.Device]uint64{}
 		set := &mock.EventSet{}
 		set.FreeFunc = func() nvml.Return { return nvml.SUCCESS }
+		deliver := func(ev nvml.EventData) (nvml.EventData, nvml.Return) {
+			if registered[ev.Device]&ev.EventType == 0 {
+				return nvml.EventData{}, nvml.ERROR_TIMEOUT
+			}
+			return ev, nvml.SUCCESS
+		}
 		set.WaitFunc = func(timeoutMs uint32) (nvml.EventData, nvml.Return) {
 			select {
-			case ev := <-events:
-				if registered[ev.Device]&ev.EventType == 0 {
-					return nvml.EventData{}, nvml.ERROR_TIMEOUT
-				}
-				return ev, nvml.SUCCESS
+			case ev := <-m.events:
+				return deliver(ev)
+			default:
+			}
+			if m.anyLost(registered) {
+				return nvml.EventData{}, nvml.ERROR_GPU_IS_LOST
+			}
+			select {
+			case ev := <-m.events:
+				return deliver(ev)
 			case <-timeAfterMs(timeoutMs):
 				return nvml.EventData{}, nvml.ERROR_TIMEOUT
 			}

@@ -187,7 +187,7 @@ func TestWatchXIDsOfAGPUWithoutUUID(t *testing.T) {
 		t.Fatal(ret)
 	}
 	d.(*server.Device).GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
-	ls.mockEvents <- nvml.EventData{Device: d, EventType: nvml.EventTypeXidCriticalError, EventData: 79}
+	ls.mockEvents.events <- nvml.EventData{Device: d, EventType: nvml.EventTypeXidCriticalError, EventData: 79}
 	select {
 	case ev := <-events:
 		if ev != (dnvml.XIDEvent{UUID: gpu.DeviceUUID(node, 3), XID: 79}) {
@@ -196,4 +196,76 @@ func TestWatchXIDsOfAGPUWithoutUUID(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the Xid of a GPU without a UUID was dropped")
 	}
+}
+
+// A mock GPU injected an Xid 79 falls off the bus as a real one does: it
+// reports the Xid once, then answers ERROR_GPU_IS_LOST, and so does every
+// wait, which the watch does not spin on; reset, it answers again, and a
+// second Xid 79 is reported again.
+func TestInjectedXID79LosesTheMockGPU(t *testing.T) {
+	l, err := Open(dnvml.MockPrefix+"dgxh100", WithNode(node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ls := l.(*lister)
+	s := ls.lib.(*server.Server)
+	var waits atomic.Int64
+	create := s.EventSetCreateFunc
+	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+		es, ret := create()
+		m := es.(*mock.EventSet)
+		wait := m.WaitFunc
+		m.WaitFunc = func(ms uint32) (nvml.EventData, nvml.Return) {
+			waits.Add(1)
+			return wait(ms)
+		}
+		return m, ret
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := make(chan dnvml.XIDEvent, 16)
+	go func() { _ = l.(dnvml.XIDWatcher).WatchXIDs(ctx, func(ev dnvml.XIDEvent) { events <- ev }) }()
+	time.Sleep(100 * time.Millisecond)
+	uuid := gpu.DeviceUUID(node, 3)
+	injected := l.(dnvml.XIDInjector)
+	expectOne := func(what string) {
+		t.Helper()
+		select {
+		case ev := <-events:
+			if ev != (dnvml.XIDEvent{UUID: uuid, XID: 79}) {
+				t.Errorf("%s: event %+v, want GPU 3's Xid 79", what, ev)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no event", what)
+		}
+	}
+	if err := injected.InjectXID(uuid, 79); err != nil {
+		t.Fatal(err)
+	}
+	expectOne("Xid 79")
+	before := waits.Load()
+	time.Sleep(time.Second)
+	if n := waits.Load() - before; n > 4 {
+		t.Errorf("the watch waited %d times in a second on a lost GPU", n)
+	}
+	select {
+	case ev := <-events:
+		t.Errorf("after the Xid, another event %+v: a lost GPU is reported once", ev)
+	default:
+	}
+	d, _ := ls.lib.DeviceGetHandleByIndex(3)
+	if _, ret := d.GetUUID(); ret != nvml.ERROR_GPU_IS_LOST {
+		t.Errorf("a GPU fallen off the bus answers GetUUID with %v, want ERROR_GPU_IS_LOST", ret)
+	}
+	if err := injected.ResetGPU(uuid); err != nil {
+		t.Fatal(err)
+	}
+	if got, ret := d.GetUUID(); ret != nvml.SUCCESS || got != uuid {
+		t.Errorf("reset, the GPU answers %q, %v", got, ret)
+	}
+	if err := injected.InjectXID(uuid, 79); err != nil {
+		t.Fatal(err)
+	}
+	expectOne("a second Xid 79 after a reset")
 }
