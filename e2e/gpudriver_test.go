@@ -241,7 +241,7 @@ func TestDriverRestart(t *testing.T) {
 				}
 			}
 			// Killed; the lab restarts it.
-			if err := scratchlab.RestartDriver(ctx, st.StateDir, first.Node); err != nil {
+			if err := theLab.RestartDriver(ctx, gpu.DriverName, first.Node); err != nil {
 				t.Fatalf("the driver was not restarted: %v", err)
 			}
 			// The prepared claim's spec, and the driver-wide device's while

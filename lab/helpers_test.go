@@ -59,12 +59,8 @@ func runConformance(ctx context.Context, t *testing.T, l *lab.Lab, client kubern
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := l.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Run("conformance sanity", func(t *testing.T) {
-		sc, err := scratchlab.SanityConfig(ctx, st.StateDir, client, m)
+		sc, err := scratchlab.SanityConfig(ctx, l, client, m)
 		if err != nil {
 			t.Fatal(err)
 		}

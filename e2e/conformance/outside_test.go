@@ -83,7 +83,7 @@ func TestOutsideModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node, err := scratchlab.SanityConfig(ctx, st.StateDir, kubernetes.NewForConfigOrDie(restConfig), m)
+	node, err := scratchlab.SanityConfig(ctx, l, kubernetes.NewForConfigOrDie(restConfig), m)
 	if err != nil {
 		t.Fatal(err)
 	}

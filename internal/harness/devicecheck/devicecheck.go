@@ -32,7 +32,6 @@ import (
 	"github.com/dralab/dralab/internal/build"
 	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/internal/kubeclient"
-	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -110,7 +109,16 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	specs, err := filepath.Glob(filepath.Join(labstate.Dir(st.StateDir).Node(node).CDI(), "*"))
+	cdiDir := ""
+	for _, n := range st.Nodes {
+		if n.Name == node {
+			cdiDir = n.CDIDir
+		}
+	}
+	if cdiDir == "" {
+		return fmt.Errorf("device check: lab %s does not say where node %s's CDI specs are", l.Config().Name, node)
+	}
+	specs, err := filepath.Glob(filepath.Join(cdiDir, "*"))
 	if err != nil {
 		return err
 	}

@@ -5,10 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/dralab/dralab/drivers/conformance"
 	"github.com/dralab/dralab/drivers/conformance/manifest"
@@ -18,8 +18,8 @@ import (
 	"github.com/dralab/dralab/drivers/fakenic"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/labstate"
-	"github.com/dralab/dralab/internal/podresources"
 	"github.com/dralab/dralab/internal/realnode"
+	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -112,11 +112,17 @@ func Conformance(ctx context.Context, o conformance.Options, labCfg *config.Conf
 		// commands (dralab gpu fail) act on it, with this checkout's
 		// dralab on their PATH.
 		if t, err := target.Resolve(target.Request{Kubeconfig: o.Kubeconfig, Context: o.Context, Consent: o.Target, Lab: o.Lab}); err == nil && t.LabDir != "" {
-			if o.Cluster.CommandEnv, err = commandEnv(ctx, labstate.Dir(t.LabDir)); err != nil {
+			l, err := openLab(t.LabDir)
+			if err != nil {
 				return nil, err
 			}
+			co, err := ClusterOptions(ctx, l)
+			if err != nil {
+				return nil, err
+			}
+			o.Cluster.CommandEnv = co.CommandEnv
 			if o.Cluster.PodResources == nil {
-				o.Cluster.PodResources = PodResourcesOf(labstate.Dir(t.LabDir))
+				o.Cluster.PodResources = co.PodResources
 			}
 		}
 	}
@@ -124,18 +130,19 @@ func Conformance(ctx context.Context, o conformance.Options, labCfg *config.Conf
 		if t.LabDir == "" {
 			return sanity.Config{}, fmt.Errorf("%w, and %s is not an embedded lab's kubeconfig: run it on the embedded lab, or call drivers/conformance/sanity from the driver's own tests", conformance.ErrNoNode, t.Kubeconfig)
 		}
-		return SanityConfig(ctx, t.LabDir, client, m)
+		l, err := openLab(t.LabDir)
+		if err != nil {
+			return sanity.Config{}, err
+		}
+		return SanityConfig(ctx, l, client, m)
 	}
 	return conformance.Run(ctx, o)
 }
 
-// PodResourcesOf reads the podresources socket of a node of the lab whose
-// state is in dir, its hollow or real kubelet's: the conformance suite's
-// cluster.Options.PodResources on an embedded lab.
-func PodResourcesOf(dir labstate.Dir) func(context.Context, string) (*podresourcesapi.ListPodResourcesResponse, error) {
-	return func(ctx context.Context, node string) (*podresourcesapi.ListPodResourcesResponse, error) {
-		return podresources.ListResponse(ctx, dir.Node(node).PodResourcesSocket())
-	}
+// openLab opens the embedded lab whose state is in dir (the conformance
+// target of a kubeconfig that is a lab's own).
+func openLab(dir string) (*lab.Lab, error) {
+	return lab.Open(filepath.Base(dir), lab.WithStateRoot(filepath.Dir(dir)))
 }
 
 // Lacks says what a lab of cfg lacks for the capabilities of dralab's

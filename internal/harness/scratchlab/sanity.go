@@ -3,37 +3,41 @@ package scratchlab
 import (
 	"context"
 	"fmt"
-	"syscall"
-	"time"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/drivers/conformance/sanity"
-	"github.com/dralab/dralab/internal/labstate"
-	"github.com/dralab/dralab/internal/nodedrivers"
+	"github.com/dralab/dralab/lab"
+	"github.com/dralab/dralab/lab/status"
 )
 
-// SanityConfig points the conformance suite's sanity checks at the lab
-// node with most devices of the manifest's driver: its plugin sockets and
-// CDI directory are host paths of the lab, and a killed driver is
-// restarted by the lab.
-func SanityConfig(ctx context.Context, stateDir string, client kubernetes.Interface, m *manifest.Manifest) (sanity.Config, error) {
-	dir := labstate.Dir(stateDir)
+// SanityConfig points the conformance suite's sanity checks at the node
+// of lab l with most devices of the manifest's driver: its plugin sockets
+// and CDI directory are host paths of the lab (its status names them), and
+// a killed driver is restarted by the lab.
+func SanityConfig(ctx context.Context, l *lab.Lab, client kubernetes.Interface, m *manifest.Manifest) (sanity.Config, error) {
 	node, err := busiestNode(ctx, client, m.Driver)
 	if err != nil {
 		return sanity.Config{}, err
 	}
-	nd := dir.Node(node)
+	st, err := l.Status(ctx)
+	if err != nil {
+		return sanity.Config{}, err
+	}
+	i := slices.IndexFunc(st.Nodes, func(n status.NodeStatus) bool { return n.Name == node })
+	if i < 0 || st.Nodes[i].RegistrarDir == "" {
+		return sanity.Config{}, fmt.Errorf("lab %s does not say where node %s's kubelet plugins are", l.Config().Name, node)
+	}
 	return sanity.Config{
 		Manifest:     m,
 		Client:       client,
 		NodeName:     node,
-		RegistrarDir: nd.PluginsRegistry(),
-		CDIDir:       nd.CDI(),
-		Restart:      func(ctx context.Context) error { return RestartDriverOf(ctx, stateDir, m.Driver, node) },
+		RegistrarDir: st.Nodes[i].RegistrarDir,
+		CDIDir:       st.Nodes[i].CDIDir,
+		Restart:      func(ctx context.Context) error { return l.RestartDriver(ctx, m.Driver, node) },
 	}, nil
 }
 
@@ -66,48 +70,4 @@ func busiestNode(ctx context.Context, client kubernetes.Interface, driverName st
 		return "", fmt.Errorf("no node publishes devices of %s", driverName)
 	}
 	return best, nil
-}
-
-// RestartDriver kills the node's driver and waits for the lab to start it
-// again, as a crashed plugin would be restarted by its DaemonSet.
-func RestartDriver(ctx context.Context, stateDir string, node string) error {
-	return restart(ctx, stateDir, labstate.RoleDriver, node)
-}
-
-// RestartDriverOf is RestartDriver for the lab's driver of that name: the
-// process of dralab's driver of that name (the NIC driver's for
-// nic.dralab.dev), else the node's main (outside) driver.
-func RestartDriverOf(ctx context.Context, stateDir, driver, node string) error {
-	role := labstate.RoleDriver
-	if k, ok := nodedrivers.OfDriver(driver); ok {
-		role = k.Role()
-	}
-	return restart(ctx, stateDir, role, node)
-}
-
-func restart(ctx context.Context, stateDir, role, node string) error {
-	dir := labstate.Dir(stateDir)
-	st, err := dir.ReadStatus()
-	if err != nil {
-		return err
-	}
-	p, ok := st.Process(role, node)
-	if !ok || !p.Running {
-		return fmt.Errorf("the lab runs no %s on node %s", role, node)
-	}
-	if err := p.ID.Signal(syscall.SIGKILL); err != nil {
-		return fmt.Errorf("killing the driver of %s: %w", node, err)
-	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		st, err := dir.ReadStatus()
-		if err != nil {
-			return false, nil
-		}
-		q, ok := st.Process(role, node)
-		return ok && q.Running && q.ID != p.ID && q.ID.Alive(), nil
-	})
-	if err != nil {
-		return fmt.Errorf("waiting 30s for the lab to restart the driver of %s: %w", node, err)
-	}
-	return nil
 }

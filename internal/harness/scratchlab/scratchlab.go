@@ -12,10 +12,12 @@ import (
 	"os"
 	"path/filepath"
 
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
 	"github.com/dralab/dralab/drivers/conformance/cluster"
 	"github.com/dralab/dralab/internal/build"
-	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/mounts"
+	"github.com/dralab/dralab/internal/podresources"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
 )
@@ -66,33 +68,31 @@ func CommandEnv(ctx context.Context, l *lab.Lab) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return commandEnv(ctx, labstate.Dir(st.StateDir))
-}
-
-// ClusterOptions are the conformance suite's cluster options on lab l: the
-// health commands' environment (CommandEnv) and its nodes' podresources
-// sockets (PodResourcesOf).
-func ClusterOptions(ctx context.Context, l *lab.Lab) (cluster.Options, error) {
-	st, err := l.Status(ctx)
-	if err != nil {
-		return cluster.Options{}, err
-	}
-	env, err := commandEnv(ctx, labstate.Dir(st.StateDir))
-	if err != nil {
-		return cluster.Options{}, err
-	}
-	return cluster.Options{CommandEnv: env, PodResources: PodResourcesOf(labstate.Dir(st.StateDir))}, nil
-}
-
-// commandEnv is CommandEnv of the lab whose state is in dir.
-func commandEnv(ctx context.Context, dir labstate.Dir) ([]string, error) {
 	bin, err := build.Dralab(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return []string{
-		"DRALAB_STATE_DIR=" + filepath.Dir(string(dir)),
-		lab.EnvLab + "=" + dir.Name(),
+		"DRALAB_STATE_DIR=" + filepath.Dir(st.StateDir),
+		lab.EnvLab + "=" + l.Config().Name,
 		"PATH=" + filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH"),
 	}, nil
+}
+
+// ClusterOptions are the conformance suite's cluster options on lab l: the
+// health commands' environment (CommandEnv) and its nodes' podresources
+// sockets, as the lab names them.
+func ClusterOptions(ctx context.Context, l *lab.Lab) (cluster.Options, error) {
+	env, err := CommandEnv(ctx, l)
+	if err != nil {
+		return cluster.Options{}, err
+	}
+	podResources := func(ctx context.Context, node string) (*podresourcesapi.ListPodResourcesResponse, error) {
+		socket, err := l.PodResourcesSocket(node)
+		if err != nil {
+			return nil, err
+		}
+		return podresources.ListResponse(ctx, socket)
+	}
+	return cluster.Options{CommandEnv: env, PodResources: podResources}, nil
 }

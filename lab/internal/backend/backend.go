@@ -44,6 +44,15 @@ type PodResourcer interface {
 	PodResourcesSocket(name, node string) (string, error)
 }
 
+// DriverRestarter is a backend that restarts a node's driver the way a
+// crashed plugin is restarted by its DaemonSet.
+type DriverRestarter interface {
+	// RestartDriver kills the driver process of a role (nodedrivers.Kind.
+	// Role) on a node of lab name, and waits until the lab has started it
+	// again.
+	RestartDriver(ctx context.Context, name, role, node string) error
+}
+
 // DriverMetricser is a backend that records where its labs' drivers serve
 // their metrics.
 type DriverMetricser interface {

@@ -434,3 +434,36 @@ func copyFile(src, dst string) error {
 	}
 	return out.Close()
 }
+
+var _ backend.DriverRestarter = &Backend{}
+
+// RestartDriver implements backend.DriverRestarter: it kills the process
+// the lab recorded for the role and node (PID and start time: a PID reused
+// by another program is left alone) and waits 30 s at most for the lab to
+// start another.
+func (b *Backend) RestartDriver(ctx context.Context, name, role, node string) error {
+	dir := b.dir(name)
+	st, err := dir.ReadStatus()
+	if err != nil {
+		return err
+	}
+	p, ok := st.Process(role, node)
+	if !ok || !p.Running {
+		return fmt.Errorf("lab %s runs no %s on node %s", name, role, node)
+	}
+	if err := p.ID.Signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("killing the %s of node %s: %w", role, node, err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		st, err := dir.ReadStatus()
+		if err != nil {
+			return false, nil
+		}
+		q, ok := st.Process(role, node)
+		return ok && q.Running && q.ID != p.ID && q.ID.Alive(), nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting 30 s for lab %s to start the %s of node %s again: %w", name, role, node, err)
+	}
+	return nil
+}
