@@ -42,12 +42,12 @@ func nodeArgs(dir labstate.Dir, cfg *config.Config, n config.Node, caCert, gates
 	return args, nil
 }
 
-// kindDriver is the process of a kind's driver on node n: dralab-driver
+// driverProcess is the process of a kind's driver on node n: dralab-driver
 // with the kind's arguments, its ServiceAccount token bound to the node
 // (driveraccess.go). It serves its metrics on a free loopback port that it
 // records in its metrics file (another one if the port was taken before
 // it bound it), so that lab:metrics and the tests read its prepare calls.
-func kindDriver(dir labstate.Dir, cfg *config.Config, k nodedrivers.Kind, n config.Node, verbosity int) (*process, error) {
+func driverProcess(dir labstate.Dir, cfg *config.Config, k nodedrivers.Kind, n config.Node, verbosity int) (*process, error) {
 	nd := dir.Node(n.Name)
 	return withMetrics(k.Role(), n, nd.Driver(k.Role()).Metrics, func() []string { return k.Args(nd, cfg, n, verbosity) })
 }

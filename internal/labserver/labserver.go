@@ -222,7 +222,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 			// It talks to its kubelet only: started now, it registers before
 			// the node does, whose first status then counts its GPUs.
 			var p *process
-			if p, err = kindDriver(dir, cfg, nodedrivers.Of(cfg, n)[0], n, o.Verbosity); err == nil {
+			if p, err = driverProcess(dir, cfg, nodedrivers.Of(cfg, n)[0], n, o.Verbosity); err == nil {
 				err = procs.startProcess(ctx, p)
 			}
 		}
@@ -284,7 +284,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 			case cfg.Driver != nil:
 				p, err = outsideDriver(dir, cfg.Driver, n)
 			default:
-				p, err = kindDriver(dir, cfg, k, n, o.Verbosity)
+				p, err = driverProcess(dir, cfg, k, n, o.Verbosity)
 			}
 			if err == nil {
 				err = procs.startProcess(ctx, p)
