@@ -50,19 +50,11 @@ func (b *Backend) Capabilities() backend.Capabilities {
 // Kubeconfig implements backend.Backend.
 func (b *Backend) Kubeconfig(name string) string { return kindcmd.Kubeconfig(b.root, name) }
 
-// provider returns kind's provider once the container engine answers: a
-// docker client without a running engine is no engine.
+// provider returns kind's provider on the container engine that answers
+// (pickEngine) and the clusters it runs.
 func (b *Backend) provider() (*cluster.Provider, []string, error) {
-	opt, err := cluster.DetectNodeProvider()
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %v; the embedded backend (the default) needs none", status.ErrNoEngine, err)
-	}
-	p := cluster.NewProvider(opt, cluster.ProviderWithLogger(kindlog.NoopLogger{}))
-	clusters, err := p.List()
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w (%v); the embedded backend (the default) needs none", status.ErrNoEngine, err)
-	}
-	return p, clusters, nil
+	p, _, clusters, err := pickEngine(kindlog.NoopLogger{})
+	return p, clusters, err
 }
 
 // Up implements backend.Backend: create the cluster (or reuse it), load the
@@ -92,7 +84,7 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 			cluster.CreateWithKubeconfigPath(kubeconfig), cluster.CreateWithDisplayUsage(false), cluster.CreateWithDisplaySalutation(false))
 		done(err)
 		if err != nil {
-			return status.UpResult{}, fmt.Errorf("creating kind cluster %s: %w", cfg.Name, err)
+			return status.UpResult{}, fmt.Errorf("creating kind cluster %s: %w", cfg.Name, withOutput(err))
 		}
 	}
 
