@@ -68,7 +68,7 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 	kubeconfig := b.Kubeconfig(cfg.Name)
 	reused := slices.Contains(existing, cfg.Name)
 	if !reused {
-		rendered, err := Render(cfg)
+		rendered, err := RenderFor(cfg, DetectHost())
 		if err != nil {
 			return status.UpResult{}, err
 		}

@@ -62,9 +62,13 @@ const cdiPatch = `[plugins."io.containerd.grpc.v1.cri"]
   cdi_spec_dirs = ["/var/run/cdi"]
 `
 
-// Render turns a lab configuration into kind's cluster configuration: a
-// control plane and one worker per lab node, labelled with its GPUs.
-func Render(cfg *config.Config) (*v1alpha4.Cluster, error) {
+// Render is RenderFor a host that lacks nothing.
+func Render(cfg *config.Config) (*v1alpha4.Cluster, error) { return RenderFor(cfg, Host{}) }
+
+// RenderFor turns a lab configuration into kind's cluster configuration: a
+// control plane and one worker per lab node, labelled with its GPUs, on a
+// host that lacks what host says (cgroup v2, CAP_SYS_RESOURCE).
+func RenderFor(cfg *config.Config, host Host) (*v1alpha4.Cluster, error) {
 	if cfg.Driver != nil {
 		return nil, fmt.Errorf("lab %s: driver: an outside driver runs as a host process of the embedded lab; on kind, deploy it with its own chart", cfg.Name)
 	}
@@ -100,6 +104,9 @@ func Render(cfg *config.Config) (*v1alpha4.Cluster, error) {
 		w.Labels[LabelLabNode] = n.Name
 		c.Nodes = append(c.Nodes, w)
 	}
+	kubeadm, containerd := host.patches()
+	c.KubeadmConfigPatches = append(c.KubeadmConfigPatches, kubeadm...)
+	c.ContainerdConfigPatches = append(c.ContainerdConfigPatches, containerd...)
 	v1alpha4.SetDefaultsCluster(c)
 	return c, nil
 }

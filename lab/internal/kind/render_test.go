@@ -2,6 +2,7 @@ package kind
 
 import (
 	"path"
+	"slices"
 	"strings"
 	"testing"
 
@@ -172,5 +173,44 @@ func TestNICsReachKind(t *testing.T) {
 	}
 	if HasNICs(&config.Config{Nodes: []config.Node{{Name: "b"}}}) {
 		t.Error("HasNICs: true for a lab without NICs")
+	}
+}
+
+// On a host like these VMs (cgroup v1, no CAP_SYS_RESOURCE) the nodes'
+// kubelets are told to run on cgroup v1 and their containerd not to give
+// containers a negative OOM score; a host that lacks nothing gets neither.
+func TestRenderAdaptsToTheHost(t *testing.T) {
+	cfg := config.Default()
+	plain, err := RenderFor(cfg, Host{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plain.KubeadmConfigPatches) != 0 || len(plain.ContainerdConfigPatches) != 1 {
+		t.Errorf("a host that lacks nothing: kubeadm patches %q, containerd patches %q", plain.KubeadmConfigPatches, plain.ContainerdConfigPatches)
+	}
+	c, err := RenderFor(cfg, Host{CgroupV1: true, NoSysResource: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.KubeadmConfigPatches) != 1 || !strings.Contains(c.KubeadmConfigPatches[0], "kind: KubeletConfiguration") || !strings.Contains(c.KubeadmConfigPatches[0], "failCgroupV1: false") {
+		t.Errorf("on cgroup v1: kubeadm patches %q", c.KubeadmConfigPatches)
+	}
+	if !slices.ContainsFunc(c.ContainerdConfigPatches, func(p string) bool { return strings.Contains(p, "restrict_oom_score_adj = true") }) {
+		t.Errorf("without CAP_SYS_RESOURCE: containerd patches %q", c.ContainerdConfigPatches)
+	}
+}
+
+// The effective capabilities of /proc/<pid>/status say whether a process
+// holds CAP_SYS_RESOURCE: a root shell's full set does, Docker's default
+// set does not.
+func TestHasCapability(t *testing.T) {
+	for status, want := range map[string]bool{
+		"Name:\tsh\nCapInh:\t0000000000000000\nCapEff:\t000001ffffffffff\n": true,
+		"Name:\tsh\nCapEff:\t00000000a80425fb\nCapBnd:\t000001ffffffffff\n": false,
+		"Name:\tsh\n": false,
+	} {
+		if got := hasCapability([]byte(status), capSysResource); got != want {
+			t.Errorf("hasCapability(%q) = %v, want %v", status, got, want)
+		}
 	}
 }

@@ -1,0 +1,70 @@
+package kind
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Host is what the machine the kind nodes run on lacks, which their
+// configuration adapts to. Nothing of the host's own configuration is
+// changed: the nodes are configured, the host is not.
+type Host struct {
+	// CgroupV1: the host mounts cgroup v1, which a kubelet of 1.35 or
+	// later refuses unless its configuration says failCgroupV1: false.
+	CgroupV1 bool
+	// NoSysResource: the engine's processes lack CAP_SYS_RESOURCE, so a
+	// container may not be given a negative oom_score_adj: containerd in
+	// the nodes must not try (restrict_oom_score_adj).
+	NoSysResource bool
+}
+
+// capSysResource is CAP_SYS_RESOURCE's bit in a capability set.
+const capSysResource = 24
+
+// DetectHost reads what this machine lacks.
+func DetectHost() Host {
+	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers") // cgroup v2's root has it
+	status, _ := os.ReadFile("/proc/self/status")
+	return Host{CgroupV1: err != nil, NoSysResource: !hasCapability(status, capSysResource)}
+}
+
+// hasCapability tells whether the effective capabilities of a
+// /proc/<pid>/status hold the capability of that bit.
+func hasCapability(status []byte, bit uint) bool {
+	s := bufio.NewScanner(bytes.NewReader(status))
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && caps&(1<<bit) != 0
+		}
+	}
+	return false
+}
+
+// Patches adapting the nodes to the host.
+const (
+	// cgroupV1Patch lets the nodes' kubelets run on cgroup v1.
+	cgroupV1Patch = `kind: KubeletConfiguration
+failCgroupV1: false
+`
+	// oomScorePatch keeps containerd from giving containers a negative
+	// oom_score_adj, which needs CAP_SYS_RESOURCE.
+	oomScorePatch = `[plugins."io.containerd.grpc.v1.cri"]
+  restrict_oom_score_adj = true
+`
+)
+
+// patches are the kubeadm and containerd patches adapting the nodes to the
+// host.
+func (h Host) patches() (kubeadm, containerd []string) {
+	if h.CgroupV1 {
+		kubeadm = append(kubeadm, cgroupV1Patch)
+	}
+	if h.NoSysResource {
+		containerd = append(containerd, oomScorePatch)
+	}
+	return kubeadm, containerd
+}
