@@ -69,3 +69,25 @@ func TestPlatformHint(t *testing.T) {
 		t.Errorf("platformHint(darwin, embedded) = %q; want it to name the system and point to DRALAB_BACKEND=kind", h)
 	}
 }
+
+// $DRALAB_KIND_NODE_IMAGE names a kind lab's node image, as nodeImage does;
+// an embedded lab ignores it.
+func TestKindNodeImageFromTheEnvironment(t *testing.T) {
+	t.Setenv(EnvKindNodeImage, "dralab.dev/kind-node:test")
+	kind := config.Default()
+	kind.Backend = config.BackendKind
+	l, err := New(WithConfig(kind), WithStateRoot(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Config().NodeImage; got != "dralab.dev/kind-node:test" {
+		t.Errorf("node image %q, want $%s's", got, EnvKindNodeImage)
+	}
+	l, err = New(WithConfig(config.Default()), WithStateRoot(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Config().NodeImage; got != "" {
+		t.Errorf("an embedded lab's node image %q, want none", got)
+	}
+}

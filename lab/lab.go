@@ -36,6 +36,9 @@ const EnvConfig = "DRALAB_CONFIG"
 // EnvBackend overrides the configuration's backend: "embedded" or "kind".
 const EnvBackend = "DRALAB_BACKEND"
 
+// EnvKindNodeImage overrides a kind lab's node image (nodeImage).
+const EnvKindNodeImage = "DRALAB_KIND_NODE_IMAGE"
+
 // Re-exported so that users need one import.
 type (
 	Status     = status.Status
@@ -143,6 +146,12 @@ func New(opts ...Option) (*Lab, error) {
 		l.backendWhy = EnvBackend + "=" + b
 		if err := l.cfg.Complete(); err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", config.ErrInvalid, EnvBackend, err)
+		}
+	}
+	if image := os.Getenv(EnvKindNodeImage); image != "" && l.cfg.Backend == config.BackendKind {
+		l.cfg.NodeImage = image
+		if err := l.cfg.Complete(); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", config.ErrInvalid, EnvKindNodeImage, err)
 		}
 	}
 	switch l.cfg.Backend {

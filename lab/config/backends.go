@@ -8,9 +8,9 @@ import (
 )
 
 // A backendLimit is something a configuration may ask that a backend does
-// not do, and why. The embedded backend does all a configuration can say;
-// the kind backend runs dralab's drivers from the chart on kind's nodes,
-// and its limits are listed here, in one place. validate reports each as
+// not do, and why. The kind backend runs dralab's drivers from the chart on
+// kind's nodes; the embedded backend runs the Kubernetes it is built with.
+// Their limits are listed here, in one place. validate reports each as
 // Forbidden at its field.
 type backendLimit struct {
 	backend string
@@ -22,8 +22,10 @@ type backendLimit struct {
 	why   string
 }
 
-// backendLimits are the kind backend's limits.
+// backendLimits are the backends' limits.
 var backendLimits = []backendLimit{
+	{backend: BackendEmbedded, field: []string{"nodeImage"}, lab: func(c *Config) bool { return c.NodeImage != "" },
+		why: "a kind lab's node image: an embedded lab runs the Kubernetes it is built with"},
 	{backend: BackendKind, field: []string{"controlPlane"}, lab: func(c *Config) bool { return c.ControlPlane != nil },
 		why: "the embedded backend's control plane only"},
 	{backend: BackendKind, field: []string{"cpus"}, node: func(n *Node) bool { return n.CPUs != nil },

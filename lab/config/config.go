@@ -39,9 +39,10 @@ const (
 	BackendKind     = "kind"
 )
 
-// KindNodeImage is the node image of a kind lab: kind's for Kubernetes
-// 1.37 (containerd 2.3 inside, CDI on by default).
-const KindNodeImage = "kindest/node:v1.37.0"
+// KindNodeImage is the default node image of a kind lab: kind's of
+// exactly the Kubernetes every lab runs (containerd 2 inside, CDI on by
+// default). A lab's nodeImage, or $DRALAB_KIND_NODE_IMAGE, names another.
+const KindNodeImage = "kindest/node:" + KubernetesVersion
 
 // Node kinds.
 const (
@@ -63,6 +64,9 @@ type Config struct {
 	Name string `json:"name,omitempty"`
 	// Backend is "embedded" (the default) or "kind".
 	Backend string `json:"backend,omitempty"`
+	// NodeImage is a kind lab's node image (KindNodeImage unless set):
+	// one of kind's, or one built for the lab.
+	NodeImage string `json:"nodeImage,omitempty"`
 	// APIServerPort is the loopback port of the API server; 0 picks a free one.
 	APIServerPort int `json:"apiServerPort,omitempty"`
 	// Nodes are the lab's nodes, in order. An explicit empty list
@@ -435,6 +439,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Backend == "" {
 		c.Backend = BackendEmbedded
+	}
+	if c.Backend == BackendKind && c.NodeImage == "" {
+		c.NodeImage = KindNodeImage
 	}
 	for i := range c.Nodes {
 		n := &c.Nodes[i]

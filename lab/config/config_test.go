@@ -161,7 +161,8 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"runtime config not true or false", head + "runtimeConfig: {scheduling.k8s.io/v1beta1: 'on'}\nnodes: []\n", []string{"runtimeConfig[scheduling.k8s.io/v1beta1]", `"on"`, `"true"`}},
 		{"CPUs on kind", head + "backend: kind\nfeatureGates: {DRANodeAllocatableResources: true}\nnodes: [{name: a, cpus: {complexes: 4, cpusPerComplex: 16}}]\n", []string{"nodes[0].cpus: Forbidden", "embedded backend only"}},
 		{"memory on kind", head + "backend: kind\nnodes: [{name: a, memory: 64Gi}]\n", []string{"nodes[0].memory: Forbidden", "container's memory"}},
-		{"control plane on kind", head + "backend: kind\ncontrolPlane: {}\nnodes: [{name: a}]\n", []string{"controlPlane: Forbidden", "embedded backend's control plane only"}},
+		{"node image on the embedded lab", head + "nodeImage: kindest/node:v1.37.2\nnodes: [{name: a}]\n", []string{"nodeImage: Forbidden", "embedded lab runs the Kubernetes it is built with"}},
+		{"node image not an image", head + "backend: kind\nnodeImage: 'kindest/node v1'\nnodes: [{name: a}]\n", []string{"nodeImage: Invalid", "an image reference"}},
 		{"misspelt partitioning", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 1, partitionning: mig}}]\n", []string{`unknown field "nodes[0].gpus.partitionning"`}},
 	}
 	for _, c := range cases {
@@ -401,12 +402,12 @@ func TestRealNodeWithNICs(t *testing.T) {
 	}
 }
 
-// Every limit of a backend is the kind backend's: the embedded backend
-// does all a configuration can say, and each limit names a field and why.
+// Every limit is a backend's, names a field and says why; the default lab
+// meets its backend's.
 func TestBackendLimitsAreKinds(t *testing.T) {
 	for _, l := range backendLimits {
-		if l.backend != BackendKind || len(l.field) == 0 || l.why == "" || (l.lab == nil) == (l.node == nil) {
-			t.Errorf("limit %+v: want the kind backend's, a field, a reason and one of lab or node", l)
+		if (l.backend != BackendKind && l.backend != BackendEmbedded) || len(l.field) == 0 || l.why == "" || (l.lab == nil) == (l.node == nil) {
+			t.Errorf("limit %+v: want a backend's, a field, a reason and one of lab or node", l)
 		}
 	}
 	embedded := Default()

@@ -87,6 +87,9 @@ func (c *Config) validate() field.ErrorList {
 	if c.Backend != BackendEmbedded && c.Backend != BackendKind {
 		errs = append(errs, field.NotSupported(field.NewPath("backend"), c.Backend, []string{BackendEmbedded, BackendKind}))
 	}
+	if c.NodeImage != "" && strings.ContainsAny(c.NodeImage, " \t\n") {
+		errs = append(errs, field.Invalid(field.NewPath("nodeImage"), c.NodeImage, "an image reference, such as "+KindNodeImage))
+	}
 	if c.APIServerPort < 0 || c.APIServerPort > 65535 {
 		errs = append(errs, field.Invalid(field.NewPath("apiServerPort"), c.APIServerPort, "must be between 0 (pick a free port) and 65535"))
 	}

@@ -79,7 +79,7 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 		if err := cfg.Record(filepath.Join(filepath.Dir(kubeconfig), "config.json")); err != nil {
 			return status.UpResult{}, err
 		}
-		done := progress(fmt.Sprintf("Creating kind cluster %q (%s, %d workers)", cfg.Name, NodeImage, len(cfg.Nodes)))
+		done := progress(fmt.Sprintf("Creating kind cluster %q (%s, %d workers)", cfg.Name, nodeImage(cfg), len(cfg.Nodes)))
 		err = p.Create(cfg.Name, cluster.CreateWithV1Alpha4Config(rendered), cluster.CreateWithWaitForReady(3*time.Minute),
 			cluster.CreateWithKubeconfigPath(kubeconfig), cluster.CreateWithDisplayUsage(false), cluster.CreateWithDisplaySalutation(false))
 		done(err)

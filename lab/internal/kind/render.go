@@ -18,7 +18,8 @@ import (
 	"github.com/dralab/dralab/lab/config"
 )
 
-// NodeImage is the node image the backend runs (config.KindNodeImage).
+// NodeImage is the node image a kind lab runs unless its configuration
+// names another (config.KindNodeImage).
 const NodeImage = config.KindNodeImage
 
 // Node labels the kind backend sets on each worker.
@@ -83,7 +84,7 @@ func RenderFor(cfg *config.Config, host Host) (*v1alpha4.Cluster, error) {
 		FeatureGates:            map[string]bool{},
 		RuntimeConfig:           map[string]string{"resource.k8s.io/v1": "true"},
 		ContainerdConfigPatches: []string{cdiPatch},
-		Nodes:                   []v1alpha4.Node{{Role: v1alpha4.ControlPlaneRole, Image: NodeImage}},
+		Nodes:                   []v1alpha4.Node{{Role: v1alpha4.ControlPlaneRole, Image: nodeImage(cfg)}},
 	}
 	for _, g := range FeatureGates {
 		if !config.GateLocked(g) {
@@ -100,7 +101,7 @@ func RenderFor(cfg *config.Config, host Host) (*v1alpha4.Cluster, error) {
 	for _, n := range cfg.Nodes {
 		// The labels an embedded node registers with, and the lab node's
 		// name: kind chooses the workers' own.
-		w := v1alpha4.Node{Role: v1alpha4.WorkerRole, Image: NodeImage, Labels: nodedrivers.Labels(cfg, n)}
+		w := v1alpha4.Node{Role: v1alpha4.WorkerRole, Image: nodeImage(cfg), Labels: nodedrivers.Labels(cfg, n)}
 		w.Labels[LabelLabNode] = n.Name
 		c.Nodes = append(c.Nodes, w)
 	}
@@ -169,3 +170,11 @@ const NICReleaseName = "dralab-driver-nic"
 
 // ReleaseName is the chart release of a mode.
 func ReleaseName(mode string) string { return fmt.Sprintf("dralab-driver-%s", mode) }
+
+// nodeImage is the lab's node image.
+func nodeImage(cfg *config.Config) string {
+	if cfg.NodeImage != "" {
+		return cfg.NodeImage
+	}
+	return NodeImage
+}

@@ -214,3 +214,26 @@ func TestHasCapability(t *testing.T) {
 		}
 	}
 }
+
+// Every node runs the lab's node image: kind's of the lab's Kubernetes
+// unless the configuration names another.
+func TestNodeImageIsTheLabs(t *testing.T) {
+	cfg := config.Default()
+	cfg.Backend = config.BackendKind
+	if err := cfg.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NodeImage != "kindest/node:"+config.KubernetesVersion {
+		t.Errorf("a kind lab's default node image %q, want kind's of %s", cfg.NodeImage, config.KubernetesVersion)
+	}
+	cfg.NodeImage = "dralab.dev/kind-node:" + config.KubernetesVersion
+	c, err := Render(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.Nodes {
+		if n.Image != cfg.NodeImage {
+			t.Errorf("%s node runs %s, want %s", n.Role, n.Image, cfg.NodeImage)
+		}
+	}
+}
