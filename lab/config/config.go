@@ -39,10 +39,13 @@ const (
 	BackendKind     = "kind"
 )
 
-// KindNodeImage is the default node image of a kind lab: kind's of
-// exactly the Kubernetes every lab runs (containerd 2 inside, CDI on by
-// default). A lab's nodeImage, or $DRALAB_KIND_NODE_IMAGE, names another.
-const KindNodeImage = "kindest/node:" + KubernetesVersion
+// KindNodeImage is the default node image of a kind lab: kind's published
+// image nearest the Kubernetes every lab runs (v1.37.0 for the lab's
+// v1.37.2: kind publishes no v1.37.2 image), pinned by the digest of kind
+// v0.33.0's release notes (containerd 2 inside, CDI on by default). A
+// lab's nodeImage, or $DRALAB_KIND_NODE_IMAGE, names another, such as an
+// image of the lab's own Kubernetes.
+const KindNodeImage = "kindest/node:v1.37.0@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5"
 
 // Node kinds.
 const (

@@ -215,16 +215,16 @@ func TestHasCapability(t *testing.T) {
 	}
 }
 
-// Every node runs the lab's node image: kind's of the lab's Kubernetes
-// unless the configuration names another.
+// Every node runs the lab's node image: kind's published v1.37 image,
+// pinned by digest, unless the configuration names another.
 func TestNodeImageIsTheLabs(t *testing.T) {
 	cfg := config.Default()
 	cfg.Backend = config.BackendKind
 	if err := cfg.Complete(); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.NodeImage != "kindest/node:"+config.KubernetesVersion {
-		t.Errorf("a kind lab's default node image %q, want kind's of %s", cfg.NodeImage, config.KubernetesVersion)
+	if !strings.HasPrefix(cfg.NodeImage, "kindest/node:v1.37.") || !strings.Contains(cfg.NodeImage, "@sha256:") {
+		t.Errorf("a kind lab's default node image %q, want kind's of 1.37, pinned by digest", cfg.NodeImage)
 	}
 	cfg.NodeImage = "dralab.dev/kind-node:" + config.KubernetesVersion
 	c, err := Render(cfg)
