@@ -80,8 +80,12 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 			return status.UpResult{}, err
 		}
 		done := progress(fmt.Sprintf("Creating kind cluster %q (%s, %d workers)", cfg.Name, nodeImage(cfg), len(cfg.Nodes)))
+		// kind keeps a cluster it failed to create: the lab collects its
+		// logs first, then deletes it unless DRALAB_RETAIN asks to keep it
+		// (lab.Up), where kind would have deleted it at once.
 		err = p.Create(cfg.Name, cluster.CreateWithV1Alpha4Config(rendered), cluster.CreateWithWaitForReady(3*time.Minute),
-			cluster.CreateWithKubeconfigPath(kubeconfig), cluster.CreateWithDisplayUsage(false), cluster.CreateWithDisplaySalutation(false))
+			cluster.CreateWithKubeconfigPath(kubeconfig), cluster.CreateWithDisplayUsage(false), cluster.CreateWithDisplaySalutation(false),
+			cluster.CreateWithRetain(true))
 		done(err)
 		if err != nil {
 			return status.UpResult{}, fmt.Errorf("creating kind cluster %s: %w", cfg.Name, withOutput(err))
