@@ -61,19 +61,33 @@ func (b *Backend) provider() (*cluster.Provider, []string, error) {
 // driver image into every node, install the driver chart once per GPU
 // mode, and wait for the nodes and their GPUs.
 func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progress) (status.UpResult, error) {
-	p, existing, err := b.provider()
+	p, engine, existing, err := pickEngine(kindlog.NoopLogger{})
 	if err != nil {
 		return status.UpResult{}, err
 	}
 	kubeconfig := b.Kubeconfig(cfg.Name)
 	reused := slices.Contains(existing, cfg.Name)
 	if !reused {
-		rendered, err := RenderFor(cfg, DetectHost())
+		host := DetectHost()
+		rendered, err := RenderFor(cfg, host)
 		if err != nil {
 			return status.UpResult{}, err
 		}
 		if err := os.MkdirAll(filepath.Dir(kubeconfig), 0o700); err != nil {
 			return status.UpResult{}, err
+		}
+		if engine == "podman" {
+			// kind runs podman with this process's environment.
+			env, err := host.podmanEnv(filepath.Join(filepath.Dir(kubeconfig), "containers.conf"))
+			if err != nil {
+				return status.UpResult{}, err
+			}
+			for _, kv := range env {
+				k, v, _ := strings.Cut(kv, "=")
+				if err := os.Setenv(k, v); err != nil {
+					return status.UpResult{}, err
+				}
+			}
 		}
 		// Recorded like every lab's, so that lab:list and lab:down find it.
 		if err := cfg.Record(filepath.Join(filepath.Dir(kubeconfig), "config.json")); err != nil {

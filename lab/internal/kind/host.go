@@ -68,3 +68,27 @@ func (h Host) patches() (kubeadm, containerd []string) {
 	}
 	return kubeadm, containerd
 }
+
+// podmanLimits are the rlimits a podman kind node runs with where the
+// engine lacks CAP_SYS_RESOURCE: podman's default (nofile 1048576) is above
+// what the host allows a process without it, and runc fails to set it
+// ("error setting rlimit type 7: operation not permitted").
+const podmanLimits = `# Written by dralab for its kind nodes; the host's podman configuration is not changed.
+[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=4096:4096"]
+`
+
+// podmanEnv is the environment podman runs kind's nodes with on host h:
+// where the engine lacks CAP_SYS_RESOURCE, a containers.conf of the lab's
+// own (written to file) with rlimits the host allows, named by
+// CONTAINERS_CONF. A containers.conf the user names already is theirs to
+// keep: nothing is set, and the error of a node that cannot start says why.
+func (h Host) podmanEnv(file string) ([]string, error) {
+	if !h.NoSysResource || os.Getenv("CONTAINERS_CONF") != "" {
+		return nil, nil
+	}
+	if err := os.WriteFile(file, []byte(podmanLimits), 0o600); err != nil {
+		return nil, err
+	}
+	return []string{"CONTAINERS_CONF=" + file}, nil
+}
