@@ -70,6 +70,14 @@ func TestLayers(t *testing.T) {
 				t.Errorf("%s imports %s: what a kind of device is to a lab lives in internal/nodedrivers", p, d)
 			}
 		}
+		// A harness drives a lab through the lab API (its status, its
+		// drivers' restarts, its nodes' sockets), whatever its backend:
+		// the embedded backend's state files are the lab's to read.
+		for _, d := range imports {
+			if strings.HasPrefix(p, harness) && d == mod+"internal/labstate" {
+				t.Errorf("%s imports %s: a harness asks the lab, not the embedded backend's state directory", p, d)
+			}
+		}
 		// Only commands (mage's targets are package main too) and other
 		// harnesses build on a harness.
 		for _, d := range imports {

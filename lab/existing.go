@@ -143,3 +143,12 @@ func listOrNone(names []string) string {
 	}
 	return strings.Join(names, ", ")
 }
+
+// OfKubeconfig tells whether kubeconfig is the administrator kubeconfig of
+// a running embedded lab of this machine whose API server is server, and
+// gives that lab's state directory: a suite may act on such a cluster
+// without asking (conformance's target.Request.Lab). Open takes the lab by
+// the directory's base name in the state root that is its parent.
+func OfKubeconfig(kubeconfig, server string) (dir string, ok bool) {
+	return labstate.LabOf(kubeconfig, server)
+}

@@ -39,6 +39,7 @@ import (
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
+	"github.com/dralab/dralab/lab/status"
 )
 
 // These tests start real embedded labs from the dralab binary
@@ -162,6 +163,7 @@ func TestUpReuseDown(t *testing.T) {
 		t.Errorf("kubeconfig %s: mode %v, %v; want 0600", l.Kubeconfig(), info.Mode().Perm(), err)
 	}
 	procs, ports := labProcesses(t, st)
+	assertStatusNamesWhatTheLabHolds(t, l, st, procs)
 	// The API server, one kubelet per node, the dashboard (behind its
 	// token, which assertNoDataWithoutCertificate does not have) and each
 	// GPU driver's metrics, on the loopback address its node's state
@@ -226,6 +228,56 @@ func TestUpReuseDown(t *testing.T) {
 	}
 	if st, _ := l.Status(ctx); st.Phase != "Absent" {
 		t.Errorf("status after Down = %s", st.Phase)
+	}
+}
+
+// assertStatusNamesWhatTheLabHolds checks that the lab's status tells a
+// harness what the lab holds on the host without reading the embedded
+// backend's files: the processes recorded (the lab process first), each
+// node's short link and driver checkpoint, and that the lab's kubeconfig
+// is known as the lab's.
+func assertStatusNamesWhatTheLabHolds(t *testing.T, l *lab.Lab, st *lab.Status, recorded []procid.ID) {
+	t.Helper()
+	var got []procid.ID
+	for _, p := range st.Processes {
+		got = append(got, procid.ID{PID: p.PID, StartTime: p.StartTime, BootID: p.BootID})
+	}
+	if len(st.Processes) == 0 || st.Processes[0].Role != status.RoleLab || st.Processes[0].PID != st.PID {
+		t.Errorf("status processes %+v: want the lab process (pid %d) first", st.Processes, st.PID)
+	}
+	want := slices.Clone(recorded)
+	for i := range want {
+		want[i].Executable = ""
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("status processes %v, the lab recorded %v", got, want)
+	}
+	roles := map[string]int{}
+	for i, p := range st.Processes {
+		if i > 0 {
+			roles[p.Role]++
+		}
+		if !p.Running || !got[i].Alive() {
+			t.Errorf("process %+v: recorded as not running, or gone", p)
+		}
+	}
+	if n := len(st.Nodes); roles[status.RoleNode] != n || roles[status.RoleDriver] != n {
+		t.Errorf("status process roles %v: want a kubelet and a driver for each of %d nodes", roles, n)
+	}
+	dir := labstate.Dir(st.StateDir)
+	for _, n := range st.Nodes {
+		if want := dir.Node(n.Name).Driver(labstate.RoleDriver).Checkpoint; n.CheckpointDir != want {
+			t.Errorf("node %s: checkpoint directory %q, want %q", n.Name, n.CheckpointDir, want)
+		}
+		if !slices.Contains(st.HostLinks, dir.Node(n.Name).ShortLink()) {
+			t.Errorf("host links %v lack node %s's short link", st.HostLinks, n.Name)
+		}
+	}
+	if d, ok := lab.OfKubeconfig(l.Kubeconfig(), st.APIServer); !ok || d != st.StateDir {
+		t.Errorf("OfKubeconfig(the lab's kubeconfig) = %q, %v; want %s", d, ok, st.StateDir)
+	}
+	if _, ok := lab.OfKubeconfig(l.Kubeconfig(), "https://127.0.0.1:1"); ok {
+		t.Error("OfKubeconfig took the lab's kubeconfig for another API server's")
 	}
 }
 

@@ -218,12 +218,15 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		if err == nil {
 			err = procs.startProcess(ctx, &process{role: labstate.RoleNode, node: n.Name, args: args, rebind: rebind, restart: true})
 		}
-		if err == nil && withNode(cfg, n) {
-			// It talks to its kubelet only: started now, it registers before
-			// the node does, whose first status then counts its GPUs.
-			var p *process
-			if p, err = driverProcess(dir, cfg, nodedrivers.Of(cfg, n)[0], n, o.Verbosity); err == nil {
-				err = procs.startProcess(ctx, p)
+		for _, k := range nodedrivers.Of(cfg, n) {
+			// A driver that talks to its kubelet only, started now,
+			// registers before the node does, whose first status then
+			// counts its devices.
+			if err == nil && k.StartsWithNode(n) {
+				var p *process
+				if p, err = driverProcess(dir, cfg, k, n, o.Verbosity); err == nil {
+					err = procs.startProcess(ctx, p)
+				}
 			}
 		}
 		if err != nil {
@@ -275,11 +278,11 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 				return err
 			}
 		}
-		for i, k := range nodedrivers.Of(cfg, n) {
+		for _, k := range nodedrivers.Of(cfg, n) {
 			var p *process
 			var err error
 			switch {
-			case i == 0 && withNode(cfg, n):
+			case k.StartsWithNode(n):
 				continue // started with its node
 			case cfg.Driver != nil:
 				p, err = outsideDriver(dir, cfg.Driver, n)
@@ -325,12 +328,6 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 			report()
 		}
 	}
-}
-
-// withNode tells whether n's GPU driver starts with the node, before the
-// control plane: a device plugin on a hollow node, which needs no API.
-func withNode(cfg *config.Config, n config.Node) bool {
-	return cfg.Driver == nil && n.Kind != config.NodeReal && n.GPUs != nil && n.GPUs.Mode == config.GPUModeDevicePlugin
 }
 
 // shutdown stops the lab's processes in order: drivers, kubelets, the

@@ -18,6 +18,7 @@ import (
 
 	"github.com/dralab/dralab/internal/atomicfile"
 	"github.com/dralab/dralab/internal/procid"
+	"github.com/dralab/dralab/lab/status"
 )
 
 // Dir is a lab's state directory.
@@ -306,14 +307,14 @@ type Status struct {
 	Processes []ProcessStatus `json:"processes,omitempty"`
 }
 
-// Process roles. RoleDriver is a node's main driver, dralab's GPU driver
-// or an outside driver; the roles of the drivers beside it (NIC, CPU) are
-// internal/nodedrivers'.
+// Process roles, as lab/status names them. RoleDriver is a node's main
+// driver, dralab's GPU driver or an outside driver; the roles of the
+// drivers beside it (NIC, CPU) are internal/nodedrivers'.
 const (
-	RoleNode   = "node"
-	RoleDriver = "driver"
+	RoleNode   = status.RoleNode
+	RoleDriver = status.RoleDriver
 	// RoleContainerd is the container runtime of a real node.
-	RoleContainerd = "containerd"
+	RoleContainerd = status.RoleContainerd
 )
 
 // ProcessStatus is the state of one child process of the lab.

@@ -49,3 +49,8 @@ func (cpuKind) NotReady(_ *config.Config, n config.Node, p Published) string {
 	}
 	return ""
 }
+
+// ConformanceNeeds: none yet; the conformance lab has no CPU complexes.
+func (cpuKind) ConformanceNeeds(*config.Config) []Need { return nil }
+
+func (cpuKind) StartsWithNode(config.Node) bool { return false }

@@ -9,6 +9,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/nvml"
 	"github.com/dralab/dralab/internal/labstate"
@@ -55,14 +56,14 @@ func (k gpuKind) Args(nd labstate.NodeDir, cfg *config.Config, n config.Node, ve
 	args = append(args, kubeletArgs(nd, k.Role(), n, verbosity)...)
 	return append(args,
 		"--mode="+g.Mode,
-		"--kubelet-device-plugins-dir="+devicePluginsDir(n, nd),
+		"--kubelet-device-plugins-dir="+DevicePluginsDir(n, nd),
 		"--faults-file="+nd.GPUFaults(),
 	)
 }
 
-// devicePluginsDir is where a node's kubelet serves the device-plugin
+// DevicePluginsDir is where a node's kubelet serves the device-plugin
 // Registration service: a fixed host path for the real kubelet.
-func devicePluginsDir(n config.Node, nd labstate.NodeDir) string {
+func DevicePluginsDir(n config.Node, nd labstate.NodeDir) string {
 	if n.Kind == config.NodeReal {
 		return realnode.DevicePluginsDir
 	}
@@ -184,4 +185,35 @@ func settings(g *config.GPUs) []setting {
 		}
 	}
 	return out
+}
+
+// ConformanceNeeds: the fake GPU's capabilities each need a node whose
+// GPUs have them (NVML's GPUs have none of the fake ones; counted GPUs
+// have no DRA devices).
+func (gpuKind) ConformanceNeeds(cfg *config.Config) []Need {
+	var mig, shared, fabric, metadata, overhead bool
+	for _, n := range cfg.Nodes {
+		if g := n.GPUs; g != nil && g.NVML == "" && g.Mode != config.GPUModeDevicePlugin {
+			overhead = overhead || cfg.HostMemoryOverhead(n)
+			mig = mig || g.Partitioning == config.PartitioningMIG
+			shared = shared || g.Sharing == config.SharingMemory
+			fabric = fabric || g.Attach == config.AttachFabric
+		}
+		if g := n.GPUs; g != nil && g.Mode != config.GPUModeDevicePlugin {
+			metadata = metadata || g.DeviceMetadata
+		}
+	}
+	return append([]Need{
+		{manifest.DRAPartitionableDevices, mig, "a GPU with partitioning: mig"},
+		{manifest.DRAConsumableCapacity, shared, "a GPU with sharing: memory"},
+		{manifest.DRADeviceBindingConditions, fabric, "a GPU with attach: fabric"},
+		{manifest.DeviceMetadata, metadata, "a GPU with deviceMetadata: true"},
+		{manifest.DRANodeAllocatableResources, overhead, "a GPU node with memory (its GPUs' host memory overhead) and featureGates " + config.GateNodeAllocatableResources},
+	}, groupNeeds(cfg)...)
+}
+
+// StartsWithNode: counted GPUs on a hollow node are served by a device
+// plugin, which talks to its kubelet only.
+func (gpuKind) StartsWithNode(n config.Node) bool {
+	return n.Kind != config.NodeReal && n.GPUs != nil && n.GPUs.Mode == config.GPUModeDevicePlugin
 }

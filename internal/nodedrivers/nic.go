@@ -6,6 +6,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/drivers/fakenic"
 	"github.com/dralab/dralab/internal/driverauth"
 	"github.com/dralab/dralab/internal/labstate"
@@ -69,3 +70,19 @@ func (nicKind) NotReady(_ *config.Config, n config.Node, p Published) string {
 	}
 	return ""
 }
+
+// ConformanceNeeds: NICs on a node, and for node operations skipped, a
+// node whose NICs skip them.
+func (nicKind) ConformanceNeeds(cfg *config.Config) []Need {
+	var nics, quiet bool
+	for _, n := range cfg.Nodes {
+		if n.NICs != nil {
+			nics = true
+			quiet = quiet || n.NICs.SkipNodeOperations
+		}
+	}
+	needs := append([]Need{{"", nics, "NICs (nics on a node)"}}, groupNeeds(cfg)...)
+	return append(needs, Need{manifest.DRAOptionalNodeOperations, quiet && cfg.FeatureGates[config.GateOptionalNodeOperations], "NICs with skipNodeOperations (and featureGates " + config.GateOptionalNodeOperations + ")"})
+}
+
+func (nicKind) StartsWithNode(config.Node) bool { return false }

@@ -18,6 +18,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/lab/config"
 )
@@ -37,6 +38,11 @@ type Kind interface {
 	// Mode is the driver's access on node n: driverauth.ModeDRA, or
 	// driverauth.ModeDevicePlugin for counted GPUs.
 	Mode(n config.Node) string
+	// StartsWithNode tells whether the driver on node n needs no API
+	// server, so that the lab starts it with the node, before the control
+	// plane (a device plugin on a hollow node, which the kubelet counts in
+	// its first status).
+	StartsWithNode(n config.Node) bool
 	// Args is the command line of dralab-driver that runs the kind's
 	// driver on an embedded node; nil for a driver whose command the
 	// configuration gives (config.Driver).
@@ -51,6 +57,32 @@ type Kind interface {
 	// NotReady says what node n still lacks of the kind's devices, "" once
 	// they are published as its configuration says.
 	NotReady(cfg *config.Config, n config.Node, p Published) string
+	// ConformanceNeeds are what a lab of cfg must have for the
+	// conformance suite to check the kind's driver, capability by
+	// capability; nil where the kind's devices are the driver's own (the
+	// lab cannot give them what they lack).
+	ConformanceNeeds(cfg *config.Config) []Need
+}
+
+// A Need is what a lab must have for the conformance suite to check a
+// capability of a driver (any capability the manifest enables, when
+// Capability is empty), whether the lab has it, and what it is, as the
+// lab's configuration says it.
+type Need struct {
+	Capability manifest.Capability
+	Has        bool
+	What       string
+}
+
+// groupNeeds are what every kind of dralab's drivers needs of the lab's
+// API for the capabilities that are the API server's and scheduler's.
+func groupNeeds(cfg *config.Config) []Need {
+	gate := func(name string) bool { return cfg.FeatureGates[name] }
+	return []Need{
+		{manifest.DRAWorkloadResourceClaims, cfg.ServesGroupClaims(), "the PodGroup API (featureGates " + config.GateGenericWorkload + " and " + config.GateDRAWorkloadResourceClaims + ", runtimeConfig " + config.WorkloadAPIVersion + ")"},
+		{manifest.DRADerivedAttributes, gate(config.GateDerivedAttributes), "featureGates " + config.GateDerivedAttributes},
+		{manifest.DRAListTypeAttributes, gate(config.GateListTypeAttributes), "featureGates " + config.GateListTypeAttributes},
+	}
 }
 
 // Published is what a node shows of one driver: the node itself (its

@@ -52,6 +52,20 @@ func TestKindsOfANode(t *testing.T) {
 	if _, ok := OfDriver("gpu.example.com"); ok {
 		t.Error("OfDriver names a kind for an outside driver")
 	}
+	// Only the device plugin of a hollow node starts with its node: it
+	// talks to its kubelet only, whose first status counts its GPUs.
+	var withNode []string
+	for _, k := range Of(&config.Config{}, n) {
+		if k.StartsWithNode(n) {
+			withNode = append(withNode, k.Driver(nil))
+		}
+	}
+	onReal, throughDRA := n, n
+	onReal.Kind = config.NodeReal
+	throughDRA.GPUs = &config.GPUs{Profile: "l4-24gb", Count: 1, Mode: config.GPUModeDRA}
+	if !slices.Equal(withNode, []string{gpu.DriverName}) || (gpuKind{}).StartsWithNode(onReal) || (gpuKind{}).StartsWithNode(throughDRA) {
+		t.Errorf("drivers started with a hollow node: %v; want the device plugin alone, and not on a real node or through DRA", withNode)
+	}
 	files := labstate.NodeDir("/s/nodes/n").Driver(RoleNICDriver)
 	if files.Kubeconfig != "/s/nodes/n/nic-driver.kubeconfig" || files.Checkpoint != "/s/nodes/n/nic-driver" ||
 		files.Token != "/s/nodes/n/nic-driver.token" || files.Metrics != "/s/nodes/n/nic-driver-metrics-address" {

@@ -46,3 +46,8 @@ func (k outsideKind) NotReady(cfg *config.Config, _ config.Node, p Published) st
 	}
 	return ""
 }
+
+// ConformanceNeeds: none; an outside driver's devices are its own.
+func (outsideKind) ConformanceNeeds(*config.Config) []Need { return nil }
+
+func (outsideKind) StartsWithNode(config.Node) bool { return false }

@@ -48,6 +48,43 @@ type Status struct {
 	FeatureGates  string
 	RuntimeConfig string
 	Nodes         []NodeStatus
+	// Processes are the processes the lab started on this host and
+	// recorded, the lab process first (embedded backend; none for a lab
+	// whose process is not running).
+	Processes []Process
+	// HostLinks are the files the lab made outside its state directory
+	// (its nodes' short links), which Down removes with it.
+	HostLinks []string
+}
+
+// Roles of the processes a lab records: the lab process, a node's kubelet,
+// a real node's containerd and a node's main driver (dralab's GPU driver
+// or an outside driver). A driver beside the main one has the role of its
+// kind (the NIC driver's "nic-driver", the CPU driver's "cpu-driver").
+const (
+	RoleLab        = "lab"
+	RoleNode       = "node"
+	RoleContainerd = "containerd"
+	RoleDriver     = "driver"
+)
+
+// Process is a process a lab started on this host, as the lab recorded it
+// when it started it. PID, StartTime and BootID together are that very
+// process: a PID alone may since belong to another program, which a
+// caller must leave alone.
+type Process struct {
+	// Role is one of the Role constants, or a side driver's role.
+	Role string
+	// Node names the node the process serves; empty for the lab process.
+	Node string
+	PID  int
+	// StartTime is the process's start in clock ticks since boot (Linux),
+	// BootID the kernel's boot then.
+	StartTime uint64
+	BootID    string
+	// Running: the lab counts the process as running (the lab process
+	// restarts a node's process that ended on its own).
+	Running bool
 }
 
 // NodeStatus is one node's state.
@@ -73,6 +110,13 @@ type NodeStatus struct {
 	RegistrarDir string
 	PluginsDir   string
 	CDIDir       string
+	// DevicePluginsDir is where the node's kubelet serves device plugins
+	// (embedded backend), its device-manager checkpoint beside their
+	// sockets.
+	DevicePluginsDir string
+	// CheckpointDir is the directory of the node's main driver's
+	// checkpoint (embedded backend): what it prepared, for whom.
+	CheckpointDir string
 }
 
 // Write prints the status as lab:status shows it: the lab, then a table

@@ -18,24 +18,49 @@ import (
 	dnvml "github.com/dralab/dralab/drivers/nvml"
 )
 
-// go-nvml's mock servers have no event sets: Open patches EventSetCreate,
-// RegisterEvents and Wait at this package's boundary, and InjectXID feeds
-// the set, so that WatchXIDs runs the calls it makes on a real GPU.
-func TestWatchXIDs(t *testing.T) {
+// openDGX opens go-nvml's dgxh100 mock as node's GPUs, closed with the
+// test.
+func openDGX(t *testing.T) *lister {
+	t.Helper()
 	l, err := Open(dnvml.MockPrefix+"dgxh100", WithNode(node))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	t.Cleanup(func() { _ = l.Close() })
+	return l.(*lister)
+}
+
+// onWait has every event set the mock s creates from now on call fn before
+// each of its waits.
+func onWait(s *server.Server, fn func()) {
+	create := s.EventSetCreateFunc
+	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+		es, ret := create()
+		if m, ok := es.(*mock.EventSet); ok {
+			wait := m.WaitFunc
+			m.WaitFunc = func(ms uint32) (nvml.EventData, nvml.Return) {
+				fn()
+				return wait(ms)
+			}
+		}
+		return es, ret
+	}
+}
+
+// go-nvml's mock servers have no event sets: Open patches EventSetCreate,
+// RegisterEvents and Wait at this package's boundary, and InjectXID feeds
+// the set, so that WatchXIDs runs the calls it makes on a real GPU.
+func TestWatchXIDs(t *testing.T) {
+	l := openDGX(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	events := make(chan dnvml.XIDEvent, 4)
 	done := make(chan error, 1)
-	go func() { done <- l.(dnvml.XIDWatcher).WatchXIDs(ctx, func(ev dnvml.XIDEvent) { events <- ev }) }()
+	go func() { done <- dnvml.XIDWatcher(l).WatchXIDs(ctx, func(ev dnvml.XIDEvent) { events <- ev }) }()
 	uuid := gpu.DeviceUUID(node, 2)
 	// The watch registers its GPUs before it waits; an event injected
 	// earlier would find no registration.
 	time.Sleep(100 * time.Millisecond)
-	if err := l.(dnvml.XIDInjector).InjectXID(uuid, 79); err != nil {
+	if err := dnvml.XIDInjector(l).InjectXID(uuid, 79); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -55,7 +80,7 @@ func TestWatchXIDs(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Error("WatchXIDs did not end with its context")
 	}
-	if err := l.(dnvml.XIDInjector).InjectXID("GPU-nope", 79); err == nil {
+	if err := dnvml.XIDInjector(l).InjectXID("GPU-nope", 79); err == nil {
 		t.Error("an Xid of an unknown GPU was injected")
 	}
 }
@@ -67,12 +92,8 @@ func TestWatchXIDs(t *testing.T) {
 // and how many times the watch waited.
 func watchLost(t *testing.T, lost ...int) ([]dnvml.XIDEvent, int64) {
 	t.Helper()
-	l, err := Open(dnvml.MockPrefix+"dgxh100", WithNode(node))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	s := l.(*lister).lib.(*server.Server)
+	l := openDGX(t)
+	s := l.lib.(*server.Server)
 	var waits atomic.Int64
 	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
 		for _, dev := range s.Devices {
@@ -81,7 +102,6 @@ func watchLost(t *testing.T, lost ...int) ([]dnvml.XIDEvent, int64) {
 		return &mock.EventSet{
 			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
 			WaitFunc: func(uint32) (nvml.EventData, nvml.Return) {
-				waits.Add(1)
 				return nvml.EventData{}, nvml.ERROR_GPU_IS_LOST
 			},
 		}, nvml.SUCCESS
@@ -104,23 +124,16 @@ func watchLost(t *testing.T, lost ...int) ([]dnvml.XIDEvent, int64) {
 			}
 		}
 	}
-	set := s.EventSetCreateFunc
-	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
-		es, ret := set()
-		m := es.(*mock.EventSet)
-		wait := m.WaitFunc
-		m.WaitFunc = func(ms uint32) (nvml.EventData, nvml.Return) {
-			select {
-			case <-started:
-			default:
-				close(started)
-			}
-			return wait(ms)
+	onWait(s, func() {
+		waits.Add(1)
+		select {
+		case <-started:
+		default:
+			close(started)
 		}
-		return m, ret
-	}
+	})
 	go func() {
-		done <- l.(dnvml.XIDWatcher).WatchXIDs(ctx, func(ev dnvml.XIDEvent) {
+		done <- dnvml.XIDWatcher(l).WatchXIDs(ctx, func(ev dnvml.XIDEvent) {
 			mu.Lock()
 			defer mu.Unlock()
 			events = append(events, ev)
@@ -171,23 +184,18 @@ func TestWatchXIDsLostGPUUnnamed(t *testing.T) {
 // GPU. Before, the event was logged and dropped, and the GPU stayed
 // schedulable.
 func TestWatchXIDsOfAGPUWithoutUUID(t *testing.T) {
-	l, err := Open(dnvml.MockPrefix+"dgxh100", WithNode(node))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	ls := l.(*lister)
+	l := openDGX(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	events := make(chan dnvml.XIDEvent, 4)
-	go func() { _ = l.(dnvml.XIDWatcher).WatchXIDs(ctx, func(ev dnvml.XIDEvent) { events <- ev }) }()
+	go func() { _ = dnvml.XIDWatcher(l).WatchXIDs(ctx, func(ev dnvml.XIDEvent) { events <- ev }) }()
 	time.Sleep(100 * time.Millisecond)
-	d, ret := ls.lib.DeviceGetHandleByIndex(3)
+	d, ret := l.lib.DeviceGetHandleByIndex(3)
 	if ret != nvml.SUCCESS {
 		t.Fatal(ret)
 	}
 	d.(*server.Device).GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
-	ls.mockEvents.events <- nvml.EventData{Device: d, EventType: nvml.EventTypeXidCriticalError, EventData: 79}
+	l.mockEvents.events <- nvml.EventData{Device: d, EventType: nvml.EventTypeXidCriticalError, EventData: 79}
 	select {
 	case ev := <-events:
 		if ev != (dnvml.XIDEvent{UUID: gpu.DeviceUUID(node, 3), XID: 79}) {
@@ -203,32 +211,16 @@ func TestWatchXIDsOfAGPUWithoutUUID(t *testing.T) {
 // wait, which the watch does not spin on; reset, it answers again, and a
 // second Xid 79 is reported again.
 func TestInjectedXID79LosesTheMockGPU(t *testing.T) {
-	l, err := Open(dnvml.MockPrefix+"dgxh100", WithNode(node))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	ls := l.(*lister)
-	s := ls.lib.(*server.Server)
+	l := openDGX(t)
 	var waits atomic.Int64
-	create := s.EventSetCreateFunc
-	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
-		es, ret := create()
-		m := es.(*mock.EventSet)
-		wait := m.WaitFunc
-		m.WaitFunc = func(ms uint32) (nvml.EventData, nvml.Return) {
-			waits.Add(1)
-			return wait(ms)
-		}
-		return m, ret
-	}
+	onWait(l.lib.(*server.Server), func() { waits.Add(1) })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	events := make(chan dnvml.XIDEvent, 16)
-	go func() { _ = l.(dnvml.XIDWatcher).WatchXIDs(ctx, func(ev dnvml.XIDEvent) { events <- ev }) }()
+	go func() { _ = dnvml.XIDWatcher(l).WatchXIDs(ctx, func(ev dnvml.XIDEvent) { events <- ev }) }()
 	time.Sleep(100 * time.Millisecond)
 	uuid := gpu.DeviceUUID(node, 3)
-	injected := l.(dnvml.XIDInjector)
+	injected := dnvml.XIDInjector(l)
 	expectOne := func(what string) {
 		t.Helper()
 		select {
@@ -254,7 +246,7 @@ func TestInjectedXID79LosesTheMockGPU(t *testing.T) {
 		t.Errorf("after the Xid, another event %+v: a lost GPU is reported once", ev)
 	default:
 	}
-	d, _ := ls.lib.DeviceGetHandleByIndex(3)
+	d, _ := l.lib.DeviceGetHandleByIndex(3)
 	if _, ret := d.GetUUID(); ret != nvml.ERROR_GPU_IS_LOST {
 		t.Errorf("a GPU fallen off the bus answers GetUUID with %v, want ERROR_GPU_IS_LOST", ret)
 	}

@@ -15,9 +15,7 @@ import (
 	"github.com/dralab/dralab/drivers/conformance/results"
 	"github.com/dralab/dralab/drivers/conformance/sanity"
 	"github.com/dralab/dralab/drivers/conformance/target"
-	"github.com/dralab/dralab/drivers/fakenic"
-	"github.com/dralab/dralab/drivers/gpu"
-	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
@@ -84,7 +82,7 @@ func HostnameLabel(node string) string { return "host-" + node }
 // busiest node, and on one it started the manifest's health commands act
 // on it.
 func Conformance(ctx context.Context, o conformance.Options, labCfg *config.Config) (_ *results.Report, err error) {
-	o.Lab = labstate.LabOf
+	o.Lab = lab.OfKubeconfig
 	if o.Kubeconfig == "" {
 		if labCfg == nil {
 			if labCfg, err = ConformanceConfig(); err != nil {
@@ -146,53 +144,19 @@ func openLab(dir string) (*lab.Lab, error) {
 }
 
 // Lacks says what a lab of cfg lacks for the capabilities of dralab's
-// fake GPU or NIC driver that a manifest enables, as ConformanceConfig has
-// them: a MIG node for partitionable devices, a shared node for consumable
-// capacity, a fabric-attached node for binding conditions, a GPU node
-// with device metadata, NICs, a node
-// whose NICs skip node operations, the gates and APIs the capabilities
-// need. None for another driver, whose devices are its own.
+// driver that a manifest enables, as ConformanceConfig has them (each kind
+// of device says what its driver's capabilities need: internal/
+// nodedrivers). None for a lab running an outside driver, nor for another
+// driver, whose devices are its own.
 func Lacks(cfg *config.Config, m *manifest.Manifest) []string {
-	if cfg.Driver != nil || (m.Driver != gpu.DriverName && m.Driver != fakenic.DriverName) {
+	k, ok := nodedrivers.OfDriver(m.Driver)
+	if cfg.Driver != nil || !ok {
 		return nil
 	}
-	var mig, shared, fabric, metadata, overhead, nics, quiet bool
-	for _, n := range cfg.Nodes {
-		if g := n.GPUs; g != nil && g.NVML == "" && g.Mode != config.GPUModeDevicePlugin {
-			overhead = overhead || cfg.HostMemoryOverhead(n)
-			mig = mig || g.Partitioning == config.PartitioningMIG
-			shared = shared || g.Sharing == config.SharingMemory
-			fabric = fabric || g.Attach == config.AttachFabric
-		}
-		if g := n.GPUs; g != nil && g.Mode != config.GPUModeDevicePlugin {
-			metadata = metadata || g.DeviceMetadata
-		}
-		if n.NICs != nil {
-			nics = true
-			quiet = quiet || n.NICs.SkipNodeOperations
-		}
-	}
-	gate := func(name string) bool { return cfg.FeatureGates[name] }
-	isGPU, isNIC := m.Driver == gpu.DriverName, m.Driver == fakenic.DriverName
 	var out []string
-	for _, need := range []struct {
-		capability manifest.Capability
-		has        bool
-		what       string
-	}{
-		{"", !isNIC || nics, "NICs (nics on a node)"},
-		{manifest.DRAPartitionableDevices, !isGPU || mig, "a GPU with partitioning: mig"},
-		{manifest.DRAConsumableCapacity, !isGPU || shared, "a GPU with sharing: memory"},
-		{manifest.DRADeviceBindingConditions, !isGPU || fabric, "a GPU with attach: fabric"},
-		{manifest.DeviceMetadata, !isGPU || metadata, "a GPU with deviceMetadata: true"},
-		{manifest.DRANodeAllocatableResources, !isGPU || overhead, "a GPU node with memory (its GPUs' host memory overhead) and featureGates " + config.GateNodeAllocatableResources},
-		{manifest.DRAWorkloadResourceClaims, cfg.ServesGroupClaims(), "the PodGroup API (featureGates " + config.GateGenericWorkload + " and " + config.GateDRAWorkloadResourceClaims + ", runtimeConfig " + config.WorkloadAPIVersion + ")"},
-		{manifest.DRADerivedAttributes, gate(config.GateDerivedAttributes), "featureGates " + config.GateDerivedAttributes},
-		{manifest.DRAListTypeAttributes, gate(config.GateListTypeAttributes), "featureGates " + config.GateListTypeAttributes},
-		{manifest.DRAOptionalNodeOperations, quiet && gate(config.GateOptionalNodeOperations), "NICs with skipNodeOperations (and featureGates " + config.GateOptionalNodeOperations + ")"},
-	} {
-		if (need.capability == "" || m.Enabled(need.capability)) && !need.has {
-			out = append(out, fmt.Sprintf("%s (for %s)", need.what, cmp.Or(string(need.capability), m.Driver)))
+	for _, need := range k.ConformanceNeeds(cfg) {
+		if (need.Capability == "" || m.Enabled(need.Capability)) && !need.Has {
+			out = append(out, fmt.Sprintf("%s (for %s)", need.What, cmp.Or(string(need.Capability), m.Driver)))
 		}
 	}
 	return out

@@ -17,10 +17,10 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/gpu"
-	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/procid"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
+	"github.com/dralab/dralab/lab/status"
 )
 
 // Kinds of faults the soak injects.
@@ -57,7 +57,6 @@ const resumeTimeout = 3 * time.Minute
 type faults struct {
 	lab    *lab.Lab
 	cfg    *config.Config
-	dir    labstate.Dir
 	client kubernetes.Interface
 	rng    *rand.Rand
 	// failed are the GPUs failed and not healed yet.
@@ -81,17 +80,17 @@ func (f *faults) inject(ctx context.Context, pause interface {
 			f.cycle = f.newCycle()
 		}
 		kind, f.cycle = f.cycle[0], f.cycle[1:]
-		st, err := f.dir.ReadStatus()
+		st, err := f.lab.Status(ctx)
 		if err != nil {
 			return "", "", err
 		}
 		switch kind {
 		case FaultKillDriver:
-			target, err = f.killChild(st, labstate.RoleDriver, nil)
+			target, err = f.killChild(st, status.RoleDriver, nil)
 		case FaultKillNode:
-			target, err = f.killChild(st, labstate.RoleNode, func(n config.Node) bool { return n.Kind == config.NodeHollow })
+			target, err = f.killChild(st, status.RoleNode, func(n config.Node) bool { return n.Kind == config.NodeHollow })
 		case FaultKillContainerd:
-			target, err = f.killChild(st, labstate.RoleContainerd, nil)
+			target, err = f.killChild(st, status.RoleContainerd, nil)
 		case FaultGPUFail:
 			target, err = f.failGPU(ctx)
 		case FaultGPUHeal:
@@ -120,14 +119,14 @@ func (f *faults) newCycle() []string {
 }
 
 // roleNames name the processes the soak kills.
-var roleNames = map[string]string{labstate.RoleNode: "kubelet", labstate.RoleDriver: "GPU driver", labstate.RoleContainerd: "containerd"}
+var roleNames = map[string]string{status.RoleNode: "kubelet", status.RoleDriver: "GPU driver", status.RoleContainerd: "containerd"}
 
 // killChild kills a random running process of a role the lab recorded
 // (of a node that matches, when given); "" when there is none.
-func (f *faults) killChild(st *labstate.Status, role string, match func(config.Node) bool) (string, error) {
-	var candidates []labstate.ProcessStatus
+func (f *faults) killChild(st *lab.Status, role string, match func(config.Node) bool) (string, error) {
+	var candidates []status.Process
 	for _, p := range st.Processes {
-		if p.Role != role || !p.Running || !p.ID.Alive() {
+		if p.Role != role || !p.Running || !processID(p).Alive() {
 			continue
 		}
 		if match != nil {
@@ -144,10 +143,10 @@ func (f *faults) killChild(st *labstate.Status, role string, match func(config.N
 	p := candidates[f.rng.IntN(len(candidates))]
 	// Signal checks the process is the one the lab recorded (PID and
 	// start time): a PID reused by another program is left alone.
-	if err := p.ID.Signal(syscall.SIGKILL); err != nil {
+	if err := processID(p).Signal(syscall.SIGKILL); err != nil {
 		return "", fmt.Errorf("killing the %s of node %s: %w", roleNames[role], p.Node, err)
 	}
-	return fmt.Sprintf("%s of node %s (pid %d)", roleNames[role], p.Node, p.ID.PID), nil
+	return fmt.Sprintf("%s of node %s (pid %d)", roleNames[role], p.Node, p.PID), nil
 }
 
 func (f *faults) node(name string) *config.Node {
@@ -233,7 +232,7 @@ func (f *faults) healAll(ctx context.Context) error {
 // killLab kills the lab process, brings the lab up again and checks that
 // it was resumed with every claim allocated before still allocated, to the
 // same devices.
-func (f *faults) killLab(ctx context.Context, st *labstate.Status, c *checker) (string, error) {
+func (f *faults) killLab(ctx context.Context, st *lab.Status, c *checker) (string, error) {
 	before, err := f.client.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return "", err
@@ -256,14 +255,17 @@ func (f *faults) killLab(ctx context.Context, st *labstate.Status, c *checker) (
 			allocated[c.UID] = c
 		}
 	}
-	if err := st.ID.Signal(syscall.SIGKILL); err != nil {
-		return "", fmt.Errorf("killing the lab process: %w", err)
-	}
 	// Its nodes and drivers die with it (they are its children, killed
 	// when it dies): the resumed lab starts them on their directories.
-	procs := []procid.ID{st.ID}
+	var procs []procid.ID
 	for _, p := range st.Processes {
-		procs = append(procs, p.ID)
+		procs = append(procs, processID(p))
+	}
+	if len(procs) == 0 || st.Processes[0].Role != status.RoleLab {
+		return "", fmt.Errorf("lab %s records no lab process (phase %s)", st.Name, st.Phase)
+	}
+	if err := procs[0].Signal(syscall.SIGKILL); err != nil {
+		return "", fmt.Errorf("killing the lab process: %w", err)
 	}
 	if err := procid.WaitGone(ctx, procs, 30*time.Second); err != nil {
 		return "", err
@@ -272,7 +274,7 @@ func (f *faults) killLab(ctx context.Context, st *labstate.Status, c *checker) (
 	defer cancel()
 	started := time.Now()
 	res, err := f.lab.Up(upCtx)
-	target := fmt.Sprintf("lab process (pid %d)", st.ID.PID)
+	target := fmt.Sprintf("lab process (pid %d)", procs[0].PID)
 	if err != nil {
 		c.violate(newFinding(InvResume, "lab:up of the killed lab failed: "+err.Error(), target))
 		return target, fmt.Errorf("lab:up of the killed lab: %w", err)

@@ -6,10 +6,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/mounts"
 	"github.com/dralab/dralab/internal/procid"
 	"github.com/dralab/dralab/lab"
+	"github.com/dralab/dralab/lab/status"
 )
 
 // labResources are what a running lab holds on the host, as recorded
@@ -22,25 +22,20 @@ type labResources struct {
 	links     []string
 }
 
-// recordResources records what the lab holds now.
+// recordResources records what the lab holds now, as its status says.
 func recordResources(st *lab.Status) (labResources, error) {
-	dir := labstate.Dir(st.StateDir)
-	r := labResources{stateDir: st.StateDir}
-	s, err := dir.ReadStatus()
-	if err != nil {
-		return r, err
+	r := labResources{stateDir: st.StateDir, links: st.HostLinks}
+	for _, p := range st.Processes {
+		r.procs = append(r.procs, processID(p))
 	}
-	r.procs = append(r.procs, s.ID)
-	for _, p := range s.Processes {
-		r.procs = append(r.procs, p.ID)
-	}
-	if r.listeners, err = procid.Listeners(r.procs); err != nil {
-		return r, err
-	}
-	for _, nd := range dir.Nodes() {
-		r.links = append(r.links, nd.ShortLink())
-	}
-	return r, nil
+	var err error
+	r.listeners, err = procid.Listeners(r.procs)
+	return r, err
+}
+
+// processID is the identity of a process the lab recorded.
+func processID(p status.Process) procid.ID {
+	return procid.ID{PID: p.PID, StartTime: p.StartTime, BootID: p.BootID}
 }
 
 // left finds what remains of the recorded resources: processes that still

@@ -32,7 +32,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/dralab/dralab/drivers/kit"
-	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/mounts"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
@@ -256,9 +255,11 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 
 // soak is one run.
 type soak struct {
-	o       Options
-	lab     *lab.Lab
-	dir     labstate.Dir
+	o   Options
+	lab *lab.Lab
+	// nodes are the lab's nodes as its status gave them at the start:
+	// where each node's driver keeps its checkpoint and CDI specs.
+	nodes   []lab.NodeStatus
 	client  kubernetes.Interface
 	rep     *Report
 	checker *checker
@@ -282,7 +283,7 @@ func (s *soak) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.dir = labstate.Dir(st.StateDir)
+	s.nodes = st.Nodes
 	restConfig, err := clientcmd.BuildConfigFromFlags("", s.lab.Kubeconfig())
 	if err != nil {
 		return err
@@ -307,7 +308,7 @@ func (s *soak) run(ctx context.Context) error {
 	if err := w.setup(ctx); err != nil {
 		return err
 	}
-	f := &faults{lab: s.lab, cfg: s.lab.Config(), dir: s.dir, client: s.client, rng: s.rand(streamFaults)}
+	f := &faults{lab: s.lab, cfg: s.lab.Config(), client: s.client, rng: s.rand(streamFaults)}
 
 	done := s.o.Progress(fmt.Sprintf("Churning %s for %s while injecting faults (seed %d)", strings.Join(s.rep.Kinds, ", "), s.o.Duration, s.o.Seed))
 	start := time.Now()
@@ -510,16 +511,15 @@ func (s *soak) labHealthy(ctx context.Context) ([]finding, error) {
 // observe reads the cluster and the drivers' checkpoints and CDI specs.
 func (s *soak) observe(ctx context.Context) (*observation, error) {
 	o := &observation{checkpoints: map[string]*kit.Checkpoint{}, cdiSpecs: map[string][]string{}}
-	for _, n := range s.lab.Config().Nodes {
-		nd := s.dir.Node(n.Name)
-		cp, err := readCheckpoint(filepath.Join(nd.Driver(labstate.RoleDriver).Checkpoint, "checkpoint.json"))
+	for _, n := range s.nodes {
+		cp, err := readCheckpoint(filepath.Join(n.CheckpointDir, "checkpoint.json"))
 		if err != nil {
 			return nil, err
 		}
 		if cp != nil {
 			o.checkpoints[n.Name] = cp
 		}
-		entries, err := os.ReadDir(nd.CDI())
+		entries, err := os.ReadDir(n.CDIDir)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
 		}

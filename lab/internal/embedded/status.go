@@ -12,6 +12,7 @@ import (
 	"github.com/dralab/dralab/internal/kubeclient"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/nodedrivers"
+	"github.com/dralab/dralab/internal/procid"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/internal/backend"
 	"github.com/dralab/dralab/lab/status"
@@ -23,6 +24,9 @@ func (b *Backend) Status(ctx context.Context, name string) (*status.Status, erro
 	st := &status.Status{Name: name, Backend: b.Name(), Phase: status.PhaseAbsent, StateDir: string(dir), Kubeconfig: dir.Kubeconfig()}
 	if _, err := os.Stat(string(dir)); errors.Is(err, os.ErrNotExist) {
 		return st, nil
+	}
+	for _, nd := range dir.Nodes() {
+		st.HostLinks = append(st.HostLinks, nd.ShortLink())
 	}
 	running, s, err := b.running(dir)
 	if err != nil {
@@ -40,6 +44,10 @@ func (b *Backend) Status(ctx context.Context, name string) (*status.Status, erro
 		return st, nil
 	}
 	st.Phase, st.Message, st.PID, st.APIServer = status.Phase(s.Phase), s.Message, s.PID, s.APIServer
+	st.Processes = append(st.Processes, process(status.RoleLab, "", s.ID, true))
+	for _, p := range s.Processes {
+		st.Processes = append(st.Processes, process(p.Role, p.Node, p.ID, p.Running))
+	}
 
 	ready := map[string]string{}
 	if client, err := kubeclient.New(dir.Kubeconfig()); err == nil {
@@ -58,7 +66,8 @@ func (b *Backend) Status(ctx context.Context, name string) (*status.Status, erro
 	for _, n := range cfg.Nodes {
 		nd := dir.Node(n.Name)
 		ns := status.NodeStatus{Name: n.Name, Ready: ready[n.Name],
-			RegistrarDir: nd.PluginsRegistry(), PluginsDir: nd.Plugins(), CDIDir: nd.CDI()}
+			RegistrarDir: nd.PluginsRegistry(), PluginsDir: nd.Plugins(), CDIDir: nd.CDI(),
+			DevicePluginsDir: nodedrivers.DevicePluginsDir(n, nd), CheckpointDir: nd.Driver(labstate.RoleDriver).Checkpoint}
 		if ns.Ready == "" {
 			ns.Ready = "NotRegistered"
 		}
@@ -92,6 +101,11 @@ func (b *Backend) Status(ctx context.Context, name string) (*status.Status, erro
 		st.Nodes = append(st.Nodes, ns)
 	}
 	return st, nil
+}
+
+// process is a recorded process as lab/status has it.
+func process(role, node string, id procid.ID, running bool) status.Process {
+	return status.Process{Role: role, Node: node, PID: id.PID, StartTime: id.StartTime, BootID: id.BootID, Running: running}
 }
 
 // processState describes a node's process of a role, its PID while it

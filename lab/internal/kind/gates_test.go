@@ -23,7 +23,7 @@ func TestFeatureGatesExistAndAreOnByDefault(t *testing.T) {
 		if !utilfeature.DefaultFeatureGate.Enabled(featuregate.Feature(g)) {
 			t.Errorf("feature gate %s is off by default in 1.37", g)
 		}
-		// Render leaves the locked ones out, by the lab's word on them.
+		// RenderFor leaves the locked ones out, by the lab's word on them.
 		if locked := known[featuregate.Feature(g)].LockToDefault; config.GateLocked(g) != locked {
 			t.Errorf("feature gate %s: the lab says locked %v, Kubernetes %v", g, config.GateLocked(g), locked)
 		}
@@ -41,7 +41,7 @@ func TestLabGatesReachKind(t *testing.T) {
 	if err := cfg.Complete(); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Render(cfg)
+	c, err := RenderFor(cfg, Host{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ const (
 )
 
 // FeatureGates are the DRA features the scenarios rely on. Every one is on
-// by default in 1.37. Render pins those whose default could still change;
+// by default in 1.37. RenderFor pins those whose default could still change;
 // a gate Kubernetes locks to its default (DynamicResourceAllocation,
 // DRAPrioritizedList, DRAAdminAccess and DRAExtendedResource in 1.37) is
 // left out, since naming it does nothing until the release that removes
@@ -62,9 +62,6 @@ const cdiPatch = `[plugins."io.containerd.grpc.v1.cri"]
   enable_cdi = true
   cdi_spec_dirs = ["/var/run/cdi"]
 `
-
-// Render is RenderFor a host that lacks nothing.
-func Render(cfg *config.Config) (*v1alpha4.Cluster, error) { return RenderFor(cfg, Host{}) }
 
 // RenderFor turns a lab configuration into kind's cluster configuration: a
 // control plane and one worker per lab node, labelled with its GPUs, on a

@@ -17,7 +17,7 @@ import (
 
 func TestRenderDefaultLab(t *testing.T) {
 	cfg := config.Default()
-	c, err := Render(cfg)
+	c, err := RenderFor(cfg, Host{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestTopologyReachesKind(t *testing.T) {
 	if err := cfg.Complete(); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Render(cfg)
+	c, err := RenderFor(cfg, Host{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestNICsReachKind(t *testing.T) {
 	if !HasNICs(cfg) {
 		t.Error("HasNICs: false for a lab with NICs")
 	}
-	c, err := Render(cfg)
+	c, err := RenderFor(cfg, Host{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestNodeImageIsTheLabs(t *testing.T) {
 		t.Errorf("a kind lab's default node image %q, want kind's of 1.37, pinned by digest", cfg.NodeImage)
 	}
 	cfg.NodeImage = "dralab.dev/kind-node:" + config.KubernetesVersion
-	c, err := Render(cfg)
+	c, err := RenderFor(cfg, Host{})
 	if err != nil {
 		t.Fatal(err)
 	}
