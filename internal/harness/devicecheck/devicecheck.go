@@ -1,10 +1,13 @@
 // Package devicecheck is `go run mage.go device:check`: on a machine with an
 // NVIDIA GPU, the whole path from NVML to a prepared claim, in one command.
-// It enumerates the GPUs through NVML, brings up an embedded lab with one
-// node whose GPU driver reads them, allocates a claim selecting the first
-// GPU's product, waits until the driver has prepared it for a pod, and
-// prints the node's ResourceSlice and the claim's CDI spec. With a mock
-// NVML (CI, machines without a GPU) it runs the same path.
+// It enumerates the GPUs through NVML, brings up an embedded lab with two
+// nodes whose GPU drivers read them, one through DRA and one counting
+// through its device plugin, allocates a claim selecting the first GPU's
+// product, waits until the driver has prepared it for a pod, prints the
+// node's ResourceSlice and the claim's CDI spec, then runs a pod counting
+// one GPU and checks what the device plugin gives a container (its device
+// files, NVIDIA_VISIBLE_DEVICES). With a mock NVML (CI, machines without a
+// GPU) it runs the same path.
 package devicecheck
 
 import (
@@ -46,7 +49,12 @@ type Options struct {
 	Timeout time.Duration
 }
 
-const node = "gpu-node"
+// The lab's nodes: node serves the GPUs through DRA, countedNode counts
+// them through the driver's device plugin (nvidia.com/gpu's world).
+const (
+	node        = "gpu-node"
+	countedNode = "gpu-node-counted"
+)
 
 // Run runs the check.
 func Run(ctx context.Context, o Options) error {
@@ -61,7 +69,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 	// The driver enumerates, as it will in the lab: NVML is cgo, and only
 	// the driver binary links it.
-	devs, err := list(ctx, filepath.Join(filepath.Dir(bin), build.DriverBinary), o.NVML)
+	driver := filepath.Join(filepath.Dir(bin), build.DriverBinary)
+	devs, err := list(ctx, driver, o.NVML, node)
 	if err != nil {
 		return fmt.Errorf("device check: %w", err)
 	}
@@ -71,9 +80,21 @@ func Run(ctx context.Context, o Options) error {
 		fmt.Fprintf(o.Out, "  %s  %s  %s  %s\n", d.Name, str(a["productName"]), str(a["uuid"]), str(a["resource.kubernetes.io/pciBusID"]))
 	}
 	product := str(devs[0].Attributes["productName"])
+	// The counting node's GPUs, as its driver lists them: a mock names
+	// its GPUs' UUIDs after their node.
+	counted, err := list(ctx, driver, o.NVML, countedNode)
+	if err != nil {
+		return fmt.Errorf("device check: %w", err)
+	}
+	uuids := map[string]string{}
+	for _, d := range counted {
+		uuids[d.Name] = str(d.Attributes["uuid"])
+	}
 
-	cfg := &config.Config{APIVersion: config.APIVersion, Kind: config.Kind,
-		Nodes: []config.Node{{Name: node, GPUs: &config.GPUs{NVML: o.NVML}}}}
+	cfg := &config.Config{APIVersion: config.APIVersion, Kind: config.Kind, Nodes: []config.Node{
+		{Name: node, GPUs: &config.GPUs{NVML: o.NVML}},
+		{Name: countedNode, GPUs: &config.GPUs{NVML: o.NVML, Mode: config.GPUModeDevicePlugin}},
+	}}
 	if err := cfg.Complete(); err != nil {
 		return err
 	}
@@ -132,6 +153,9 @@ func Run(ctx context.Context, o Options) error {
 	if len(specs) == 0 {
 		return fmt.Errorf("device check: the driver wrote no CDI spec for claim %s", claim.Name)
 	}
+	if err := checkCounted(ctx, client, st, uuids, o); err != nil {
+		return err
+	}
 	fmt.Fprintf(o.Out, "Device check passed in %v\n", time.Since(start).Round(time.Millisecond))
 	return nil
 }
@@ -159,12 +183,21 @@ func prepareClaim(ctx context.Context, client kubernetes.Interface, product stri
 			ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("gpu-check")}},
 		},
 	}
-	if _, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	if _, err := runPod(ctx, client, pod, fmt.Sprintf("a claim for %q", product)); err != nil {
+		return nil, err
+	}
+	return client.ResourceV1().ResourceClaims("default").Get(ctx, "gpu-check", metav1.GetOptions{})
+}
+
+// runPod creates pod and returns it once it runs; what says what it asks
+// for, in the error when it does not run.
+func runPod(ctx context.Context, client kubernetes.Interface, pod *v1.Pod, what string) (*v1.Pod, error) {
+	if _, err := client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
 	var last *v1.Pod
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		p, err := client.CoreV1().Pods("default").Get(ctx, "gpu-check", metav1.GetOptions{})
+		p, err := client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -176,13 +209,13 @@ func prepareClaim(ctx context.Context, client kubernetes.Interface, product stri
 		if last != nil {
 			state = fmt.Sprintf("%s %v", last.Status.Phase, last.Status.Conditions)
 		}
-		return nil, fmt.Errorf("device check: pod gpu-check with a claim for %q did not run: %w (%s)", product, err, state)
+		return nil, fmt.Errorf("device check: pod %s with %s did not run: %w (%s)", pod.Name, what, err, state)
 	}
-	return client.ResourceV1().ResourceClaims("default").Get(ctx, "gpu-check", metav1.GetOptions{})
+	return last, nil
 }
 
-// list runs the driver's --list: the devices it would publish.
-func list(ctx context.Context, driver, source string) ([]resourceapi.Device, error) {
+// list runs the driver's --list: the devices it would publish on a node.
+func list(ctx context.Context, driver, source, node string) ([]resourceapi.Device, error) {
 	source = nvml.SourceOf(source)
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, driver, "--list", "--inventory=nvml", "--nvml="+source, "--node-name="+node)
