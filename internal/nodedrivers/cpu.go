@@ -54,3 +54,6 @@ func (cpuKind) NotReady(_ *config.Config, n config.Node, p Published) string {
 func (cpuKind) ConformanceNeeds(*config.Config) []Need { return nil }
 
 func (cpuKind) StartsWithNode(config.Node) bool { return false }
+
+// Releases: none; the kind backend runs no CPU driver (lab/config's limits).
+func (cpuKind) Releases(*config.Config) []Release { return nil }

@@ -2,6 +2,7 @@ package nodedrivers
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -216,4 +217,35 @@ func (gpuKind) ConformanceNeeds(cfg *config.Config) []Need {
 // plugin, which talks to its kubelet only.
 func (gpuKind) StartsWithNode(n config.Node) bool {
 	return n.Kind != config.NodeReal && n.GPUs != nil && n.GPUs.Mode == config.GPUModeDevicePlugin
+}
+
+// Releases: one per GPU mode the lab's nodes use, sorted, each on the nodes
+// of its mode, which read their GPUs' profile and count from their labels.
+// The DRA release takes gpu:fail's faults; counting mode's makes no
+// DeviceClasses and no admission policy (its GPUs are not DRA's).
+func (k gpuKind) Releases(cfg *config.Config) []Release {
+	var modes []string
+	for _, n := range cfg.Nodes {
+		if k.Runs(cfg, n) && !slices.Contains(modes, n.GPUs.Mode) {
+			modes = append(modes, n.GPUs.Mode)
+		}
+	}
+	slices.Sort(modes)
+	var out []Release
+	for _, mode := range modes {
+		v := map[string]any{
+			"mode":         mode,
+			"nodeSelector": map[string]any{gpu.NodeModeLabel: mode},
+			"fake":         map[string]any{"profileLabel": gpu.NodeProfileLabel, "gpusLabel": gpu.NodeGPUsLabel},
+		}
+		if mode == config.GPUModeDRA {
+			v["faultInjection"] = true
+		} else {
+			v["deviceClasses"] = map[string]any{"create": false}
+			v["validatingAdmissionPolicy"] = map[string]any{"enabled": false}
+		}
+		out = append(out, Release{Name: "dralab-driver-" + mode, Values: v,
+			Serves: func(n config.Node) bool { return n.GPUs != nil && n.GPUs.Mode == mode }})
+	}
+	return out
 }

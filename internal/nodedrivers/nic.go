@@ -2,6 +2,7 @@ package nodedrivers
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -86,3 +87,17 @@ func (nicKind) ConformanceNeeds(cfg *config.Config) []Need {
 }
 
 func (nicKind) StartsWithNode(config.Node) bool { return false }
+
+// Releases: one, `dralab-driver nic` on the nodes with NICs (LabelNICDriver),
+// which read their NICs' profile and count from their labels.
+func (nicKind) Releases(cfg *config.Config) []Release {
+	serves := func(n config.Node) bool { return n.NICs != nil }
+	if !slices.ContainsFunc(cfg.Nodes, serves) {
+		return nil
+	}
+	return []Release{{Name: "dralab-driver-nic", Serves: serves, Values: map[string]any{
+		"driver":       "nic",
+		"nodeSelector": map[string]any{LabelNICDriver: "true"},
+		"nic":          map[string]any{"profileLabel": LabelNICProfile, "nicsLabel": LabelNICs},
+	}}}
+}

@@ -57,11 +57,54 @@ type Kind interface {
 	// NotReady says what node n still lacks of the kind's devices, "" once
 	// they are published as its configuration says.
 	NotReady(cfg *config.Config, n config.Node, p Published) string
+	// Releases are the releases of the driver chart (charts/dralab-driver)
+	// that run the kind's driver on a kind lab's nodes, one DaemonSet each;
+	// none where no node runs it (a kind the kind backend does not run is
+	// refused by lab/config's limits first).
+	Releases(cfg *config.Config) []Release
 	// ConformanceNeeds are what a lab of cfg must have for the
 	// conformance suite to check the kind's driver, capability by
 	// capability; nil where the kind's devices are the driver's own (the
 	// lab cannot give them what they lack).
 	ConformanceNeeds(cfg *config.Config) []Need
+}
+
+// A Release is a release of the driver chart that runs a kind's driver on
+// a kind lab's nodes: its name, its values but the driver image's, and the
+// nodes its DaemonSet runs on (selected by the labels Kind.Labels sets).
+type Release struct {
+	Name   string
+	Values map[string]any
+	Serves func(n config.Node) bool
+}
+
+// DaemonSet is the release's DaemonSet, as the chart names it.
+func (r Release) DaemonSet() string { return r.Name + "-dralab-driver" }
+
+// Releases are every kind's releases for the lab's nodes, in the kinds'
+// order.
+func Releases(cfg *config.Config) []Release {
+	var out []Release
+	for _, k := range kinds {
+		out = append(out, k.Releases(cfg)...)
+	}
+	return out
+}
+
+// ReleaseOf is the release whose DaemonSet runs the driver of a role on
+// node n, and whether there is one.
+func ReleaseOf(cfg *config.Config, n config.Node, role string) (Release, bool) {
+	for _, k := range Of(cfg, n) {
+		if k.Role() != role {
+			continue
+		}
+		for _, r := range k.Releases(cfg) {
+			if r.Serves(n) {
+				return r, true
+			}
+		}
+	}
+	return Release{}, false
 }
 
 // A Need is what a lab must have for the conformance suite to check a

@@ -51,3 +51,6 @@ func (k outsideKind) NotReady(cfg *config.Config, _ config.Node, p Published) st
 func (outsideKind) ConformanceNeeds(*config.Config) []Need { return nil }
 
 func (outsideKind) StartsWithNode(config.Node) bool { return false }
+
+// Releases: none; an outside driver's chart is its own.
+func (outsideKind) Releases(*config.Config) []Release { return nil }

@@ -19,8 +19,8 @@ import (
 
 	"github.com/dralab/dralab/charts"
 	"github.com/dralab/dralab/charts/release"
-	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/internal/backend"
@@ -112,18 +112,10 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 	if err != nil {
 		return status.UpResult{Reused: reused}, err
 	}
-	for _, mode := range Modes(cfg) {
-		done := progress(fmt.Sprintf("Installing the driver chart (%s mode) with the Helm SDK", mode))
-		err := release.Install(ctx, kubeconfig, charts.DriverChart, ReleaseName(mode), DriverNamespace,
-			ChartValues(mode, build.DriverImageRepository, build.DriverImageTag))
-		done(err)
-		if err != nil {
-			return status.UpResult{Reused: reused}, err
-		}
-	}
-	if HasNICs(cfg) {
-		done := progress("Installing the driver chart (NIC driver) with the Helm SDK")
-		err := release.Install(ctx, kubeconfig, charts.DriverChart, NICReleaseName, DriverNamespace, NICChartValues(build.DriverImageRepository, build.DriverImageTag))
+	for _, r := range nodedrivers.Releases(cfg) {
+		done := progress(fmt.Sprintf("Installing the driver chart (release %s) with the Helm SDK", r.Name))
+		err := release.Install(ctx, kubeconfig, charts.DriverChart, r.Name, DriverNamespace,
+			ChartValues(r, build.DriverImageRepository, build.DriverImageTag))
 		done(err)
 		if err != nil {
 			return status.UpResult{Reused: reused}, err
@@ -131,11 +123,20 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 	}
 	done = progress(fmt.Sprintf("Waiting for %d node(s) to be Ready with their devices published", len(cfg.Nodes)))
 	err = backend.WaitReady(ctx, kubeconfig, cfg, func(n *v1.Node) string { return n.Labels[LabelLabNode] },
-		func(string, string) string {
-			return "kubectl -n " + DriverNamespace + " logs daemonset/" + ReleaseName(config.GPUModeDRA) + "-dralab-driver"
-		})
+		func(node, component string) string { return logOf(cfg, node, component) })
 	done(err)
 	return status.UpResult{Reused: reused}, err
+}
+
+// logOf names where a kind lab node's component logs: a driver's
+// DaemonSet, or the node's kubelet in the logs a failed lab:up collects.
+func logOf(cfg *config.Config, node, component string) string {
+	if i := slices.IndexFunc(cfg.Nodes, func(n config.Node) bool { return n.Name == node }); i >= 0 {
+		if r, ok := nodedrivers.ReleaseOf(cfg, cfg.Nodes[i], component); ok {
+			return "kubectl -n " + DriverNamespace + " logs daemonset/" + r.DaemonSet()
+		}
+	}
+	return "the kubelet's journal of its kind node, in the logs lab:up collects when it fails"
 }
 
 func (b *Backend) loadDriverImage(ctx context.Context, p *cluster.Provider, name string) error {
@@ -205,6 +206,13 @@ func (b *Backend) Status(ctx context.Context, name string) (*status.Status, erro
 		st.Phase, st.Message = status.PhaseDegraded, "the API server does not answer: "+err.Error()
 		return st, nil
 	}
+	// What each node carries and which DaemonSets serve it, as the lab's
+	// recorded configuration says.
+	cfg, err := config.Load(filepath.Join(st.StateDir, "config.json"))
+	if err != nil {
+		st.Phase, st.Message = status.PhaseDegraded, "the lab's recorded configuration: "+err.Error()
+		cfg = &config.Config{}
+	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		labNode := n.Labels[LabelLabNode]
@@ -212,13 +220,8 @@ func (b *Backend) Status(ctx context.Context, name string) (*status.Status, erro
 			continue
 		}
 		ns := status.NodeStatus{Name: labNode, Process: "kind node " + n.Name, Ready: backend.NodeReady(n), Healthy: backend.NodeReady(n) == string(v1.ConditionTrue)}
-		if p := n.Labels[gpu.NodeProfileLabel]; p != "" {
-			ns.Profile = fmt.Sprintf("%s× %s (%s)", n.Labels[LabelGPUs], p, n.Labels[LabelGPUMode])
-			ns.Driver = "DaemonSet " + DriverNamespace + "/" + ReleaseName(n.Labels[LabelGPUMode]) + "-dralab-driver"
-		}
-		if p := n.Labels[LabelNICProfile]; p != "" {
-			ns.Profile = strings.TrimPrefix(ns.Profile+", "+fmt.Sprintf("%s× %s NICs", n.Labels[LabelNICs], p), ", ")
-			ns.Driver = strings.TrimPrefix(ns.Driver+"; DaemonSet "+DriverNamespace+"/"+NICReleaseName+"-dralab-driver", "; ")
+		if j := slices.IndexFunc(cfg.Nodes, func(c config.Node) bool { return c.Name == labNode }); j >= 0 {
+			ns.Profile, ns.Driver = describe(cfg, cfg.Nodes[j])
 		}
 		if !ns.Healthy {
 			st.Phase = status.PhaseDegraded
@@ -226,6 +229,21 @@ func (b *Backend) Status(ctx context.Context, name string) (*status.Status, erro
 		st.Nodes = append(st.Nodes, ns)
 	}
 	return st, nil
+}
+
+// describe says what a kind lab's node carries and the DaemonSets that
+// run its drivers.
+func describe(cfg *config.Config, n config.Node) (profile, driver string) {
+	var profiles, daemonSets []string
+	for _, k := range nodedrivers.Of(cfg, n) {
+		profiles = append(profiles, k.Describe(cfg, n))
+		for _, r := range k.Releases(cfg) {
+			if r.Serves(n) {
+				daemonSets = append(daemonSets, "DaemonSet "+DriverNamespace+"/"+r.DaemonSet())
+			}
+		}
+	}
+	return strings.Join(profiles, ", "), strings.Join(daemonSets, "; ")
 }
 
 // CollectLogs implements backend.Backend with kind's own log export.

@@ -8,8 +8,6 @@ package kind
 import (
 	"fmt"
 	"maps"
-	"slices"
-	"sort"
 
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 
@@ -109,64 +107,14 @@ func RenderFor(cfg *config.Config, host Host) (*v1alpha4.Cluster, error) {
 	return c, nil
 }
 
-// Modes lists the GPU modes the lab's nodes use, sorted: the chart is
-// installed once per mode, each release on its nodes only.
-func Modes(cfg *config.Config) []string {
-	seen := map[string]bool{}
-	for _, n := range cfg.Nodes {
-		if n.GPUs != nil {
-			seen[n.GPUs.Mode] = true
-		}
-	}
-	var out []string
-	for m := range seen {
-		out = append(out, m)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// ChartValues are the driver chart's values for the nodes of one mode.
-func ChartValues(mode, image, tag string) map[string]any {
-	v := map[string]any{
-		"mode":         mode,
-		"image":        map[string]any{"repository": image, "tag": tag, "pullPolicy": "Never"},
-		"nodeSelector": map[string]any{LabelGPUMode: mode},
-		"fake":         map[string]any{"profileLabel": gpu.NodeProfileLabel, "gpusLabel": LabelGPUs},
-	}
-	if mode == config.GPUModeDRA {
-		// gpu:fail writes the node's faults file (UpdateGPUFaults).
-		v["faultInjection"] = true
-	}
-	if mode != config.GPUModeDRA {
-		v["deviceClasses"] = map[string]any{"create": false}
-		v["validatingAdmissionPolicy"] = map[string]any{"enabled": false}
-	}
+// ChartValues are the driver chart's values for a release of the lab's
+// (nodedrivers.Releases): its own, and the driver image the backend loaded
+// into the nodes, never pulled.
+func ChartValues(r nodedrivers.Release, image, tag string) map[string]any {
+	v := maps.Clone(r.Values)
+	v["image"] = map[string]any{"repository": image, "tag": tag, "pullPolicy": "Never"}
 	return v
 }
-
-// HasNICs tells whether a node of the lab has NICs: the NIC driver's
-// release is installed for them.
-func HasNICs(cfg *config.Config) bool {
-	return slices.ContainsFunc(cfg.Nodes, func(n config.Node) bool { return n.NICs != nil })
-}
-
-// NICChartValues are the chart's values for the NIC driver's release: on
-// the nodes with NICs, each node's profile and count from its labels.
-func NICChartValues(image, tag string) map[string]any {
-	return map[string]any{
-		"driver":       "nic",
-		"image":        map[string]any{"repository": image, "tag": tag, "pullPolicy": "Never"},
-		"nodeSelector": map[string]any{LabelNICDriver: "true"},
-		"nic":          map[string]any{"profileLabel": LabelNICProfile, "nicsLabel": LabelNICs},
-	}
-}
-
-// NICReleaseName is the NIC driver's chart release.
-const NICReleaseName = "dralab-driver-nic"
-
-// ReleaseName is the chart release of a mode.
-func ReleaseName(mode string) string { return fmt.Sprintf("dralab-driver-%s", mode) }
 
 // nodeImage is the lab's node image.
 func nodeImage(cfg *config.Config) string {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dralab/dralab/charts"
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -58,13 +59,31 @@ func TestRenderDefaultLab(t *testing.T) {
 	if c.Networking.APIServerAddress != "127.0.0.1" {
 		t.Errorf("API server address %q, want loopback", c.Networking.APIServerAddress)
 	}
-	if got := Modes(cfg); strings.Join(got, ",") != "device-plugin,dra" {
-		t.Errorf("modes = %v", got)
+	var names []string
+	for _, r := range nodedrivers.Releases(cfg) {
+		names = append(names, r.Name)
 	}
-	dp := ChartValues("device-plugin", "img", "1")
-	if dp["deviceClasses"].(map[string]any)["create"] != false || dp["nodeSelector"].(map[string]any)[LabelGPUMode] != "device-plugin" {
+	if strings.Join(names, ",") != "dralab-driver-device-plugin,dralab-driver-dra" {
+		t.Errorf("releases = %v, want one per GPU mode", names)
+	}
+	dp := chartValues(t, cfg, "dralab-driver-device-plugin")
+	if dp["deviceClasses"].(map[string]any)["create"] != false || dp["nodeSelector"].(map[string]any)[LabelGPUMode] != "device-plugin" ||
+		dp["image"].(map[string]any)["pullPolicy"] != "Never" {
 		t.Errorf("device-plugin chart values = %v", dp)
 	}
+}
+
+// chartValues are the chart's values for the lab's release of that name,
+// with a test image.
+func chartValues(t *testing.T, cfg *config.Config, name string) map[string]any {
+	t.Helper()
+	for _, r := range nodedrivers.Releases(cfg) {
+		if r.Name == name {
+			return ChartValues(r, "dralab-driver", "test")
+		}
+	}
+	t.Fatalf("lab %s has no release %s", cfg.Name, name)
+	return nil
 }
 
 // The driver the kind backend installs watches the faults file that
@@ -74,7 +93,7 @@ func TestChartWatchesTheFaultsFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := charts.Render(c, ChartValues(config.GPUModeDRA, "dralab-driver", "test"), DriverNamespace)
+	out, err := charts.Render(c, chartValues(t, config.Default(), "dralab-driver-dra"), DriverNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +104,7 @@ func TestChartWatchesTheFaultsFile(t *testing.T) {
 	if !strings.Contains(ds, "mountPath: \""+path.Dir(FaultsFile)+"\"") {
 		t.Errorf("the DaemonSet does not mount %s", path.Dir(FaultsFile))
 	}
-	counting, err := charts.Render(c, ChartValues(config.GPUModeDevicePlugin, "dralab-driver", "test"), DriverNamespace)
+	counting, err := charts.Render(c, chartValues(t, config.Default(), "dralab-driver-device-plugin"), DriverNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +133,7 @@ func TestTopologyReachesKind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := charts.Render(chart, ChartValues(config.GPUModeDRA, "dralab-driver", "test"), DriverNamespace)
+	out, err := charts.Render(chart, chartValues(t, cfg, "dralab-driver-dra"), DriverNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,8 +160,9 @@ func TestNICsReachKind(t *testing.T) {
 	if err := cfg.Complete(); err != nil {
 		t.Fatal(err)
 	}
-	if !HasNICs(cfg) {
-		t.Error("HasNICs: false for a lab with NICs")
+	nic, ok := nodedrivers.ReleaseOf(cfg, cfg.Nodes[0], nodedrivers.RoleNICDriver)
+	if !ok || nic.Name != "dralab-driver-nic" || !nic.Serves(cfg.Nodes[0]) || nic.Serves(cfg.Nodes[1]) {
+		t.Errorf("the NIC driver's release %+v (%v): want dralab-driver-nic, serving node a alone", nic, ok)
 	}
 	c, err := RenderFor(cfg, Host{})
 	if err != nil {
@@ -158,7 +178,7 @@ func TestNICsReachKind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := charts.Render(chart, NICChartValues("dralab-driver", "test"), DriverNamespace)
+	out, err := charts.Render(chart, chartValues(t, cfg, "dralab-driver-nic"), DriverNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,8 +193,20 @@ func TestNICsReachKind(t *testing.T) {
 			t.Errorf("the NIC release's DaemonSet lacks %q:\n%s", want, ds)
 		}
 	}
-	if HasNICs(&config.Config{Nodes: []config.Node{{Name: "b"}}}) {
-		t.Error("HasNICs: true for a lab without NICs")
+	// lab:status and a failed wait name the DaemonSets that serve a node.
+	profile, driver := describe(cfg, cfg.Nodes[0])
+	if profile != "8× h100-80gb (dra), 8× cx7-400g NICs" ||
+		driver != "DaemonSet dralab-system/dralab-driver-dra-dralab-driver; DaemonSet dralab-system/dralab-driver-nic-dralab-driver" {
+		t.Errorf("node a: %q, %q", profile, driver)
+	}
+	if got := logOf(cfg, "a", nodedrivers.RoleNICDriver); got != "kubectl -n dralab-system logs daemonset/dralab-driver-nic-dralab-driver" {
+		t.Errorf("the NIC driver's log on node a: %q", got)
+	}
+	if got := logOf(cfg, "b", nodedrivers.RoleNICDriver); !strings.Contains(got, "kubelet") {
+		t.Errorf("node b runs no NIC driver; its log named %q", got)
+	}
+	if rs := nodedrivers.Releases(&config.Config{Nodes: []config.Node{{Name: "b"}}}); len(rs) != 0 {
+		t.Errorf("a lab without devices has releases %v", rs)
 	}
 }
 
