@@ -11,7 +11,6 @@ import (
 
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 
-	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/lab/config"
 )
@@ -20,21 +19,10 @@ import (
 // names another (config.KindNodeImage).
 const NodeImage = config.KindNodeImage
 
-// Node labels the kind backend sets on each worker.
-const (
-	// LabelLabNode names the lab node a kind worker stands for: kind
-	// chooses the workers' own names.
-	LabelLabNode = "dralab.dev/lab-node"
-	// LabelGPUs and LabelGPUMode are read by the driver's chart.
-	LabelGPUs    = gpu.NodeGPUsLabel
-	LabelGPUMode = gpu.NodeModeLabel
-	// LabelNICProfile and LabelNICs are read by the NIC driver's release
-	// (the chart's nic.profileLabel and nic.nicsLabel); LabelNICDriver
-	// selects the nodes it runs on.
-	LabelNICProfile = nodedrivers.LabelNICProfile
-	LabelNICs       = nodedrivers.LabelNICs
-	LabelNICDriver  = nodedrivers.LabelNICDriver
-)
+// LabelLabNode names the lab node a kind worker stands for: kind chooses
+// the workers' own names. Each worker also carries its lab node's labels
+// (nodedrivers.Labels), which the driver releases select and read.
+const LabelLabNode = "dralab.dev/lab-node"
 
 // FeatureGates are the DRA features the scenarios rely on. Every one is on
 // by default in 1.37. RenderFor pins those whose default could still change;

@@ -30,7 +30,7 @@ func TestRenderDefaultLab(t *testing.T) {
 		if w.Role != v1alpha4.WorkerRole || w.Image != NodeImage {
 			t.Errorf("node %d: role %s image %s", i+1, w.Role, w.Image)
 		}
-		want := map[string]string{LabelLabNode: n.Name, gpu.NodeProfileLabel: n.GPUs.Profile, LabelGPUMode: n.GPUs.Mode}
+		want := map[string]string{LabelLabNode: n.Name, gpu.NodeProfileLabel: n.GPUs.Profile, gpu.NodeModeLabel: n.GPUs.Mode}
 		for k, v := range want {
 			if w.Labels[k] != v {
 				t.Errorf("worker for %s: label %s = %q, want %q", n.Name, k, w.Labels[k], v)
@@ -67,7 +67,7 @@ func TestRenderDefaultLab(t *testing.T) {
 		t.Errorf("releases = %v, want one per GPU mode", names)
 	}
 	dp := chartValues(t, cfg, "dralab-driver-device-plugin")
-	if dp["deviceClasses"].(map[string]any)["create"] != false || dp["nodeSelector"].(map[string]any)[LabelGPUMode] != "device-plugin" ||
+	if dp["deviceClasses"].(map[string]any)["create"] != false || dp["nodeSelector"].(map[string]any)[gpu.NodeModeLabel] != "device-plugin" ||
 		dp["image"].(map[string]any)["pullPolicy"] != "Never" {
 		t.Errorf("device-plugin chart values = %v", dp)
 	}
@@ -168,10 +168,10 @@ func TestNICsReachKind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := c.Nodes[1]; w.Labels[LabelNICProfile] != "cx7-400g" || w.Labels[LabelNICs] != "8" || w.Labels[LabelNICDriver] != "true" {
+	if w := c.Nodes[1]; w.Labels[nodedrivers.LabelNICProfile] != "cx7-400g" || w.Labels[nodedrivers.LabelNICs] != "8" || w.Labels[nodedrivers.LabelNICDriver] != "true" {
 		t.Errorf("worker a's labels %v, want its NICs", w.Labels)
 	}
-	if w := c.Nodes[2]; w.Labels[LabelNICDriver] != "" || w.Labels[LabelNICProfile] != "" {
+	if w := c.Nodes[2]; w.Labels[nodedrivers.LabelNICDriver] != "" || w.Labels[nodedrivers.LabelNICProfile] != "" {
 		t.Errorf("worker b, without NICs, is labelled %v", w.Labels)
 	}
 	chart, err := charts.Load(charts.DriverChart)
@@ -185,9 +185,9 @@ func TestNICsReachKind(t *testing.T) {
 	ds := out["dralab-driver/templates/daemonset.yaml"]
 	for _, want := range []string{
 		`args: ["nic"]`,
-		"nodeSelector:\n        " + LabelNICDriver + ": \"true\"",
-		"name: DRALAB_PROFILE_LABEL\n          value: \"" + LabelNICProfile + "\"",
-		"name: DRALAB_NICS_LABEL\n          value: \"" + LabelNICs + "\"",
+		"nodeSelector:\n        " + nodedrivers.LabelNICDriver + ": \"true\"",
+		"name: DRALAB_PROFILE_LABEL\n          value: \"" + nodedrivers.LabelNICProfile + "\"",
+		"name: DRALAB_NICS_LABEL\n          value: \"" + nodedrivers.LabelNICs + "\"",
 	} {
 		if !strings.Contains(ds, want) {
 			t.Errorf("the NIC release's DaemonSet lacks %q:\n%s", want, ds)
