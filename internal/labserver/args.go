@@ -33,8 +33,8 @@ func nodeArgs(dir labstate.Dir, cfg *config.Config, n config.Node, caCert, gates
 	if m := n.MemoryBytes(); m > 0 {
 		args = append(args, "--memory="+strconv.FormatInt(m, 10))
 	}
-	if n.CPUs != nil {
-		args = append(args, "--cpus="+strconv.Itoa(n.CPUs.Complexes*n.CPUs.CPUsPerComplex))
+	if c := n.LogicalCPUs(); c > 0 {
+		args = append(args, "--cpus="+strconv.Itoa(c))
 	}
 	for k, v := range nodedrivers.Labels(cfg, n) {
 		args = append(args, "--label="+k+"="+v)

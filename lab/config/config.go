@@ -219,6 +219,15 @@ func (n *Node) MemoryBytes() int64 {
 	return q.Value()
 }
 
+// LogicalCPUs is a hollow node's logical CPUs, its CPU complexes' together;
+// 0 where it has none (the hollow kubelet's default).
+func (n *Node) LogicalCPUs() int {
+	if n.CPUs == nil {
+		return 0
+	}
+	return n.CPUs.Complexes * n.CPUs.CPUsPerComplex
+}
+
 // MinNodeMemory and MaxNodeMemory bound a hollow node's memory.
 var (
 	MinNodeMemory = resource.MustParse("1Gi")
