@@ -71,7 +71,7 @@ func checkCounted(ctx context.Context, client kubernetes.Interface, st *lab.Stat
 	if p.Spec.NodeName != countedNode {
 		return fmt.Errorf("device check: pod gpu-count counted a GPU on node %s, want %s", p.Spec.NodeName, countedNode)
 	}
-	return checkAllocation([]string{id}, resp, uuids, strings.HasPrefix(o.NVML, nvml.MockPrefix))
+	return checkAllocation(id, resp, uuids, strings.HasPrefix(o.NVML, nvml.MockPrefix))
 }
 
 // allocate finds the device plugin's socket in the kubelet's device-plugin
@@ -118,16 +118,13 @@ func allocate(ctx context.Context, dir string) (string, *pluginapi.ContainerAllo
 	return id, resp.ContainerResponses[0], nil
 }
 
-// checkAllocation checks the device plugin's answer for the GPUs ids:
-// NVIDIA_VISIBLE_DEVICES names exactly their UUIDs; a mock's GPUs get no
-// device files; real ones get each GPU's own and the control files, each
-// a character device of this host.
-func checkAllocation(ids []string, resp *pluginapi.ContainerAllocateResponse, uuids map[string]string, mock bool) error {
-	if len(ids) != 1 {
-		return fmt.Errorf("device check: the kubelet gave the counted container GPUs %v, want one", ids)
-	}
-	if got, want := resp.Envs[nvml.VisibleDevicesEnv], uuids[ids[0]]; want == "" || got != want {
-		return fmt.Errorf("device check: the device plugin gave %s=%q for %s, want its UUID %q", nvml.VisibleDevicesEnv, got, ids[0], want)
+// checkAllocation checks the device plugin's answer for the GPU id:
+// NVIDIA_VISIBLE_DEVICES names its UUID; a mock's GPU gets no device
+// files; a real one gets its own and the control files, each a character
+// device of this host.
+func checkAllocation(id string, resp *pluginapi.ContainerAllocateResponse, uuids map[string]string, mock bool) error {
+	if got, want := resp.Envs[nvml.VisibleDevicesEnv], uuids[id]; want == "" || got != want {
+		return fmt.Errorf("device check: the device plugin gave %s=%q for %s, want its UUID %q", nvml.VisibleDevicesEnv, got, id, want)
 	}
 	var own, others []string
 	for _, d := range resp.Devices {

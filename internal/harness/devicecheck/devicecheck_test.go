@@ -76,21 +76,20 @@ func TestCheckAllocation(t *testing.T) {
 	devs := []*pluginapi.DeviceSpec{spec("/dev/nvidia0", "/dev/null"), spec("/dev/nvidiactl", "/dev/null"), spec("/dev/nvidia-uvm", "/dev/null")}
 	for _, c := range []struct {
 		name string
-		ids  []string
+		id   string
 		resp *pluginapi.ContainerAllocateResponse
 		mock bool
 		want string // "" for none
 	}{
-		{"mock", []string{"gpu-0"}, &pluginapi.ContainerAllocateResponse{Envs: env}, true, ""},
-		{"mock with device files", []string{"gpu-0"}, &pluginapi.ContainerAllocateResponse{Envs: env, Devices: devs}, true, "gave a mock's GPU device files"},
-		{"another GPU's UUID", []string{"gpu-1"}, &pluginapi.ContainerAllocateResponse{Envs: env}, true, `want its UUID "GPU-1"`},
-		{"two GPUs", []string{"gpu-0", "gpu-1"}, &pluginapi.ContainerAllocateResponse{Envs: env}, true, "want one"},
-		{"real", []string{"gpu-0"}, &pluginapi.ContainerAllocateResponse{Envs: env, Devices: devs}, false, ""},
-		{"real without files", []string{"gpu-0"}, &pluginapi.ContainerAllocateResponse{Envs: env}, false, "want its own /dev/nvidiaN"},
-		{"real without control files", []string{"gpu-0"}, &pluginapi.ContainerAllocateResponse{Envs: env, Devices: devs[:1]}, false, "want its own /dev/nvidiaN"},
-		{"real from a regular file", []string{"gpu-0"}, &pluginapi.ContainerAllocateResponse{Envs: env, Devices: []*pluginapi.DeviceSpec{spec("/dev/nvidia0", regular), devs[1]}}, false, "not a character device"},
+		{"mock", "gpu-0", &pluginapi.ContainerAllocateResponse{Envs: env}, true, ""},
+		{"mock with device files", "gpu-0", &pluginapi.ContainerAllocateResponse{Envs: env, Devices: devs}, true, "gave a mock's GPU device files"},
+		{"another GPU's UUID", "gpu-1", &pluginapi.ContainerAllocateResponse{Envs: env}, true, `want its UUID "GPU-1"`},
+		{"real", "gpu-0", &pluginapi.ContainerAllocateResponse{Envs: env, Devices: devs}, false, ""},
+		{"real without files", "gpu-0", &pluginapi.ContainerAllocateResponse{Envs: env}, false, "want its own /dev/nvidiaN"},
+		{"real without control files", "gpu-0", &pluginapi.ContainerAllocateResponse{Envs: env, Devices: devs[:1]}, false, "want its own /dev/nvidiaN"},
+		{"real from a regular file", "gpu-0", &pluginapi.ContainerAllocateResponse{Envs: env, Devices: []*pluginapi.DeviceSpec{spec("/dev/nvidia0", regular), devs[1]}}, false, "not a character device"},
 	} {
-		err := checkAllocation(c.ids, c.resp, uuids, c.mock)
+		err := checkAllocation(c.id, c.resp, uuids, c.mock)
 		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}

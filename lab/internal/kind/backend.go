@@ -237,10 +237,8 @@ func describe(cfg *config.Config, n config.Node) (profile, driver string) {
 	var profiles, daemonSets []string
 	for _, k := range nodedrivers.Of(cfg, n) {
 		profiles = append(profiles, k.Describe(cfg, n))
-		for _, r := range k.Releases(cfg) {
-			if r.Serves(n) {
-				daemonSets = append(daemonSets, "DaemonSet "+DriverNamespace+"/"+r.DaemonSet())
-			}
+		if r, ok := nodedrivers.ReleaseOf(cfg, n, k.Role()); ok {
+			daemonSets = append(daemonSets, "DaemonSet "+DriverNamespace+"/"+r.DaemonSet())
 		}
 	}
 	return strings.Join(profiles, ", "), strings.Join(daemonSets, "; ")
