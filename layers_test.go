@@ -70,6 +70,15 @@ func TestLayers(t *testing.T) {
 				t.Errorf("%s imports %s: what a kind of device is to a lab lives in internal/nodedrivers", p, d)
 			}
 		}
+		// A kind's command (drivers/*app) is reached through its kind:
+		// dralab-driver takes every kind's command from
+		// internal/nodedrivers, so that a new kind is no line in it.
+		for _, d := range imports {
+			app := d == mod+"drivers/gpuapp" || d == mod+"drivers/nicapp" || d == mod+"drivers/cpuapp"
+			if app && p != mod+"internal/nodedrivers" {
+				t.Errorf("%s imports %s: a kind's command is internal/nodedrivers' to give (nodedrivers.Command)", p, d)
+			}
+		}
 		// A harness drives a lab through the lab API (its status, its
 		// drivers' restarts, its nodes' sockets), whatever its backend:
 		// the embedded backend's state files are the lab's to read.
@@ -161,6 +170,17 @@ func TestLayers(t *testing.T) {
 				continue
 			}
 			t.Errorf("%s imports %s (through go list -deps): the CPU driver builds on the kit only", pkg, d)
+		}
+	}
+	// dralab-driver, the binary a cluster's DaemonSets run, takes its
+	// commands from internal/nodedrivers but stays a driver's binary:
+	// nothing of Kubernetes' own module, nothing of the lab's runtime
+	// (its processes, real nodes, harnesses).
+	for pkg, deps := range goListDeps(t, ".", mod+"cmd/dralab-driver") {
+		for _, d := range deps {
+			if strings.HasPrefix(d, "k8s.io/kubernetes/") || d == mod+"internal/realnode" || strings.HasPrefix(d, mod+"internal/labserver") || strings.HasPrefix(d, harness) || strings.HasPrefix(d, mod+"lab/internal") {
+				t.Errorf("%s reaches %s (through go list -deps): the driver binary stays light", pkg, d)
+			}
 		}
 	}
 	for pkg, deps := range goListDeps(t, "drivers/conformance", "./...") {

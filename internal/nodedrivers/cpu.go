@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/spf13/cobra"
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/dralab/dralab/drivers/cpuapp"
 	"github.com/dralab/dralab/drivers/fakecpu"
 	"github.com/dralab/dralab/internal/driverauth"
 	"github.com/dralab/dralab/internal/labstate"
@@ -19,6 +21,10 @@ const RoleCPUDriver = "cpu-driver"
 // hollow node's core complexes, each accounting its share of the node's
 // cpu.
 type cpuKind struct{}
+
+func init() { register(30, cpuKind{}) }
+
+func (cpuKind) Command() *cobra.Command { return cpuapp.NewCommand() }
 
 func (cpuKind) Name() string                 { return "CPU driver" }
 func (cpuKind) Role() string                 { return RoleCPUDriver }

@@ -6,21 +6,27 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/spf13/cobra"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/drivers/gpuapp"
 	"github.com/dralab/dralab/drivers/nvml"
 	"github.com/dralab/dralab/internal/labstate"
-	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab/config"
 )
 
 // gpuKind is dralab's GPU driver (gpu.dralab.dev): fake GPUs of a profile
 // or NVML's, served through DRA or counted by its device plugin.
 type gpuKind struct{}
+
+func init() { register(10, gpuKind{}) }
+
+func (gpuKind) Command() *cobra.Command { return gpuapp.NewCommand() }
 
 func (gpuKind) Name() string                 { return "GPU driver" }
 func (gpuKind) Role() string                 { return labstate.RoleDriver }
@@ -63,10 +69,12 @@ func (k gpuKind) Args(nd labstate.NodeDir, cfg *config.Config, n config.Node, ve
 }
 
 // DevicePluginsDir is where a node's kubelet serves the device-plugin
-// Registration service: a fixed host path for the real kubelet.
+// Registration service: the kubelet's fixed host path (the device-plugin
+// API's, which the kubelet compiles in whatever its --root-dir) for the
+// real kubelet.
 func DevicePluginsDir(n config.Node, nd labstate.NodeDir) string {
 	if n.Kind == config.NodeReal {
-		return realnode.DevicePluginsDir
+		return strings.TrimSuffix(pluginapi.DevicePluginPath, "/")
 	}
 	return nd.DevicePlugins()
 }

@@ -5,10 +5,12 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/spf13/cobra"
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/drivers/fakenic"
+	"github.com/dralab/dralab/drivers/nicapp"
 	"github.com/dralab/dralab/internal/driverauth"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/lab/config"
@@ -28,6 +30,10 @@ const (
 
 // nicKind is dralab's NIC driver (nic.dralab.dev), `dralab-driver nic`.
 type nicKind struct{}
+
+func init() { register(20, nicKind{}) }
+
+func (nicKind) Command() *cobra.Command { return nicapp.NewCommand() }
 
 func (nicKind) Name() string                 { return "NIC driver" }
 func (nicKind) Role() string                 { return RoleNICDriver }

@@ -4,17 +4,20 @@
 // it, how the embedded lab starts it, the labels it puts on its node, what
 // the lab's status says of it and when its devices count as published.
 // The backends, the lab process, readiness and status ask here instead of
-// branching on the kinds; adding a kind is its driver, its command and one
-// file here.
+// branching on the kinds, and dralab-driver takes each kind's command from
+// here. Adding a kind is its driver, its command, one file here (which
+// registers the kind) and its node section in lab/config.
 package nodedrivers
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/spf13/cobra"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 
@@ -67,6 +70,10 @@ type Kind interface {
 	// capability; nil where the kind's devices are the driver's own (the
 	// lab cannot give them what they lack).
 	ConformanceNeeds(cfg *config.Config) []Need
+	// Command is the dralab-driver command that runs the kind's driver,
+	// which Args' flags are for; nil for a driver the configuration
+	// brings.
+	Command() *cobra.Command
 }
 
 // A Release is a release of the driver chart that runs a kind's driver on
@@ -140,8 +147,41 @@ type Published struct {
 
 // kinds are every kind, in the order a node's drivers start and are
 // reported: the node's main driver (dralab's GPU driver or an outside
-// driver, of role labstate.RoleDriver) first.
-var kinds = []Kind{outsideKind{}, gpuKind{}, nicKind{}, cpuKind{}}
+// driver, of role labstate.RoleDriver) first. Each kind's file registers
+// it with its rank in that order.
+var (
+	kinds []Kind
+	ranks []int
+)
+
+// register adds kind k at rank in the kinds' order; a rank is one kind's.
+func register(rank int, k Kind) {
+	i, found := slices.BinarySearch(ranks, rank)
+	if found {
+		panic(fmt.Sprintf("nodedrivers: %s and %s both take rank %d", kinds[i].Name(), k.Name(), rank))
+	}
+	ranks = slices.Insert(ranks, i, rank)
+	kinds = slices.Insert(kinds, i, k)
+}
+
+// Command is dralab-driver's command line: the command of the kind whose
+// driver is a node's main one (dralab's GPU driver), with every other
+// kind's command under it (`dralab-driver nic`).
+func Command() *cobra.Command {
+	var root *cobra.Command
+	var subs []*cobra.Command
+	for _, k := range kinds {
+		switch c := k.Command(); {
+		case c == nil:
+		case root == nil && k.Role() == labstate.RoleDriver:
+			root = c
+		default:
+			subs = append(subs, c)
+		}
+	}
+	root.AddCommand(subs...)
+	return root
+}
 
 // All returns every kind.
 func All() []Kind { return slices.Clone(kinds) }

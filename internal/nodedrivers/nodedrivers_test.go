@@ -225,3 +225,61 @@ func TestNotReadyPerKind(t *testing.T) {
 		t.Errorf("an outside driver with a device: %q", why)
 	}
 }
+
+// dralab-driver's command line is the kinds': the GPU driver's command at
+// the root, every other kind's under it, and the argv each kind gives an
+// embedded node is one that command line takes (its subcommand, its
+// flags), so that a kind's file keeps its two halves in step.
+func TestCommandTakesEveryKindsArgs(t *testing.T) {
+	root := Command()
+	var subs []string
+	for _, c := range root.Commands() {
+		subs = append(subs, c.Name())
+	}
+	if root.Name() != "dralab-driver" || !slices.Contains(subs, "nic") || !slices.Contains(subs, "cpu") {
+		t.Fatalf("dralab-driver's command is %q with %v; want the GPU driver's with nic and cpu under it", root.Name(), subs)
+	}
+	cfg := &config.Config{}
+	n := config.Node{Name: "n", GPUs: &config.GPUs{Profile: "h100-80gb", Count: 2, Mode: config.GPUModeDRA},
+		NICs: &config.NICs{Profile: "cx7-400g", Count: 2}, CPUs: &config.CPUs{Complexes: 2, CPUsPerComplex: 8},
+		Topology: &config.Topology{Rack: "r1"}}
+	kindsRun := 0
+	for _, k := range Of(cfg, n) {
+		a := args(t, k, cfg, n)
+		c, rest, err := root.Find(a)
+		if err != nil {
+			t.Errorf("%s: dralab-driver has no command for %v: %v", k.Name(), a, err)
+			continue
+		}
+		if k.Command() == nil || c.Name() != k.Command().Name() {
+			t.Errorf("%s: its argv %v runs %q, not its own command", k.Name(), a, c.Name())
+		}
+		if err := c.ParseFlags(rest); err != nil {
+			t.Errorf("%s: its command refuses its argv %v: %v", k.Name(), a, err)
+		}
+		kindsRun++
+	}
+	if kindsRun != 3 {
+		t.Errorf("%d kinds run on a node with GPUs, NICs and CPUs; want 3", kindsRun)
+	}
+}
+
+// register keeps the kinds in their ranks' order and refuses a rank taken
+// twice: the order is the one a node's drivers start in.
+func TestRegisterOrder(t *testing.T) {
+	var names []string
+	for _, k := range All() {
+		names = append(names, k.Name())
+	}
+	if want := []string{"driver", "GPU driver", "NIC driver", "CPU driver"}; !slices.Equal(names, want) {
+		t.Errorf("kinds %v, want %v", names, want)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("a rank registered twice did not panic")
+		}
+	}()
+	saved, savedRanks := slices.Clone(kinds), slices.Clone(ranks)
+	defer func() { kinds, ranks = saved, savedRanks }()
+	register(20, cpuKind{})
+}

@@ -3,6 +3,7 @@ package nodedrivers
 import (
 	"fmt"
 
+	"github.com/spf13/cobra"
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/dralab/dralab/internal/driverauth"
@@ -13,6 +14,11 @@ import (
 // outsideKind is a driver the lab's configuration brings (driver:), run
 // on every node instead of dralab's drivers, with its own command line.
 type outsideKind struct{}
+
+func init() { register(0, outsideKind{}) }
+
+// Command is nil: the configuration gives the command.
+func (outsideKind) Command() *cobra.Command { return nil }
 
 func (outsideKind) Name() string            { return "driver" }
 func (outsideKind) Role() string            { return labstate.RoleDriver }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -22,33 +23,33 @@ type backendLimit struct {
 	why   string
 }
 
-// backendLimits are the backends' limits.
+// backendLimits are the backends' limits on the lab and on a node's own
+// fields; each kind of device's section declares its own (limits), which
+// allLimits adds.
 var backendLimits = []backendLimit{
 	{backend: BackendEmbedded, field: []string{"nodeImage"}, lab: func(c *Config) bool { return c.NodeImage != "" },
 		why: "a kind lab's node image: an embedded lab runs the Kubernetes it is built with"},
 	{backend: BackendKind, field: []string{"controlPlane"}, lab: func(c *Config) bool { return c.ControlPlane != nil },
 		why: "the embedded backend's control plane only"},
-	{backend: BackendKind, field: []string{"cpus"}, node: func(n *Node) bool { return n.CPUs != nil },
-		why: "the CPU driver runs on the embedded backend only, so far"},
 	{backend: BackendKind, field: []string{"memory"}, node: func(n *Node) bool { return n.Memory != "" },
 		why: "a kind node has its container's memory: memory sets a hollow node's"},
-	{backend: BackendKind, field: []string{"gpus"}, node: func(n *Node) bool {
-		return n.GPUs != nil && (n.GPUs.Partitioning != "" || n.GPUs.Sharing != "" || n.GPUs.TimeSlices != 0)
-	}, why: "partitioning, sharing and time slices run on the embedded backend only, so far: the kind backend's chart does not pass them to the driver"},
-	{backend: BackendKind, field: []string{"gpus", "deviceMetadata"}, node: func(n *Node) bool { return n.GPUs != nil && n.GPUs.DeviceMetadata },
-		why: "device metadata runs on the embedded backend only, so far: the kind backend's chart does not pass it to the driver"},
-	{backend: BackendKind, field: []string{"gpus", "attach"}, node: func(n *Node) bool { return n.GPUs != nil && n.GPUs.Attach != "" },
-		why: "fabric attach runs on the embedded backend only, so far: its attach controller is part of the embedded lab process"},
-	{backend: BackendKind, field: []string{"nics"}, node: func(n *Node) bool {
-		return n.NICs != nil && (n.NICs.SkipNodeOperations || n.NICs.NUMANodeList)
-	}, why: "skipNodeOperations and numaNodeList run on the embedded backend only, so far: on kind one release of the NIC driver serves every node alike"},
+}
+
+// allLimits are every limit of the backends: the lab's and a node's, and
+// those of each device section.
+func allLimits() []backendLimit {
+	out := slices.Clone(backendLimits)
+	for _, s := range (&Node{}).deviceSections() {
+		out = append(out, s.limits()...)
+	}
+	return out
 }
 
 // labLimits reports what the configuration asks of the lab that its
 // backend does not do.
 func (c *Config) labLimits() field.ErrorList {
 	var errs field.ErrorList
-	for _, l := range backendLimits {
+	for _, l := range allLimits() {
 		if l.backend == c.Backend && l.lab != nil && l.lab(c) {
 			errs = append(errs, field.Forbidden(field.NewPath(l.field[0], l.field[1:]...), l.why))
 		}
@@ -62,7 +63,7 @@ func (c *Config) labLimits() field.ErrorList {
 func (c *Config) nodeLimits(n *Node, p *field.Path) (field.ErrorList, sets.Set[string]) {
 	var errs field.ErrorList
 	limited := sets.New[string]()
-	for _, l := range backendLimits {
+	for _, l := range allLimits() {
 		if l.backend == c.Backend && l.node != nil && l.node(n) {
 			errs = append(errs, field.Forbidden(p.Child(l.field[0], l.field[1:]...), l.why))
 			limited.Insert(strings.Join(l.field, "."))

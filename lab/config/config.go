@@ -14,9 +14,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/conformance/strictyaml"
@@ -55,9 +56,6 @@ const (
 	// NodeReal is the real kubelet with containerd and runc: one per host.
 	NodeReal = "real"
 )
-
-// MaxGPUsPerNode bounds a node's GPU count to what real servers carry, with room.
-const MaxGPUsPerNode = 64
 
 // Config is a lab configuration document.
 type Config struct {
@@ -194,20 +192,25 @@ type Node struct {
 	CPUs *CPUs `json:"cpus,omitempty"`
 }
 
-// CPUs say how a node's CPUs are grouped: Complexes core complexes (the
-// cores that share a level-3 cache) of CPUsPerComplex logical CPUs each,
-// e.g. {complexes: 4, cpusPerComplex: 16} for 64 CPUs.
-type CPUs struct {
-	Complexes      int `json:"complexes"`
-	CPUsPerComplex int `json:"cpusPerComplex"`
+// A deviceSection is a node's section for one kind of device (gpus, nics,
+// cpus). Its file declares it with its validation and the backends'
+// limits on it; Node.deviceSections lists it.
+type deviceSection interface {
+	// isSet tells whether the node has the section.
+	isSet() bool
+	// validate checks the section, set, on node n (at p) of lab c;
+	// limited are the node's fields that the backend's limits reported,
+	// whose own checks it leaves out.
+	validate(c *Config, n *Node, p *field.Path, limited sets.Set[string]) field.ErrorList
+	// limits are the backends' limits on the section.
+	limits() []backendLimit
 }
 
-// MaxCPUComplexes and MaxCPUsPerComplex bound a node's cpus, as the CPU
-// driver does.
-const (
-	MaxCPUComplexes   = 64
-	MaxCPUsPerComplex = 64
-)
+// deviceSections are node n's sections of device kinds, set or not, in
+// the order they are validated.
+func (n *Node) deviceSections() []deviceSection {
+	return []deviceSection{n.CPUs, n.NICs, n.GPUs}
+}
 
 // MemoryBytes is a hollow node's memory in bytes; 0 where memory is unset
 // (or invalid, which Validate refuses).
@@ -233,28 +236,6 @@ var (
 	MinNodeMemory = resource.MustParse("1Gi")
 	MaxNodeMemory = resource.MustParse("64Ti")
 )
-
-// NICs say what network adapters a node carries: Count fake NICs of a
-// Profile, e.g. {profile: cx7-400g, count: 8}.
-type NICs struct {
-	// Profile names the NIC model, e.g. "cx7-400g".
-	Profile string `json:"profile"`
-	// Count is the number of NICs.
-	Count int `json:"count"`
-	// SkipNodeOperations publishes the NICs as needing no work on the
-	// node (Kubernetes 1.37's DRAOptionalNodeOperations, alpha: the
-	// featureGates must switch it on): the kubelet never asks the NIC
-	// driver to prepare their claims.
-	SkipNodeOperations bool `json:"skipNodeOperations,omitempty"`
-	// NUMANodeList publishes each NIC's resource.kubernetes.io/numaNode as
-	// a list (Kubernetes 1.37's DRAListTypeAttributes, alpha: the
-	// featureGates must switch it on): its NUMA node and, for a Socket
-	// Direct adapter (cx7-sd-400g), the other socket's.
-	NUMANodeList bool `json:"numaNodeList,omitempty"`
-}
-
-// MaxNICsPerNode bounds a node's NICs, as MaxGPUsPerNode its GPUs.
-const MaxNICsPerNode = 64
 
 // Topology is where a node sits. Each place becomes a node label and an
 // attribute of every GPU of the node (docs/workloads.md):
@@ -288,82 +269,6 @@ func (t *Topology) Labels() map[string]string {
 	}
 	return out
 }
-
-// GPUs say what GPUs a node carries: Count fake GPUs of a Profile, or
-// those NVML reports.
-type GPUs struct {
-	// Profile names the GPU model of fake GPUs, e.g. "h100-80gb".
-	Profile string `json:"profile,omitempty"`
-	// Count is the number of fake GPUs.
-	Count int `json:"count,omitempty"`
-	// NVML takes the GPUs from NVIDIA's management library instead:
-	// "host" (this machine's GPUs, through the NVIDIA driver) or
-	// "mock:<server>" (go-nvml's mock servers, e.g. mock:dgxh100).
-	NVML string `json:"nvml,omitempty"`
-	// Mode is how the node's driver serves them: "dra" (the default,
-	// ResourceSlices and claims) or "device-plugin" (an extended resource
-	// count, the way GPU device plugins work). Never both on one node.
-	Mode string `json:"mode,omitempty"`
-	// Partitioning "mig" publishes every MIG placement of each fake GPU
-	// beside the whole GPU, all drawing from the GPU's counters (a profile
-	// with MIG geometry: h100-80gb, a100-80gb, a100-40gb).
-	Partitioning string `json:"partitioning,omitempty"`
-	// Sharing "memory" lets several claims share each fake GPU, each asking
-	// for some of its memory (capacity.requests.memory).
-	Sharing string `json:"sharing,omitempty"`
-	// TimeSlices offers each fake GPU as this many time-sliced shares too
-	// (class time-slice.gpu.dralab.dev), each taking one of the GPU's time
-	// slices, the whole GPU all of them. With partitioning: mig the GPU
-	// runs MIG devices or shares, whichever a claim gets first: the two
-	// declare different compatibility groups, which needs the
-	// DRADeviceCompatibilityGroups gate (alpha, off by default).
-	TimeSlices int `json:"timeSlices,omitempty"`
-	// Attach "fabric" models GPUs in a PCIe/CXL switch, attached to the
-	// node on demand: each whole GPU publishes the binding condition
-	// dralab.dev/attached (failure: dralab.dev/attach-failed), the
-	// scheduler holds a pod in PreBind until the lab's attach controller
-	// sets it, and a GPU failed with gpu:fail fails the attachment instead.
-	// Whole fake GPUs served through DRA only, on the embedded backend.
-	Attach string `json:"attach,omitempty"`
-	// AttachDelay is how long attaching a GPU takes, a duration such as
-	// "2s" or "500ms" (default 2s, at most 5m: the scheduler gives up on
-	// binding conditions after 10 minutes). Only with attach.
-	AttachDelay string `json:"attachDelay,omitempty"`
-	// DeviceMetadata gives each container of a claim a file of its GPUs'
-	// attributes, mounted through CDI at
-	// /var/run/kubernetes.io/dra-device-attributes/…/gpu.dralab.dev-metadata.json
-	// (device metadata, beta in Kubernetes 1.37, a kubelet-plugin option:
-	// no gate). Fake and NVML GPUs served through DRA, on the embedded
-	// backend.
-	DeviceMetadata bool `json:"deviceMetadata,omitempty"`
-}
-
-// DefaultAttachDelay is how long attaching a fabric GPU takes unless
-// attachDelay says otherwise.
-const DefaultAttachDelay = 2 * time.Second
-
-// MaxAttachDelay bounds attachDelay well below the scheduler's binding
-// timeout (600 s), so that an attachment is never given up on for being slow.
-const MaxAttachDelay = 5 * time.Minute
-
-// AttachDuration is the node's attach delay: attachDelay, or the default.
-// The configuration is validated, so the value parses.
-func (g *GPUs) AttachDuration() time.Duration {
-	if g == nil || g.AttachDelay == "" {
-		return DefaultAttachDelay
-	}
-	d, err := time.ParseDuration(g.AttachDelay)
-	if err != nil {
-		return DefaultAttachDelay
-	}
-	return d
-}
-
-// GPU modes.
-const (
-	GPUModeDRA          = "dra"
-	GPUModeDevicePlugin = "device-plugin"
-)
 
 // Default returns the default lab: one node per GPU tier.
 func Default() *Config {
@@ -465,23 +370,6 @@ func (c *Config) setDefaults() {
 		}
 	}
 }
-
-// The values of a node's GPUs section that name what the GPU driver does;
-// the driver's packages spell them the same (lab's tests check).
-const (
-	// NVMLHost reads the machine's NVML library; NVMLMockPrefix+<server>
-	// one of go-nvml's mock servers.
-	NVMLHost       = "host"
-	NVMLMockPrefix = "mock:"
-	// PartitioningMIG publishes MIG partitions of each GPU; SharingMemory
-	// lets claims share a GPU's memory; AttachFabric attaches the GPUs from
-	// a fabric, with binding conditions.
-	PartitioningMIG = "mig"
-	SharingMemory   = "memory"
-	AttachFabric    = "fabric"
-	// MaxTimeSlices bounds timeSlices.
-	MaxTimeSlices = 16
-)
 
 // Source names the configuration in messages: the file it was read from.
 func (c *Config) Source() string {

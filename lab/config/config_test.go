@@ -405,7 +405,7 @@ func TestRealNodeWithNICs(t *testing.T) {
 // Every limit is a backend's, names a field and says why; the default lab
 // meets its backend's.
 func TestBackendLimitsAreKinds(t *testing.T) {
-	for _, l := range backendLimits {
+	for _, l := range allLimits() {
 		if (l.backend != BackendKind && l.backend != BackendEmbedded) || len(l.field) == 0 || l.why == "" || (l.lab == nil) == (l.node == nil) {
 			t.Errorf("limit %+v: want a backend's, a field, a reason and one of lab or node", l)
 		}

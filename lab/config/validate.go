@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -27,17 +26,6 @@ func (cp *ControlPlane) validate(p *field.Path) field.ErrorList {
 	positive("gcPercent", cp.GCPercent, 10000)
 	if v := cp.PercentageOfNodesToScore; v != nil && (*v < 1 || *v > 100) {
 		errs = append(errs, field.Invalid(p.Child("percentageOfNodesToScore"), *v, "must be between 1 and 100 (unset: 10)"))
-	}
-	return errs
-}
-
-func (n *NICs) validate(np *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	if n.Profile == "" {
-		errs = append(errs, field.Required(np.Child("profile"), "name a NIC profile, e.g. cx7-400g"))
-	}
-	if n.Count < 1 || n.Count > MaxNICsPerNode {
-		errs = append(errs, field.Invalid(np.Child("count"), n.Count, fmt.Sprintf("must be between 1 and %d", MaxNICsPerNode)))
 	}
 	return errs
 }
@@ -144,26 +132,6 @@ func (c *Config) validate() field.ErrorList {
 		if n.Topology != nil {
 			errs = append(errs, n.Topology.validate(p.Child("topology"), n.Labels)...)
 		}
-		if n.CPUs != nil {
-			cp := p.Child("cpus")
-			switch {
-			case limited.Has("cpus"):
-			case n.Kind == NodeReal:
-				errs = append(errs, field.Forbidden(cp, "a real node has its host's CPUs: cpus sets a hollow node's"))
-			case c.Driver != nil:
-				errs = append(errs, field.Forbidden(cp, "the lab runs driver.command on every node instead of dralab's drivers"))
-			default:
-				if n.CPUs.Complexes < 1 || n.CPUs.Complexes > MaxCPUComplexes {
-					errs = append(errs, field.Invalid(cp.Child("complexes"), n.CPUs.Complexes, fmt.Sprintf("must be between 1 and %d", MaxCPUComplexes)))
-				}
-				if n.CPUs.CPUsPerComplex < 1 || n.CPUs.CPUsPerComplex > MaxCPUsPerComplex {
-					errs = append(errs, field.Invalid(cp.Child("cpusPerComplex"), n.CPUs.CPUsPerComplex, fmt.Sprintf("must be between 1 and %d", MaxCPUsPerComplex)))
-				}
-				if !c.GateEnabled(GateNodeAllocatableResources) {
-					errs = append(errs, field.Forbidden(cp, "needs featureGates: {"+GateNodeAllocatableResources+": true} (alpha, off by default): each complex maps to the node's cpu, which an API server without the gate drops from the CPU driver's ResourceSlices"))
-				}
-			}
-		}
 		if n.Memory != "" {
 			m, err := resource.ParseQuantity(n.Memory)
 			switch {
@@ -176,129 +144,14 @@ func (c *Config) validate() field.ErrorList {
 				errs = append(errs, field.Invalid(p.Child("memory"), n.Memory, fmt.Sprintf("must be between %s and %s", MinNodeMemory.String(), MaxNodeMemory.String())))
 			}
 		}
-		if n.GPUs != nil && n.GPUs.TimeSlices > 0 && n.GPUs.Partitioning != "" && !c.GateEnabled(GateDeviceCompatibilityGroups) {
-			errs = append(errs, field.Forbidden(p.Child("gpus", "timeSlices"), "time slices beside MIG partitions need featureGates: {"+GateDeviceCompatibilityGroups+": true} (alpha, off by default): the two declare compatibility groups, and a scheduler without the gate ignores the node's GPUs"))
-		}
-		if n.NICs != nil {
-			np := p.Child("nics")
-			switch {
-			case c.Driver != nil:
-				errs = append(errs, field.Forbidden(np, "the lab runs driver.command on every node instead of dralab's drivers: its devices are the outside driver's"))
-			case limited.Has("nics"):
-			default:
-				errs = append(errs, n.NICs.validate(np)...)
-				if n.NICs.SkipNodeOperations && !c.GateEnabled(GateOptionalNodeOperations) {
-					errs = append(errs, field.Invalid(np.Child("skipNodeOperations"), true, "needs featureGates: {"+GateOptionalNodeOperations+": true} (alpha, off by default): without it the API server drops the field from the NICs' ResourceSlices"))
-				}
-				if n.NICs.NUMANodeList && !c.GateEnabled(GateListTypeAttributes) {
-					errs = append(errs, field.Invalid(np.Child("numaNodeList"), true, "needs featureGates: {"+GateListTypeAttributes+": true} (alpha, off by default): without it the API server refuses the NICs' list attributes"))
-				}
-			}
-		}
-		if n.GPUs != nil {
-			if c.Driver != nil {
-				errs = append(errs, field.Forbidden(p.Child("gpus"), "the lab runs driver.command on every node instead of dralab's GPU driver: its devices are the outside driver's"))
-			} else {
-				errs = append(errs, n.GPUs.validate(p.Child("gpus"))...)
+		for _, s := range n.deviceSections() {
+			if s.isSet() {
+				errs = append(errs, s.validate(c, &n, p, limited)...)
 			}
 		}
 	}
 	if c.Driver != nil {
 		errs = append(errs, c.Driver.validate(field.NewPath("driver"))...)
-	}
-	return errs
-}
-
-func (g *GPUs) validate(gp *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	switch {
-	case g.NVML != "":
-		if g.Profile != "" || g.Count != 0 {
-			errs = append(errs, field.Forbidden(gp.Child("nvml"), "NVML reports the GPUs: give profile and count, or nvml, not both"))
-		}
-		if !strings.HasPrefix(g.NVML, NVMLMockPrefix) && g.NVML != NVMLHost {
-			errs = append(errs, field.NotSupported(gp.Child("nvml"), g.NVML, []string{NVMLHost, NVMLMockPrefix + "<server>"}))
-		}
-	case g.Profile == "":
-		errs = append(errs, field.Required(gp.Child("profile"), "name a GPU profile, e.g. h100-80gb (or set nvml)"))
-	default:
-		if g.Count < 1 || g.Count > MaxGPUsPerNode {
-			errs = append(errs, field.Invalid(gp.Child("count"), g.Count, fmt.Sprintf("must be between 1 and %d", MaxGPUsPerNode)))
-		}
-	}
-	if g.Mode != GPUModeDRA && g.Mode != GPUModeDevicePlugin {
-		errs = append(errs, field.NotSupported(gp.Child("mode"), g.Mode, []string{GPUModeDRA, GPUModeDevicePlugin}))
-	}
-	errs = append(errs, g.validateModes(gp)...)
-	if g.DeviceMetadata && g.Mode == GPUModeDevicePlugin {
-		errs = append(errs, field.Forbidden(gp.Child("deviceMetadata"), "the kubelet gives device metadata to claims; mode device-plugin serves an extended resource"))
-	}
-	return append(errs, g.validateAttach(gp)...)
-}
-
-// validateAttach checks attach and attachDelay: one value, whole fake
-// GPUs served through DRA only, and a delay the scheduler waits for.
-func (g *GPUs) validateAttach(gp *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	switch {
-	case g.Attach == "":
-		if g.AttachDelay != "" {
-			errs = append(errs, field.Forbidden(gp.Child("attachDelay"), "attachDelay is the attach delay of attach: "+AttachFabric+"; set attach too or drop it"))
-		}
-		return errs
-	case g.Attach != AttachFabric:
-		errs = append(errs, field.NotSupported(gp.Child("attach"), g.Attach, []string{AttachFabric}))
-	case g.NVML != "":
-		errs = append(errs, field.Forbidden(gp.Child("attach"), "only fake GPUs (profile and count) are fabric-attached by the lab"))
-	case g.Mode == GPUModeDevicePlugin:
-		errs = append(errs, field.Forbidden(gp.Child("attach"), "mode device-plugin counts whole GPUs and has no binding conditions; attach needs mode dra"))
-	case g.Partitioning != "" || g.Sharing != "":
-		errs = append(errs, field.Forbidden(gp.Child("attach"), "a fabric-attached GPU is attached whole, to one claim: not with partitioning or sharing, so far"))
-	}
-	if g.AttachDelay != "" {
-		d, err := time.ParseDuration(g.AttachDelay)
-		switch {
-		case err != nil:
-			errs = append(errs, field.Invalid(gp.Child("attachDelay"), g.AttachDelay, "must be a duration such as 2s or 500ms"))
-		case d < 0 || d > MaxAttachDelay:
-			errs = append(errs, field.Invalid(gp.Child("attachDelay"), g.AttachDelay, fmt.Sprintf("must be between 0s and %v: the scheduler gives up on binding conditions after 10m", MaxAttachDelay)))
-		}
-	}
-	return errs
-}
-
-// validateModes checks partitioning and sharing: each has one value, a
-// GPU is partitioned or shared, not both, and only fake GPUs served
-// through DRA are (counting mode counts whole GPUs).
-func (g *GPUs) validateModes(gp *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	for _, m := range []struct {
-		name, value, want string
-	}{{"partitioning", g.Partitioning, PartitioningMIG}, {"sharing", g.Sharing, SharingMemory}} {
-		switch {
-		case m.value == "":
-			continue
-		case m.value != m.want:
-			errs = append(errs, field.NotSupported(gp.Child(m.name), m.value, []string{m.want}))
-		case g.NVML != "":
-			errs = append(errs, field.Forbidden(gp.Child(m.name), "only fake GPUs (profile and count) are partitioned or shared by the lab"))
-		case g.Mode == GPUModeDevicePlugin:
-			errs = append(errs, field.Forbidden(gp.Child(m.name), "mode device-plugin counts whole GPUs; partitioning and sharing need mode dra"))
-		}
-	}
-	if g.Partitioning != "" && g.Sharing != "" {
-		errs = append(errs, field.Forbidden(gp.Child("sharing"), "a GPU is partitioned or shared, not both: give partitioning or sharing"))
-	}
-	switch ts := g.TimeSlices; {
-	case ts == 0:
-	case ts < 0 || ts > MaxTimeSlices:
-		errs = append(errs, field.Invalid(gp.Child("timeSlices"), ts, fmt.Sprintf("must be between 1 and %d", MaxTimeSlices)))
-	case g.NVML != "":
-		errs = append(errs, field.Forbidden(gp.Child("timeSlices"), "only fake GPUs (profile and count) are time-sliced by the lab"))
-	case g.Mode == GPUModeDevicePlugin:
-		errs = append(errs, field.Forbidden(gp.Child("timeSlices"), "mode device-plugin counts whole GPUs; time slices need mode dra"))
-	case g.Sharing != "":
-		errs = append(errs, field.Forbidden(gp.Child("timeSlices"), "a GPU shared by memory is not time-sliced too: give sharing or timeSlices"))
 	}
 	return errs
 }
