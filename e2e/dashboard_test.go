@@ -19,12 +19,12 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/dashboard/browsertest"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/scenarios"
-	"github.com/dralab/dralab/scenarios/report"
 )
 
 // TestDashboardDuringFallback opens the live dashboard in Chromium while
@@ -87,7 +87,7 @@ func dashboardDuringFallback(ctx context.Context, t *testing.T, cfg *envconf.Con
 	}
 	deleted := make(chan deletion, 1)
 	checked := false
-	runner.OnStep = func(step string, rows []report.Row) {
+	runner.OnStep = func(step string, rows []allocation.Row) {
 		if step != s.Steps[1].Name {
 			return
 		}
@@ -148,7 +148,7 @@ func dashboardDuringFallback(ctx context.Context, t *testing.T, cfg *envconf.Con
 
 // checkFullCluster compares the page, once it caught up, with the cluster
 // and the scenario's allocation table.
-func checkFullCluster(ctx context.Context, t *testing.T, b *browsertest.Browser, client kubernetes.Interface, rows []report.Row) {
+func checkFullCluster(ctx context.Context, t *testing.T, b *browsertest.Browser, client kubernetes.Interface, rows []allocation.Row) {
 	t.Helper()
 	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -179,7 +179,7 @@ func checkFullCluster(ctx context.Context, t *testing.T, b *browsertest.Browser,
 	slices.Sort(allocated)
 	slices.Sort(holders)
 	if pending == "" {
-		t.Fatalf("the full cluster has no pending pod:\n%s", report.Table(rows))
+		t.Fatalf("the full cluster has no pending pod:\n%s", allocation.Table(rows))
 	}
 	// The page follows within a second; allow five before calling it wrong.
 	const pageState = `JSON.stringify({

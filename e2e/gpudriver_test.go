@@ -21,16 +21,17 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/kit"
 	"github.com/dralab/dralab/internal/harness/scratchlab"
-	"github.com/dralab/dralab/scenarios/report"
+	"github.com/dralab/dralab/internal/nodedrivers"
 )
 
 // gpuNodes counts the driver's published GPUs per tier, from the slices.
 func gpuNodes(ctx context.Context, t *testing.T, client kubernetes.Interface) map[string]int {
 	t.Helper()
-	rows, err := report.Read(ctx, client, "default")
+	rows, err := allocation.Read(ctx, client, "default", nodedrivers.Vocabulary)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func gpuNodes(ctx context.Context, t *testing.T, client kubernetes.Interface) ma
 			continue
 		}
 		for _, d := range s.Spec.Devices {
-			tier, err := report.Tier(ctx, s.Spec.Driver, &d)
+			tier, err := nodedrivers.Vocabulary.Tier(ctx, s.Spec.Driver, &d)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -135,7 +136,7 @@ func TestGPUDriver(t *testing.T) {
 			if err := settle(ctx, g.client, g.namespace, time.Minute); err != nil {
 				t.Fatal(err)
 			}
-			rows, err := report.Allocations(ctx, g.client, g.namespace)
+			rows, err := allocation.Allocations(ctx, g.client, g.namespace, nodedrivers.Vocabulary)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -177,7 +178,7 @@ func TestGPUDriver(t *testing.T) {
 			if err := settle(ctx, g.client, g.namespace, time.Minute); err != nil {
 				t.Fatal(err)
 			}
-			rows, err := report.Allocations(ctx, g.client, g.namespace)
+			rows, err := allocation.Allocations(ctx, g.client, g.namespace, nodedrivers.Vocabulary)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -224,7 +225,7 @@ func TestDriverRestart(t *testing.T) {
 			if err := settle(ctx, g.client, g.namespace, time.Minute); err != nil {
 				t.Fatal(err)
 			}
-			rows, err := report.Allocations(ctx, g.client, g.namespace)
+			rows, err := allocation.Allocations(ctx, g.client, g.namespace, nodedrivers.Vocabulary)
 			if err != nil || len(rows) != 1 || rows[0].Phase != v1.PodRunning {
 				t.Fatalf("first pod: %+v, %v", rows, err)
 			}

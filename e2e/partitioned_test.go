@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/internal/labstate"
@@ -27,7 +28,6 @@ import (
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/examples"
 	"github.com/dralab/dralab/scenarios"
-	"github.com/dralab/dralab/scenarios/report"
 )
 
 // The scenarios each example lab is written for, as their scenario.yaml
@@ -300,7 +300,7 @@ func TestScenarioMatrix(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			s, err := report.Read(ctx, client, metav1.NamespaceDefault)
+			s, err := allocation.Read(ctx, client, metav1.NamespaceDefault, nodedrivers.Vocabulary)
 			return err == nil && len(s.DeviceTaints(gpu.DriverName, "gpu-h100", "gpu-0")) > 0, nil
 		})
 		if err != nil {

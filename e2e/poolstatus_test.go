@@ -19,9 +19,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/lab"
-	"github.com/dralab/dralab/scenarios/report"
 )
 
 // poolCount is what a pool has: devices published, and allocated to
@@ -106,7 +107,7 @@ func checkPoolStatus(t *testing.T, l *lab.Lab) {
 // driver, waits for the controller's answer and compares it, pool by pool
 // and partition type by partition type, with the lab's own count; it
 // returns the answer's pools and the lab's partition types.
-func comparePoolStatus(ctx context.Context, t *testing.T, client kubernetes.Interface, name string) (map[string]poolCount, map[string]report.PartitionType) {
+func comparePoolStatus(ctx context.Context, t *testing.T, client kubernetes.Interface, name string) (map[string]poolCount, map[string]allocation.PartitionType) {
 	t.Helper()
 	req := &resourcev1alpha3.ResourcePoolStatusRequest{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourcev1alpha3.ResourcePoolStatusRequestSpec{Driver: gpu.DriverName}}
 	if _, err := client.ResourceV1alpha3().ResourcePoolStatusRequests().Create(ctx, req, metav1.CreateOptions{}); err != nil {
@@ -129,7 +130,7 @@ func comparePoolStatus(ctx context.Context, t *testing.T, client kubernetes.Inte
 	if c := answer.Status.Conditions; len(c) == 0 || c[0].Type != "Complete" || c[0].Status != metav1.ConditionTrue {
 		t.Fatalf("ResourcePoolStatusRequest %s: conditions %+v, want Complete", name, c)
 	}
-	snap, err := report.Read(ctx, client, metav1.NamespaceAll)
+	snap, err := allocation.Read(ctx, client, metav1.NamespaceAll, nodedrivers.Vocabulary)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,12 +181,12 @@ func sorted(m map[string]poolCount) []string {
 // checkPartitionSummary compares each partition summary of the answer
 // (DRAPartitionableDevicesType: the slices of the frontier lab's
 // partitioned, time-sliced A100 name gpu.dralab.dev/partitionType) with
-// the lab's own count (report.PartitionTypes): the devices of each type,
+// the lab's own count (allocation.PartitionTypes): the devices of each type,
 // and how many more of them the counters left allow. It returns the lab's
 // count by type.
-func checkPartitionSummary(t *testing.T, name string, snap *report.Snapshot, answer *resourcev1alpha3.ResourcePoolStatusRequest) map[string]report.PartitionType {
+func checkPartitionSummary(t *testing.T, name string, snap *allocation.Snapshot, answer *resourcev1alpha3.ResourcePoolStatusRequest) map[string]allocation.PartitionType {
 	t.Helper()
-	lab := map[string]report.PartitionType{}
+	lab := map[string]allocation.PartitionType{}
 	for _, pt := range snap.PartitionTypes() {
 		if pt.Driver == gpu.DriverName {
 			lab[pt.Pool+" "+pt.Type] = pt

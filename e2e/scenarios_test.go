@@ -13,10 +13,10 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/scenarios"
-	"github.com/dralab/dralab/scenarios/report"
 )
 
 // TestScenarios runs every scenario as one feature, labelled
@@ -92,8 +92,8 @@ func runScenario(ctx context.Context, t *testing.T, restConfig *rest.Config, l *
 	if err != nil {
 		t.Fatal(err)
 	}
-	runner.OnStep = func(step string, rows []report.Row) {
-		t.Logf("%s:\n%s", step, report.Table(rows))
+	runner.OnStep = func(step string, rows []allocation.Row) {
+		t.Logf("%s:\n%s", step, allocation.Table(rows))
 	}
 	if l != nil {
 		runner.GPUFaults = lab.GPUFaults{Lab: l}
@@ -123,7 +123,7 @@ func runScenario(ctx context.Context, t *testing.T, restConfig *rest.Config, l *
 	t.Logf("scenario %s took %s", s.Name, res.Duration)
 }
 
-// writeReport writes a scenario run's HTML report.
+// writeReport writes a scenario run's HTML allocation.
 func writeReport(ctx context.Context, t *testing.T, path string, s *scenarios.Scenario, res *scenarios.Result, runErr error) {
 	t.Helper()
 	r, err := dashboard.ScenarioReport(ctx, s, res, runErr)

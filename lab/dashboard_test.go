@@ -21,12 +21,12 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/dashboard/browsertest"
 	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/internal/labstate"
-	"github.com/dralab/dralab/scenarios/report"
 )
 
 // TestDashboardOnLab opens the lab process's dashboard in Chromium
@@ -303,7 +303,7 @@ func podWave(ctx context.Context, b *testing.B, client kubernetes.Interface, pid
 		}
 		settled := 0
 		for _, p := range pods.Items {
-			if p.Status.Phase == v1.PodRunning || report.Unschedulable(&p) {
+			if p.Status.Phase == v1.PodRunning || allocation.Unschedulable(&p) {
 				settled++
 			}
 		}

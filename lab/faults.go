@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/dralab/dralab/drivers/gpu"
-	"github.com/dralab/dralab/drivers/kit/natural"
 	"github.com/dralab/dralab/internal/kubeclient"
+	"github.com/dralab/dralab/internal/natural"
 	"github.com/dralab/dralab/lab/config"
 	"github.com/dralab/dralab/lab/internal/backend"
 )

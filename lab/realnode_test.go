@@ -25,14 +25,15 @@ import (
 	"k8s.io/dynamic-resource-allocation/api/metadata"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 	"github.com/dralab/dralab/drivers/nicapp"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/mounts"
+	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/internal/procid"
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/scenarios"
-	"github.com/dralab/dralab/scenarios/report"
 )
 
 // TestRealNode brings up lab/examples/real-node.yaml: the real kubelet
@@ -118,7 +119,7 @@ func TestRealNode(t *testing.T) {
 	t.Run("a real container reads its device metadata", func(t *testing.T) {
 		script := `for f in $(find ` + metadata.ContainerDir + ` -name '*.json'); do echo "$f=$(tr -d '\n' < $f)"; done; echo printed; sleep 100000`
 		logs, claim := runClaimPod(ctx, t, client, "meta", "h100.gpu.dralab.dev", script, "printed", nil)
-		snap, err := report.Read(ctx, client, "default")
+		snap, err := allocation.Read(ctx, client, "default", nodedrivers.Vocabulary)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -353,8 +354,8 @@ func runScenarios(ctx context.Context, t *testing.T, l *lab.Lab, restConfig *res
 			if err != nil {
 				t.Fatal(err)
 			}
-			runner.OnStep = func(step string, rows []report.Row) {
-				t.Logf("%s:\n%s", step, report.Table(rows))
+			runner.OnStep = func(step string, rows []allocation.Row) {
+				t.Logf("%s:\n%s", step, allocation.Table(rows))
 			}
 			runner.GPUFaults = lab.GPUFaults{Lab: l}
 			res, err := runner.Run(ctx, sc)

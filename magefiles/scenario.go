@@ -14,11 +14,11 @@ import (
 
 	"github.com/magefile/mage/mg"
 
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/scenarios"
-	"github.com/dralab/dralab/scenarios/report"
 )
 
 // Scenario lists and runs scenarios on the running lab.
@@ -73,9 +73,9 @@ func (Scenario) Run(ctx context.Context, name string) error {
 	runner.GPUFaults = lab.GPUFaults{Lab: l}
 	u := ui.New(os.Stdout)
 	u.Println(fmt.Sprintf("Scenario %s: %s", s.Name, s.Title))
-	runner.OnStep = func(step string, rows []report.Row) {
+	runner.OnStep = func(step string, rows []allocation.Row) {
 		fmt.Printf("\n## %s\n\n", step)
-		_ = report.WriteTable(os.Stdout, rows)
+		_ = allocation.WriteTable(os.Stdout, rows)
 		fmt.Println()
 	}
 	done := u.Step("Running " + s.Name)

@@ -19,8 +19,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 	"github.com/dralab/dralab/drivers/gpu"
-	"github.com/dralab/dralab/scenarios/report"
+	"github.com/dralab/dralab/internal/nodedrivers"
 )
 
 // On a shared cluster, taintAllocated taints no device that a claim of
@@ -65,11 +66,11 @@ func TestTaintAllocatedRefusesADeviceAnotherHolds(t *testing.T) {
 	if len(rules.Items) != 0 || len(r.gone) != 0 || len(r.clusterObjects) != 0 {
 		t.Errorf("the refused step left %d rules, %v gone, %d cluster objects; want nothing applied", len(rules.Items), r.gone, len(r.clusterObjects))
 	}
-	rows, err := report.Allocations(ctx, client, ns)
+	rows, err := allocation.Allocations(ctx, client, ns, nodedrivers.Vocabulary)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows = slices.DeleteFunc(rows, func(row report.Row) bool { return row.Pod != "inference-a" })
+	rows = slices.DeleteFunc(rows, func(row allocation.Row) bool { return row.Pod != "inference-a" })
 	if len(rows) != 1 {
 		t.Fatalf("inference-a has %d rows; want 1", len(rows))
 	}

@@ -12,7 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
-	"github.com/dralab/dralab/scenarios/report"
+	"github.com/dralab/dralab/drivers/conformance/allocation"
+	"github.com/dralab/dralab/internal/nodedrivers"
 )
 
 // await polls until the step's expectations hold on a settled namespace,
@@ -26,7 +27,7 @@ func (r *run) await(ctx context.Context, st Step) (StepResult, error) {
 	hold := st.holdsFor()
 	var heldSince time.Time
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, r.StepTimeout+hold, true, func(ctx context.Context) (bool, error) {
-		snap, err := report.Read(ctx, r.Client, r.ns)
+		snap, err := allocation.Read(ctx, r.Client, r.ns, nodedrivers.Vocabulary)
 		if err != nil {
 			lastErr = err
 			return false, nil
@@ -97,8 +98,8 @@ func (r *run) held(res *StepResult, hold time.Duration, heldSince *time.Time) bo
 
 // readMetadata reads the device metadata files each running pod's
 // containers printed into their logs and gives them to the pod's rows.
-func (r *run) readMetadata(ctx context.Context, snap *report.Snapshot, rows []report.Row) error {
-	found := map[string][]report.MetadataDevice{}
+func (r *run) readMetadata(ctx context.Context, snap *allocation.Snapshot, rows []allocation.Row) error {
+	found := map[string][]allocation.MetadataDevice{}
 	for _, p := range snap.Pods {
 		if p.Status.Phase != v1.PodRunning {
 			continue
@@ -124,7 +125,7 @@ func (r *run) readMetadata(ctx context.Context, snap *report.Snapshot, rows []re
 // settled: every pod runs or was found unschedulable, none is
 // terminating, the pods an action removed are gone, and every Deployment
 // has all its pods.
-func (r *run) settled(ctx context.Context, snap *report.Snapshot) bool {
+func (r *run) settled(ctx context.Context, snap *allocation.Snapshot) bool {
 	for _, name := range r.gone {
 		for _, p := range snap.Pods {
 			if p.Name == name {
@@ -136,7 +137,7 @@ func (r *run) settled(ctx context.Context, snap *report.Snapshot) bool {
 		if p.DeletionTimestamp != nil {
 			return false
 		}
-		if p.Status.Phase != v1.PodRunning && !(p.Spec.NodeName == "" && report.Unschedulable(&p)) {
+		if p.Status.Phase != v1.PodRunning && !(p.Spec.NodeName == "" && allocation.Unschedulable(&p)) {
 			return false
 		}
 	}

@@ -11,13 +11,13 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/dralab/dralab/scenarios/report"
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 )
 
 // PodOutcome is what happened to one pod: its rows of the allocation table.
 type PodOutcome struct {
 	Name string
-	Rows []report.Row
+	Rows []allocation.Row
 }
 
 // phase is "Running", "Pending" (the scheduler found it unschedulable) or
@@ -36,8 +36,8 @@ func (p PodOutcome) phase() string {
 	}
 }
 
-func (p PodOutcome) devices() []report.Row {
-	var out []report.Row
+func (p PodOutcome) devices() []allocation.Row {
+	var out []allocation.Row
 	for _, r := range p.Rows {
 		if r.Device != "" {
 			out = append(out, r)
@@ -47,7 +47,7 @@ func (p PodOutcome) devices() []report.Row {
 }
 
 // Outcomes groups an allocation table by pod, in table order.
-func Outcomes(rows []report.Row) []PodOutcome {
+func Outcomes(rows []allocation.Row) []PodOutcome {
 	var out []PodOutcome
 	index := map[string]int{}
 	for _, r := range rows {
@@ -462,7 +462,7 @@ func podNames(os []PodOutcome) string {
 	return "[" + strings.Join(names, " ") + "]"
 }
 
-func refs(rows []report.Row) string {
+func refs(rows []allocation.Row) string {
 	var out []string
 	for _, r := range rows {
 		out = append(out, r.DeviceRef())
@@ -498,12 +498,12 @@ func resourceList(l v1.ResourceList) map[string]string {
 // checkMetadata: the device metadata files a pod's container found name
 // exactly its allocated devices, each under its request (a prioritized
 // list's subrequest counts as its request), with its slice's attributes.
-func checkMetadata(found []report.MetadataDevice, devs []report.Row, mismatch func(what string, want, got any, where string)) {
+func checkMetadata(found []allocation.MetadataDevice, devs []allocation.Row, mismatch func(what string, want, got any, where string)) {
 	if len(devs) == 0 {
 		mismatch("device metadata", "allocated devices to compare with", "none", "")
 		return
 	}
-	byRef := map[string]report.MetadataDevice{}
+	byRef := map[string]allocation.MetadataDevice{}
 	var refs []string
 	for _, m := range found {
 		byRef[m.Ref()] = m

@@ -8,16 +8,16 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
-	"github.com/dralab/dralab/scenarios/report"
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 )
 
-func running(pod, sub, tier, device string) report.Row {
-	return report.Row{Pod: pod, Phase: v1.PodRunning, Node: "n", Request: "gpu", Subrequest: sub, Tier: tier,
+func running(pod, sub, tier, device string) allocation.Row {
+	return allocation.Row{Pod: pod, Phase: v1.PodRunning, Node: "n", Request: "gpu", Subrequest: sub, Tier: tier,
 		Driver: "gpu.dralab.dev", Pool: "n", Device: device}
 }
 
-func pending(pod, code string) report.Row {
-	return report.Row{Pod: pod, Phase: v1.PodPending, Unschedulable: true, ReasonCode: code, Reason: "all 1 matching devices are allocated"}
+func pending(pod, code string) allocation.Row {
+	return allocation.Row{Pod: pod, Phase: v1.PodPending, Unschedulable: true, ReasonCode: code, Reason: "all 1 matching devices are allocated"}
 }
 
 // The prioritized-fallback scenario's first step, checked against outcomes.
@@ -32,12 +32,12 @@ func fallbackExpect(t *testing.T) ([]Expectation, Inventory) {
 
 func TestCheckPasses(t *testing.T) {
 	expect, inv := fallbackExpect(t)
-	rows := []report.Row{
+	rows := []allocation.Row{
 		running("worker-0", "h100", "h100", "gpu-0"),
 		running("worker-1", "a100", "a100", "gpu-0"),
 		running("worker-2", "l4", "l4", "gpu-0"),
 		running("worker-3", "l4", "l4", "gpu-1"),
-		pending("worker-4", report.AllAllocated),
+		pending("worker-4", allocation.AllAllocated),
 	}
 	if f := Check(expect, Outcomes(rows), inv); len(f) > 0 {
 		t.Errorf("unexpected failures: %v", f)
@@ -47,12 +47,12 @@ func TestCheckPasses(t *testing.T) {
 // A wrong outcome fails, and the message shows expected and actual.
 func TestCheckShowsExpectedAndActual(t *testing.T) {
 	expect, inv := fallbackExpect(t)
-	rows := []report.Row{
+	rows := []allocation.Row{
 		running("worker-0", "h100", "h100", "gpu-0"),
 		running("worker-1", "l4", "l4", "gpu-5"), // an L4 where an A100 was expected
 		running("worker-2", "l4", "l4", "gpu-0"),
 		running("worker-3", "l4", "l4", "gpu-1"),
-		pending("worker-4", report.AllAllocated),
+		pending("worker-4", allocation.AllAllocated),
 	}
 	failures := strings.Join(Check(expect, Outcomes(rows), inv), "\n")
 	for _, want := range []string{
@@ -70,12 +70,12 @@ func TestCheckFailsOnEditedExpectation(t *testing.T) {
 	expect, inv := fallbackExpect(t)
 	expect = append([]Expectation(nil), expect...)
 	expect[1].Tier = "l4"
-	rows := []report.Row{
+	rows := []allocation.Row{
 		running("worker-0", "h100", "h100", "gpu-0"),
 		running("worker-1", "a100", "a100", "gpu-0"),
 		running("worker-2", "l4", "l4", "gpu-0"),
 		running("worker-3", "l4", "l4", "gpu-1"),
-		pending("worker-4", report.AllAllocated),
+		pending("worker-4", allocation.AllAllocated),
 	}
 	failures := Check(expect, Outcomes(rows), inv)
 	if len(failures) != 1 || !strings.Contains(failures[0], "tier: expected l4, got a100") {
@@ -86,7 +86,7 @@ func TestCheckFailsOnEditedExpectation(t *testing.T) {
 func TestCheckCountsAndGroups(t *testing.T) {
 	two := 2
 	inv := Inventory{Counted: map[string]int{"h100": 1, "l4": 2}}
-	outcomes := Outcomes([]report.Row{
+	outcomes := Outcomes([]allocation.Row{
 		{Pod: "p-0", Phase: v1.PodRunning, Node: "count-h100", NodeTier: "h100"},
 		{Pod: "p-1", Phase: v1.PodRunning, Node: "count-l4", NodeTier: "l4"},
 		{Pod: "p-2", Phase: v1.PodRunning, Node: "count-h100", NodeTier: "h100"},
@@ -99,7 +99,7 @@ func TestCheckCountsAndGroups(t *testing.T) {
 	if len(f) != 1 || !strings.Contains(f[0], "expected 2 pods (2), found 1: [p-2]") {
 		t.Errorf("groups: %v", f)
 	}
-	shared := Outcomes([]report.Row{running("a", "", "l4", "gpu-0"), running("b", "", "l4", "gpu-1")})
+	shared := Outcomes([]allocation.Row{running("a", "", "l4", "gpu-0"), running("b", "", "l4", "gpu-1")})
 	if f := Check([]Expectation{{Pods: "*", SameDevice: true}}, shared, inv); len(f) != 1 || !strings.Contains(f[0], "one device shared") {
 		t.Errorf("same device: %v", f)
 	}
@@ -113,7 +113,7 @@ func TestCheckProfileAndShare(t *testing.T) {
 	share := running("s", "", "l4", "gpu-0")
 	share.ShareID, share.Consumed = "a1", "7Gi"
 	whole := running("w", "", "l4", "gpu-1")
-	outcomes := Outcomes([]report.Row{slice, share, whole})
+	outcomes := Outcomes([]allocation.Row{slice, share, whole})
 	if f := Check([]Expectation{{Pods: "m", Profile: "1g.10gb"}, {Pods: "s", Consumed: "7168Mi"}}, outcomes, Inventory{}); len(f) > 0 {
 		t.Errorf("unexpected failures: %v", f)
 	}
@@ -129,8 +129,8 @@ func TestCheckProfileAndShare(t *testing.T) {
 // most one share may take: an L4 of 23034Mi holds three 7Gi shares, two
 // 8Gi ones, no 30Gi one.
 func TestResolveShares(t *testing.T) {
-	l4 := report.FreeShare{Left: resource.MustParse("23034Mi"), MaxShare: resource.MustParse("22Gi")}
-	inv := Inventory{Shares: map[string][]report.FreeShare{"l4": {l4}}}
+	l4 := allocation.FreeShare{Left: resource.MustParse("23034Mi"), MaxShare: resource.MustParse("22Gi")}
+	inv := Inventory{Shares: map[string][]allocation.FreeShare{"l4": {l4}}}
 	for memory, want := range map[string]int{"7Gi": 3, "8Gi": 2, "30Gi": 0} {
 		if got := inv.Resolve(&Count{SharesOf: &Shares{Tier: "l4", Memory: memory}}); got != want {
 			t.Errorf("shares of %s = %d, want %d", memory, got, want)
@@ -146,12 +146,12 @@ func TestResolveShares(t *testing.T) {
 // expected-vs-actual table shows.
 func TestCheckEachPerExpectation(t *testing.T) {
 	expect, inv := fallbackExpect(t)
-	rows := []report.Row{
+	rows := []allocation.Row{
 		running("worker-0", "h100", "h100", "gpu-0"),
 		running("worker-1", "l4", "l4", "gpu-5"),
 		running("worker-2", "l4", "l4", "gpu-0"),
 		running("worker-3", "l4", "l4", "gpu-1"),
-		pending("worker-4", report.AllAllocated),
+		pending("worker-4", allocation.AllAllocated),
 	}
 	res := CheckEach(expect, Outcomes(rows), inv)
 	if len(res) != len(expect) {
@@ -181,14 +181,14 @@ func TestCheckEachPerExpectation(t *testing.T) {
 // A pod's devices by driver, and an attribute each device must have a
 // value of its own of: a GPU and a NIC; two NICs, or one NIC twice.
 func TestCheckDriversAndDistinct(t *testing.T) {
-	nic := func(pod, device, bus string) report.Row {
+	nic := func(pod, device, bus string) allocation.Row {
 		r := running(pod, "", "", device)
 		r.Driver, r.Attributes = "nic.dralab.dev", map[string]string{"resource.kubernetes.io/pciBusID": bus}
 		return r
 	}
 	gpuRow := running("pair", "", "l4", "gpu-0")
 	gpuRow.Attributes = map[string]string{"resource.kubernetes.io/pciBusID": "0000:16:00.0"}
-	outcomes := Outcomes([]report.Row{gpuRow, nic("pair", "nic-0", "0000:18:00.0"), nic("spread", "nic-0", "0000:18:00.0"), nic("spread", "nic-1", "0000:19:00.0"), nic("both", "nic-0", "0000:18:00.0"), nic("both", "nic-0", "0000:18:00.0")})
+	outcomes := Outcomes([]allocation.Row{gpuRow, nic("pair", "nic-0", "0000:18:00.0"), nic("spread", "nic-0", "0000:18:00.0"), nic("spread", "nic-1", "0000:19:00.0"), nic("both", "nic-0", "0000:18:00.0"), nic("both", "nic-0", "0000:18:00.0")})
 	pass := []Expectation{
 		{Pods: "pair", DriverDevices: map[string]int{"gpu.dralab.dev": 1, "nic.dralab.dev": 1}},
 		// None of a driver is a count: the pod got nothing of it.
@@ -223,7 +223,7 @@ func TestCheckNodeOperations(t *testing.T) {
 	prepared.Conditions = []string{"Ready"}
 	sneaky := running("sneaky", "", "", "nic-2")
 	sneaky.SkipNodeOperations, sneaky.Conditions = []string{"*"}, []string{"Ready"}
-	outcomes := Outcomes([]report.Row{skipped, prepared, sneaky})
+	outcomes := Outcomes([]allocation.Row{skipped, prepared, sneaky})
 	if f := Check([]Expectation{{Pods: "quiet", NodeOperations: NodeOperationsSkipped}, {Pods: "busy", NodeOperations: NodeOperationsPrepared}}, outcomes, Inventory{}); len(f) > 0 {
 		t.Errorf("unexpected failures: %v", f)
 	}
@@ -246,12 +246,12 @@ func TestCheckNodeOperations(t *testing.T) {
 // One value across attributes that two drivers name differently: a GPU's
 // own numa and a NIC's standard numaNode.
 func TestCheckSameValueOf(t *testing.T) {
-	row := func(pod, driver, device string, attrs map[string]string) report.Row {
+	row := func(pod, driver, device string, attrs map[string]string) allocation.Row {
 		r := running(pod, "", "", device)
 		r.Driver, r.Attributes = driver, attrs
 		return r
 	}
-	outcomes := Outcomes([]report.Row{
+	outcomes := Outcomes([]allocation.Row{
 		row("aligned", "gpu.dralab.dev", "gpu-4", map[string]string{"numa": "1"}),
 		row("aligned", "nic.dralab.dev", "nic-4", map[string]string{"resource.kubernetes.io/numaNode": "1"}),
 		row("apart", "gpu.dralab.dev", "gpu-0", map[string]string{"numa": "0"}),
@@ -278,7 +278,7 @@ func TestCheckSameValueOf(t *testing.T) {
 func TestCheckNodeAllocatable(t *testing.T) {
 	r := running("t", "", "h100", "gpu-0")
 	r.NodeAllocatable = v1.ResourceList{v1.ResourceMemory: resource.MustParse("8Gi")}
-	outcomes := Outcomes([]report.Row{r})
+	outcomes := Outcomes([]allocation.Row{r})
 	if f := Check([]Expectation{{Pods: "t", NodeAllocatable: map[string]string{"memory": "8192Mi"}}}, outcomes, Inventory{}); len(f) > 0 {
 		t.Errorf("unexpected failures: %v", f)
 	}
@@ -287,7 +287,7 @@ func TestCheckNodeAllocatable(t *testing.T) {
 	if f := Check([]Expectation{{Pods: "t", NodeAllocatable: map[string]string{"memory": "8Gi", "cpu": "0"}}}, outcomes, Inventory{}); len(f) > 0 {
 		t.Errorf("8Gi of memory and no CPU: unexpected failures: %v", f)
 	}
-	none := Outcomes([]report.Row{running("n", "", "h100", "gpu-1")})
+	none := Outcomes([]allocation.Row{running("n", "", "h100", "gpu-1")})
 	if f := Check([]Expectation{{Pods: "n", NodeAllocatable: map[string]string{"memory": "0"}}}, none, Inventory{}); len(f) > 0 {
 		t.Errorf("no memory through a device that adds none: unexpected failures: %v", f)
 	}
@@ -302,13 +302,13 @@ func TestCheckNodeAllocatable(t *testing.T) {
 // request (a subrequest as request/subrequest), with its slice's
 // attributes.
 func TestCheckDeviceMetadata(t *testing.T) {
-	meta := func(request, device string, same bool) report.MetadataDevice {
-		return report.MetadataDevice{Path: "/var/run/kubernetes.io/dra-device-attributes/x", Request: request, Driver: "gpu.dralab.dev", Pool: "n", Device: device, Attributes: 3, SameAsSlice: same}
+	meta := func(request, device string, same bool) allocation.MetadataDevice {
+		return allocation.MetadataDevice{Path: "/var/run/kubernetes.io/dra-device-attributes/x", Request: request, Driver: "gpu.dralab.dev", Pool: "n", Device: device, Attributes: 3, SameAsSlice: same}
 	}
-	row := func(sub string, m ...report.MetadataDevice) []report.Row {
+	row := func(sub string, m ...allocation.MetadataDevice) []allocation.Row {
 		r := running("p", sub, "h100", "gpu-0")
 		r.Metadata = m
-		return []report.Row{r}
+		return []allocation.Row{r}
 	}
 	e := []Expectation{{Pods: "p", DeviceMetadata: true}}
 	if f := Check(e, Outcomes(row("", meta("gpu", "gpu-0", true))), Inventory{}); len(f) > 0 {
@@ -318,7 +318,7 @@ func TestCheckDeviceMetadata(t *testing.T) {
 		t.Errorf("a subrequest's device: %v", f)
 	}
 	for name, c := range map[string]struct {
-		rows []report.Row
+		rows []allocation.Row
 		want string
 	}{
 		"no file":          {row(""), "a file naming gpu.dralab.dev/n/gpu-0"},
@@ -338,7 +338,7 @@ func TestCheckDeviceMetadata(t *testing.T) {
 // and so fails when it matches none: a mistyped pattern, or pods never
 // made, is no outcome. count: 0 asks for none and holds.
 func TestCheckPatternMatchingNoPodFails(t *testing.T) {
-	rows := []report.Row{running("worker-0", "h100", "h100", "gpu-0")}
+	rows := []allocation.Row{running("worker-0", "h100", "h100", "gpu-0")}
 	running := Expectation{Pods: "wokrer-*", Phase: string(v1.PodRunning)}
 	f := Check([]Expectation{running}, Outcomes(rows), Inventory{})
 	if len(f) != 1 || !strings.Contains(f[0], "no pod matches wokrer-*") {

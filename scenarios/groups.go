@@ -12,12 +12,12 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/dralab/dralab/scenarios/report"
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 )
 
 // CheckGroups checks every group expectation on the namespace's PodGroups,
 // its pods and claims (snap) and their allocation table (rows).
-func CheckGroups(expect []GroupExpectation, groups []schedulingv1beta1.PodGroup, snap *report.Snapshot, rows []report.Row, inv Inventory) []ExpectationResult {
+func CheckGroups(expect []GroupExpectation, groups []schedulingv1beta1.PodGroup, snap *allocation.Snapshot, rows []allocation.Row, inv Inventory) []ExpectationResult {
 	out := make([]ExpectationResult, 0, len(expect))
 	for _, e := range expect {
 		res := ExpectationResult{Expected: e.describe(inv)}
@@ -68,10 +68,10 @@ func groupFailuresOf(expect []GroupExpectation, results []ExpectationResult) []s
 }
 
 // groupPods are the snapshot's pods of a group, in creation order.
-func groupPods(snap *report.Snapshot, group string) []*v1.Pod {
+func groupPods(snap *allocation.Snapshot, group string) []*v1.Pod {
 	var out []*v1.Pod
 	for i := range snap.Pods {
-		if report.GroupOf(&snap.Pods[i]) == group {
+		if allocation.GroupOf(&snap.Pods[i]) == group {
 			out = append(out, &snap.Pods[i])
 		}
 	}
@@ -79,7 +79,7 @@ func groupPods(snap *report.Snapshot, group string) []*v1.Pod {
 }
 
 // checkGroup lists where a group falls short of an expectation.
-func checkGroup(e GroupExpectation, g *schedulingv1beta1.PodGroup, snap *report.Snapshot, rows []report.Row) []string {
+func checkGroup(e GroupExpectation, g *schedulingv1beta1.PodGroup, snap *allocation.Snapshot, rows []allocation.Row) []string {
 	var f []string
 	pods := groupPods(snap, g.Name)
 	var bound []*v1.Pod
@@ -138,7 +138,7 @@ func checkGroup(e GroupExpectation, g *schedulingv1beta1.PodGroup, snap *report.
 
 // checkGroupClaim checks a group's claim: made once for the group, allocated,
 // reserved for the group, and what each of its bound pods holds.
-func checkGroupClaim(g *schedulingv1beta1.PodGroup, name string, bound []*v1.Pod, snap *report.Snapshot, rows []report.Row) []string {
+func checkGroupClaim(g *schedulingv1beta1.PodGroup, name string, bound []*v1.Pod, snap *allocation.Snapshot, rows []allocation.Row) []string {
 	idx := slices.IndexFunc(g.Spec.ResourceClaims, func(c schedulingv1beta1.PodGroupResourceClaim) bool { return c.Name == name })
 	if idx < 0 {
 		return []string{fmt.Sprintf("spec.resourceClaims has no entry %s (the API server drops the field unless DRAWorkloadResourceClaims is on)", name)}
@@ -170,7 +170,7 @@ func checkGroupClaim(g *schedulingv1beta1.PodGroup, name string, bound []*v1.Pod
 		f = append(f, fmt.Sprintf("its claim %s is reserved for %v, not for the group", claimName, reservedNames(claim.Status.ReservedFor)))
 	}
 	for _, p := range bound {
-		if !slices.ContainsFunc(rows, func(r report.Row) bool { return r.Pod == p.Name && r.Claim == claimName && r.Device != "" }) {
+		if !slices.ContainsFunc(rows, func(r allocation.Row) bool { return r.Pod == p.Name && r.Claim == claimName && r.Device != "" }) {
 			f = append(f, fmt.Sprintf("pod %s does not hold the devices of the group's claim %s", p.Name, claimName))
 		}
 	}
@@ -179,7 +179,7 @@ func checkGroupClaim(g *schedulingv1beta1.PodGroup, name string, bound []*v1.Pod
 
 // checkGone: no group matches, and no claim owned by a group of the
 // pattern is left.
-func checkGone(e GroupExpectation, matching []*schedulingv1beta1.PodGroup, snap *report.Snapshot) []string {
+func checkGone(e GroupExpectation, matching []*schedulingv1beta1.PodGroup, snap *allocation.Snapshot) []string {
 	var f []string
 	for _, g := range matching {
 		f = append(f, fmt.Sprintf("group %s still exists", g.Name))

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/dralab/dralab/scenarios/report"
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 )
 
 // Group expectations read the groups, their pods and claims as the
@@ -39,12 +39,12 @@ func TestCheckGroups(t *testing.T) {
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "a-shared", Namespace: "ns"}}
 	claim.Status.Allocation = &resourceapi.AllocationResult{}
 	claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{APIGroup: "scheduling.k8s.io", Resource: "podgroups", Name: "a"}}
-	snap := &report.Snapshot{
+	snap := &allocation.Snapshot{
 		Pods:   []v1.Pod{pod("a-0", "a", "n1"), pod("a-1", "a", "n2"), pod("b-0", "b", ""), pod("b-1", "b", "")},
 		Claims: map[string]*resourceapi.ResourceClaim{"ns/a-shared": claim},
 		Nodes:  map[string]*v1.Node{"n1": node("n1", "d1"), "n2": node("n2", "d1"), "n3": node("n3", "d2")},
 	}
-	rows := []report.Row{{Pod: "a-0", Claim: "a-shared", Device: "gpu-0"}, {Pod: "a-1", Claim: "a-shared", Device: "gpu-0"}}
+	rows := []allocation.Row{{Pod: "a-0", Claim: "a-shared", Device: "gpu-0"}, {Pod: "a-1", Claim: "a-shared", Device: "gpu-0"}}
 	one := &Count{N: ptr.To(1)}
 	for _, c := range []struct {
 		name string

@@ -13,9 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 	"github.com/dralab/dralab/drivers/conformance/devices"
 	"github.com/dralab/dralab/drivers/gpu"
-	"github.com/dralab/dralab/scenarios/report"
+	"github.com/dralab/dralab/internal/nodedrivers"
 )
 
 // Inventory is what the cluster offers, for counts derived from it.
@@ -49,7 +50,7 @@ type Inventory struct {
 	// counters still allow.
 	Partitions map[string]int
 	// Shares lists, by tier, what is left of each shared device's memory.
-	Shares map[string][]report.FreeShare
+	Shares map[string][]allocation.FreeShare
 	// Published counts every GPU published through DRA, free or not, by
 	// tier and node.
 	Published map[string]map[string]int
@@ -179,12 +180,12 @@ func (inv Inventory) Resolve(c *Count) int {
 // their counts from it, so they fit any cluster with the tiers they need,
 // other workloads included.
 func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
-	snap, err := report.Read(ctx, r.Client, metav1.NamespaceDefault)
+	snap, err := allocation.Read(ctx, r.Client, metav1.NamespaceDefault, nodedrivers.Vocabulary)
 	if err != nil {
 		return Inventory{}, err
 	}
-	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, CountedNodes: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Overhead: map[string]int{}, TimeSliced: map[string]int{}, NodeLabels: map[string]bool{}, Plain: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]report.FreeShare{}, Groups: map[string]map[string]map[string]int{}, Published: map[string]map[string]int{}, Drivers: map[string]int{}, FreeOnNode: map[string]map[string]int{}, NodeLabelsOf: map[string]map[string]string{}, Tainted: map[string]int{}}
-	shares := map[string]report.FreeShare{}
+	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, CountedNodes: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Overhead: map[string]int{}, TimeSliced: map[string]int{}, NodeLabels: map[string]bool{}, Plain: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]allocation.FreeShare{}, Groups: map[string]map[string]map[string]int{}, Published: map[string]map[string]int{}, Drivers: map[string]int{}, FreeOnNode: map[string]map[string]int{}, NodeLabelsOf: map[string]map[string]string{}, Tainted: map[string]int{}}
+	shares := map[string]allocation.FreeShare{}
 	for _, f := range snap.FreeShares(gpu.CapacityMemory) {
 		shares[f.Driver+"/"+f.Pool+"/"+f.Device] = f
 	}
@@ -225,7 +226,7 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 		}
 		for i := range sl.Spec.Devices {
 			key := sl.Spec.Driver + "/" + sl.Spec.Pool.Name + "/" + sl.Spec.Devices[i].Name
-			tier, err := report.Tier(ctx, sl.Spec.Driver, &sl.Spec.Devices[i])
+			tier, err := nodedrivers.Vocabulary.Tier(ctx, sl.Spec.Driver, &sl.Spec.Devices[i])
 			if err != nil {
 				return inv, err
 			}
@@ -306,7 +307,7 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 		if !ok {
 			continue
 		}
-		if tier := report.NodeTier(n); tier != "" {
+		if tier := nodedrivers.Vocabulary.NodeTier(n); tier != "" {
 			free := int(q.Value() - requested[n.Name])
 			inv.Counted[tier] += free
 			if free > 0 {
@@ -320,7 +321,7 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 // addFree lists a free device on a node, its attributes by qualified
 // name and the DeviceClasses it is one of; a device of no one node's pool
 // is in no pair.
-func (inv *Inventory) addFree(ctx context.Context, snap *report.Snapshot, sl *resourceapi.ResourceSlice, d *resourceapi.Device, tier string) {
+func (inv *Inventory) addFree(ctx context.Context, snap *allocation.Snapshot, sl *resourceapi.ResourceSlice, d *resourceapi.Device, tier string) {
 	node := ptr.Deref(sl.Spec.NodeName, "")
 	if node == "" {
 		return

@@ -24,7 +24,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
-	"github.com/dralab/dralab/scenarios/report"
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 )
 
 // ErrUnmet means the cluster lacks what a scenario requires.
@@ -46,7 +46,7 @@ type Runner struct {
 	// outcome. A failing step reports its mismatches after it.
 	StepTimeout time.Duration
 	// OnStep, if set, is told each step's allocation table.
-	OnStep func(step string, rows []report.Row)
+	OnStep func(step string, rows []allocation.Row)
 	// KeepNamespace leaves the scenario's namespace for inspection.
 	KeepNamespace bool
 	// BeforeCleanup, if set, is called before the scenario's objects are
@@ -92,13 +92,13 @@ type Result struct {
 // StepResult is one step's allocation table and mismatches.
 type StepResult struct {
 	Name     string
-	Rows     []report.Row
+	Rows     []allocation.Row
 	Failures []string
 	// Expectations are the step's expectations, each checked.
 	Expectations []ExpectationResult
 	// Snapshot is the cluster as the step's outcome was read from it: the
 	// nodes and slices, and the scenario namespace's pods and claims.
-	Snapshot *report.Snapshot
+	Snapshot *allocation.Snapshot
 }
 
 // Failures lists every mismatch, prefixed with its step.

@@ -18,9 +18,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/kubeapply"
-	"github.com/dralab/dralab/scenarios/report"
+	"github.com/dralab/dralab/internal/nodedrivers"
 )
 
 func (r *run) act(ctx context.Context, st Step) error {
@@ -58,11 +59,11 @@ func (r *run) failGPU(ctx context.Context, f *FailGPU) error {
 		xid = gpu.DefaultXID
 	}
 	fault, isFault := gpu.LookupXID(xid).Fault()
-	rows, err := report.Allocations(ctx, r.Client, r.ns)
+	rows, err := allocation.Allocations(ctx, r.Client, r.ns, nodedrivers.Vocabulary)
 	if err != nil {
 		return err
 	}
-	var held []report.Row
+	var held []allocation.Row
 	for _, row := range rows {
 		if ok, _ := path.Match(f.Pods, row.Pod); ok && row.Device != "" && row.Driver == gpu.DriverName {
 			held = append(held, row)
@@ -126,7 +127,7 @@ func (r *run) failGPU(ctx context.Context, f *FailGPU) error {
 	// And each device carries the fault's taint.
 	want := fault.Taint.Key + "=" + fault.Taint.Value + ":" + string(fault.Taint.Effect)
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, r.StepTimeout, true, func(ctx context.Context) (bool, error) {
-		snap, err := report.Read(ctx, r.Client, r.ns)
+		snap, err := allocation.Read(ctx, r.Client, r.ns, nodedrivers.Vocabulary)
 		if err != nil {
 			return false, nil
 		}
@@ -295,7 +296,7 @@ func (r *run) waitScheduled(ctx context.Context, name string) error {
 		if err != nil {
 			return false, nil
 		}
-		return pod.Spec.NodeName != "" || report.Unschedulable(pod), nil
+		return pod.Spec.NodeName != "" || allocation.Unschedulable(pod), nil
 	})
 	if err != nil {
 		return fmt.Errorf("pod %s was neither scheduled nor found unschedulable: %w", name, err)
@@ -304,7 +305,7 @@ func (r *run) waitScheduled(ctx context.Context, name string) error {
 }
 
 func (r *run) deletePods(ctx context.Context, d *DeletePods) error {
-	rows, err := report.Allocations(ctx, r.Client, r.ns)
+	rows, err := allocation.Allocations(ctx, r.Client, r.ns, nodedrivers.Vocabulary)
 	if err != nil {
 		return err
 	}
@@ -347,7 +348,7 @@ func (r *run) deleteGroups(ctx context.Context, d *DeleteGroups) error {
 			continue
 		}
 		for _, p := range pods.Items {
-			if report.GroupOf(&p) != g.Name {
+			if allocation.GroupOf(&p) != g.Name {
 				continue
 			}
 			if err := r.Client.CoreV1().Pods(r.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
@@ -367,11 +368,11 @@ func (r *run) deleteGroups(ctx context.Context, d *DeleteGroups) error {
 }
 
 func (r *run) taintAllocated(ctx context.Context, t *TaintAllocated) error {
-	rows, err := report.Allocations(ctx, r.Client, r.ns)
+	rows, err := allocation.Allocations(ctx, r.Client, r.ns, nodedrivers.Vocabulary)
 	if err != nil {
 		return err
 	}
-	rows = slices.DeleteFunc(rows, func(row report.Row) bool {
+	rows = slices.DeleteFunc(rows, func(row allocation.Row) bool {
 		ok, _ := path.Match(t.Pods, row.Pod)
 		return !ok || row.Device == ""
 	})
@@ -410,7 +411,7 @@ func (r *run) taintAllocated(ctx context.Context, t *TaintAllocated) error {
 // claim of another namespace holds too (a share of it, or admin access):
 // on a shared cluster a taint rule on it would keep it from its other
 // users, and one with effect NoExecute would evict their pods.
-func (r *run) onlyOurs(ctx context.Context, rows []report.Row) error {
+func (r *run) onlyOurs(ctx context.Context, rows []allocation.Row) error {
 	claims, err := r.Client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("taintAllocated: listing the cluster's claims, to taint no device another holds: %w", err)

@@ -7,6 +7,15 @@
 //
 // cmd/dralab-conformance runs it from a driver's CI; dralab's
 // conformance:run runs it on an embedded lab it starts itself.
+//
+// The module is dralab's light one, which needs no Kubernetes module and
+// takes no replace directive, so that a driver's CI installs from it.
+// Beside the suite it holds the device model the checks read (package
+// devices, with the allocator's CEL), the reading of a cluster's
+// allocations and of why a pod waits (package allocation), and the input
+// checks (strictyaml, nearest, fuzzcheck): dralab's own module uses them
+// too, and Go modules reach each other only through published versions,
+// so what both use lives here, once.
 package conformance
 
 import (

@@ -17,7 +17,7 @@ import (
 
 	"github.com/dralab/dralab/drivers/conformance/strictyaml"
 	"github.com/dralab/dralab/drivers/kit"
-	"github.com/dralab/dralab/drivers/kit/natural"
+	"github.com/dralab/dralab/internal/natural"
 )
 
 // TaintKeyXID is the taint a GPU driver puts on a device whose GPU reported

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/cel"
 
-	"github.com/dralab/dralab/drivers/conformance/devicecel"
+	"github.com/dralab/dralab/drivers/conformance/devices"
 )
 
 const (
@@ -191,7 +191,7 @@ func all(conditions ...string) string {
 // construction.
 func TierOf(ctx context.Context, dev cel.Device) (string, error) {
 	for _, t := range Tiers {
-		sel, err := devicecel.Compile(driverSelector, typeSelector(TypeGPU), t.Selector())
+		sel, err := devices.CompileSelectors(driverSelector, typeSelector(TypeGPU), t.Selector())
 		if err != nil {
 			return "", err
 		}

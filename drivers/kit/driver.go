@@ -35,7 +35,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
-	"github.com/dralab/dralab/drivers/kit/natural"
+	"github.com/dralab/dralab/internal/natural"
 )
 
 // Options configure a driver on one node.

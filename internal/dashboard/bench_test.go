@@ -11,9 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/dashboard"
-	"github.com/dralab/dralab/scenarios/report"
+	"github.com/dralab/dralab/internal/nodedrivers"
 )
 
 // BenchmarkBuildAndRender is what the live dashboard does on every burst
@@ -58,7 +59,7 @@ func BenchmarkBuildAndRender(b *testing.B) {
 		}
 		pods, claims = append(pods, p), append(claims, c)
 	}
-	snap := report.NewSnapshot(metav1.NamespaceAll, pods, claims, slices, gpu.DeviceClasses(), nil, nil)
+	snap := allocation.NewSnapshot(nodedrivers.Vocabulary, metav1.NamespaceAll, pods, claims, slices, gpu.DeviceClasses(), nil, nil)
 	for b.Loop() {
 		p, err := dashboard.Build(ctx, "bench", snap)
 		if err != nil {

@@ -19,9 +19,10 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/dashboard"
-	"github.com/dralab/dralab/scenarios/report"
+	"github.com/dralab/dralab/internal/nodedrivers"
 )
 
 const driver = gpu.DriverName
@@ -75,7 +76,7 @@ func cluster() []runtime.Object {
 // reads a cluster.
 func build(t *testing.T, objects ...runtime.Object) *dashboard.Page {
 	t.Helper()
-	snap, err := report.Read(context.Background(), fake.NewClientset(objects...), metav1.NamespaceAll)
+	snap, err := allocation.Read(context.Background(), fake.NewClientset(objects...), metav1.NamespaceAll, nodedrivers.Vocabulary)
 	if err != nil {
 		t.Fatal(err)
 	}

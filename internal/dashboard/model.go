@@ -19,9 +19,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 	"github.com/dralab/dralab/drivers/gpu"
-	"github.com/dralab/dralab/drivers/kit/natural"
-	"github.com/dralab/dralab/scenarios/report"
+	"github.com/dralab/dralab/internal/natural"
+	"github.com/dralab/dralab/internal/nodedrivers"
 )
 
 // Page is what the dashboard shows.
@@ -59,7 +60,7 @@ type Node struct {
 	// Partitions are the partition types of the node's pools, where their
 	// slices name a partitionTypeAttribute (the DRAPartitionableDevicesType
 	// gate): what a ResourcePoolStatusRequest answers, counted by the lab.
-	Partitions []report.PartitionType
+	Partitions []allocation.PartitionType
 }
 
 // Device states, in words; a tile's class names them too.
@@ -123,7 +124,7 @@ type Pending struct {
 }
 
 // Build makes the page of a snapshot read for all namespaces.
-func Build(ctx context.Context, title string, snap *report.Snapshot) (*Page, error) {
+func Build(ctx context.Context, title string, snap *allocation.Snapshot) (*Page, error) {
 	rows, err := snap.Rows(ctx)
 	if err != nil {
 		return nil, err
@@ -145,8 +146,8 @@ func Build(ctx context.Context, title string, snap *report.Snapshot) (*Page, err
 				reason = "waiting for the scheduler"
 			}
 			pending := Pending{Pod: r.Namespace + "/" + r.Pod, Reason: reason}
-			if pod := pods[pending.Pod]; pod != nil && report.GroupOf(pod) != "" {
-				name := r.Namespace + "/" + report.GroupOf(pod)
+			if pod := pods[pending.Pod]; pod != nil && allocation.GroupOf(pod) != "" {
+				name := r.Namespace + "/" + allocation.GroupOf(pod)
 				if groups[name] == nil {
 					groups[name] = groupOf(snap, name)
 				}
@@ -196,7 +197,7 @@ func Build(ctx context.Context, title string, snap *report.Snapshot) (*Page, err
 			if c, ok := d.Capacity[gpu.CapacityMemory]; ok {
 				t.Memory = memory(c.Value)
 			}
-			if tier, err := report.Tier(ctx, s.Spec.Driver, &d); err == nil {
+			if tier, err := nodedrivers.Vocabulary.Tier(ctx, s.Spec.Driver, &d); err == nil {
 				t.Tier = tier
 			}
 			t.Holders = holders[ref]
@@ -228,7 +229,7 @@ func Build(ctx context.Context, title string, snap *report.Snapshot) (*Page, err
 			continue
 		}
 		c := node(name)
-		c.Counted, c.CountedTier, c.Allocatable = true, report.NodeTier(n), q.Value()
+		c.Counted, c.CountedTier, c.Allocatable = true, nodedrivers.Vocabulary.NodeTier(n), q.Value()
 	}
 	for _, pod := range snap.Pods {
 		if c, ok := byNode[pod.Spec.NodeName]; ok && c.Counted && pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed {
@@ -248,7 +249,7 @@ func Build(ctx context.Context, title string, snap *report.Snapshot) (*Page, err
 
 // groupOf is the PodGroup namespace/name as the snapshot has it: its
 // minCount and its pods, bound or not.
-func groupOf(snap *report.Snapshot, name string) *Group {
+func groupOf(snap *allocation.Snapshot, name string) *Group {
 	g := &Group{Name: name}
 	if pg := snap.PodGroups[name]; pg != nil && pg.Spec.SchedulingPolicy.Gang != nil {
 		g.MinCount = int(pg.Spec.SchedulingPolicy.Gang.MinCount)
@@ -286,7 +287,7 @@ func (t *Tile) states(shared bool) {
 }
 
 // claimHolders are the claims holding each device, by driver/pool/device.
-func claimHolders(ctx context.Context, snap *report.Snapshot) map[string][]Holder {
+func claimHolders(ctx context.Context, snap *allocation.Snapshot) map[string][]Holder {
 	out := map[string][]Holder{}
 	for _, c := range snap.AllClaims {
 		if c.Status.Allocation == nil {
@@ -322,11 +323,11 @@ func claimHolders(ctx context.Context, snap *report.Snapshot) map[string][]Holde
 
 // groupPodsOf are the pods of the PodGroup namespace/group that use the
 // claim, in the snapshot's order.
-func groupPodsOf(snap *report.Snapshot, namespace, group, claim string) []string {
+func groupPodsOf(snap *allocation.Snapshot, namespace, group, claim string) []string {
 	var out []string
 	for i := range snap.Pods {
 		pod := &snap.Pods[i]
-		if pod.Namespace == namespace && report.GroupOf(pod) == group && slices.Contains(report.ClaimNames(pod), claim) {
+		if pod.Namespace == namespace && allocation.GroupOf(pod) == group && slices.Contains(allocation.ClaimNames(pod), claim) {
 			out = append(out, namespace+"/"+pod.Name)
 		}
 	}
@@ -381,7 +382,7 @@ func or(s, otherwise string) string {
 
 // poolNodes maps each pool (driver/pool) to its node: its slices', or
 // the pool's name for a pool of no node.
-func poolNodes(snap *report.Snapshot) map[string]string {
+func poolNodes(snap *allocation.Snapshot) map[string]string {
 	out := map[string]string{}
 	for _, s := range snap.Slices {
 		k := s.Spec.Driver + "/" + s.Spec.Pool.Name

@@ -7,8 +7,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 	"github.com/dralab/dralab/internal/drametrics"
-	"github.com/dralab/dralab/scenarios/report"
 )
 
 //go:embed page.html report.html
@@ -21,7 +21,7 @@ var pageTemplate = template.Must(template.New("page.html").Funcs(template.FuncMa
 	},
 	"claimsInUse":      drametrics.FormatClaimsInUse,
 	"claimsInUseTotal": func(m map[string]float64) float64 { return m[drametrics.AnyDriver] },
-	"withRoom": func(pts []report.PartitionType) (n int) {
+	"withRoom": func(pts []allocation.PartitionType) (n int) {
 		for _, pt := range pts {
 			if pt.Allocatable > 0 {
 				n++

@@ -9,9 +9,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 	"github.com/dralab/dralab/internal/atomicfile"
 	"github.com/dralab/dralab/scenarios"
-	"github.com/dralab/dralab/scenarios/report"
 )
 
 // Report is a scenario run's static report: one self-contained HTML file
@@ -85,7 +85,7 @@ func ScenarioReport(ctx context.Context, s *scenarios.Scenario, res *scenarios.R
 	for _, st := range res.Steps {
 		rs := ReportStep{Name: st.Name, Expectations: st.Expectations}
 		if len(st.Rows) > 0 {
-			header, body := report.Cells(st.Rows)
+			header, body := allocation.Cells(st.Rows)
 			rs.Table = &Table{Header: header, Body: body}
 		}
 		if st.Snapshot != nil {

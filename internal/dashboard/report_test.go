@@ -14,10 +14,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/dashboard/browsertest"
+	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/scenarios"
-	"github.com/dralab/dralab/scenarios/report"
 )
 
 // scenarioReport is a report of the prioritized-fallback scenario whose two
@@ -29,7 +30,7 @@ func scenarioReport(t *testing.T) *dashboard.Report {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := report.Read(ctx, fake.NewClientset(cluster()...), metav1.NamespaceAll)
+	snap, err := allocation.Read(ctx, fake.NewClientset(cluster()...), metav1.NamespaceAll, nodedrivers.Vocabulary)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,8 +25,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 	"github.com/dralab/dralab/internal/drametrics"
-	"github.com/dralab/dralab/scenarios/report"
+	"github.com/dralab/dralab/internal/nodedrivers"
 )
 
 // Server serves the live dashboard of a cluster: read-only (it lists and
@@ -62,7 +63,7 @@ type caches struct {
 }
 
 // snapshot is the cluster as the informers last saw it.
-func (c *caches) snapshot() (*report.Snapshot, error) {
+func (c *caches) snapshot() (*allocation.Snapshot, error) {
 	everything := labels.Everything()
 	pods, err := c.pods.List(everything)
 	if err != nil {
@@ -88,7 +89,7 @@ func (c *caches) snapshot() (*report.Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return report.NewSnapshot(metav1.NamespaceAll, values(pods), values(claims), values(slices), values(classes), values(rules), values(nodes)), nil
+	return allocation.NewSnapshot(nodedrivers.Vocabulary, metav1.NamespaceAll, values(pods), values(claims), values(slices), values(classes), values(rules), values(nodes)), nil
 }
 
 // values copies cached objects into a slice of values; the report reads
@@ -184,7 +185,7 @@ func (s *Server) authorized(next http.Handler) http.Handler {
 }
 
 func (s *Server) build(ctx context.Context) (*Page, error) {
-	var snap *report.Snapshot
+	var snap *allocation.Snapshot
 	var err error
 	if c := s.caches.Load(); c != nil {
 		// PodGroups from the API server, only where a pod joins one: the
@@ -194,7 +195,7 @@ func (s *Server) build(ctx context.Context) (*Page, error) {
 		}
 	} else {
 		// Before the informers have synced, from the API server.
-		snap, err = report.Read(ctx, s.Client, metav1.NamespaceAll)
+		snap, err = allocation.Read(ctx, s.Client, metav1.NamespaceAll, nodedrivers.Vocabulary)
 	}
 	if err != nil {
 		return nil, err

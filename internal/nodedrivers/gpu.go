@@ -1,6 +1,7 @@
 package nodedrivers
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -9,12 +10,14 @@ import (
 	"github.com/spf13/cobra"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/cel"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 	"github.com/dralab/dralab/drivers/conformance/manifest"
+	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/drivers/gpu"
-	"github.com/dralab/dralab/drivers/gpuapp"
 	"github.com/dralab/dralab/drivers/nvml"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/lab/config"
@@ -26,7 +29,10 @@ type gpuKind struct{}
 
 func init() { register(10, gpuKind{}) }
 
-func (gpuKind) Command() *cobra.Command { return gpuapp.NewCommand() }
+// Command is nil: the GPU driver's command is dralab-driver itself
+// (cmd/dralab-driver's root), and it links NVML, which no binary of the
+// lab's may (its progress lines' Helm links Go's plugin package).
+func (gpuKind) Command() *cobra.Command { return nil }
 
 func (gpuKind) Name() string                 { return "GPU driver" }
 func (gpuKind) Role() string                 { return labstate.RoleDriver }
@@ -257,3 +263,34 @@ func (k gpuKind) Releases(cfg *config.Config) []Release {
 	}
 	return out
 }
+
+// Vocabulary is how the lab names its devices where it reads allocations
+// (its scenarios, dashboard, soak and tests): dralab's GPUs by tier (the
+// tier selectors of drivers/gpu, so NVML's GPUs too), a counting node's
+// GPUs by its profile label's tier, MIG devices by profile, and the GPU
+// driver's device types, time slices among them.
+var Vocabulary = allocation.Vocabulary{
+	Tier: func(ctx context.Context, driver string, dev *resourceapi.Device) (string, error) {
+		return gpu.TierOf(ctx, cel.Device{Driver: driver, Attributes: dev.Attributes, Capacity: dev.Capacity})
+	},
+	NodeTier:         func(node *v1.Node) string { return profileTiers[node.Labels[gpu.NodeProfileLabel]] },
+	ProfileAttribute: gpu.AttrProfile,
+	DeviceType: func(driver string, dev *resourceapi.Device) string {
+		if a, ok := dev.Attributes[gpu.AttrType]; ok && driver == gpu.DriverName && a.StringValue != nil {
+			return *a.StringValue
+		}
+		return ""
+	},
+	TimeSliceType: gpu.TypeTimeSlice,
+}
+
+// profileTiers are the built-in GPU profiles' tiers, by profile.
+var profileTiers = func() map[string]string {
+	m := map[string]string{}
+	if profiles, err := fakegpu.Builtin(); err == nil {
+		for name, p := range profiles {
+			m[name] = p.Tier
+		}
+	}
+	return m
+}()

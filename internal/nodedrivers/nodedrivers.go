@@ -4,8 +4,8 @@
 // it, how the embedded lab starts it, the labels it puts on its node, what
 // the lab's status says of it and when its devices count as published.
 // The backends, the lab process, readiness and status ask here instead of
-// branching on the kinds, and dralab-driver takes each kind's command from
-// here. Adding a kind is its driver, its command, one file here (which
+// branching on the kinds, and dralab-driver takes each kind's command
+// (but the GPU driver's, its own) from here. Adding a kind is its driver, its command, one file here (which
 // registers the kind) and its node section in lab/config.
 package nodedrivers
 
@@ -71,7 +71,8 @@ type Kind interface {
 	// lab cannot give them what they lack).
 	ConformanceNeeds(cfg *config.Config) []Need
 	// Command is the dralab-driver command that runs the kind's driver,
-	// which Args' flags are for; nil for a driver the configuration
+	// which Args' flags are for; nil for the GPU driver (dralab-driver
+	// itself, the root command) and for a driver the configuration
 	// brings.
 	Command() *cobra.Command
 }
@@ -164,23 +165,17 @@ func register(rank int, k Kind) {
 	kinds = slices.Insert(kinds, i, k)
 }
 
-// Command is dralab-driver's command line: the command of the kind whose
-// driver is a node's main one (dralab's GPU driver), with every other
-// kind's command under it (`dralab-driver nic`).
-func Command() *cobra.Command {
-	var root *cobra.Command
-	var subs []*cobra.Command
+// Commands are the dralab-driver commands of the kinds that run under the
+// GPU driver's (`dralab-driver nic`, `dralab-driver cpu`): dralab-driver
+// adds each kind's from here.
+func Commands() []*cobra.Command {
+	var out []*cobra.Command
 	for _, k := range kinds {
-		switch c := k.Command(); {
-		case c == nil:
-		case root == nil && k.Role() == labstate.RoleDriver:
-			root = c
-		default:
-			subs = append(subs, c)
+		if c := k.Command(); c != nil {
+			out = append(out, c)
 		}
 	}
-	root.AddCommand(subs...)
-	return root
+	return out
 }
 
 // All returns every kind.

@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/cel"
 
-	"github.com/dralab/dralab/drivers/conformance/devicecel"
 	"github.com/dralab/dralab/drivers/conformance/devices"
 )
 
@@ -64,7 +63,7 @@ func classDevices(ctx context.Context, client kubernetes.Interface, className st
 			expressions = append(expressions, sel.CEL.Expression)
 		}
 	}
-	selectors, err := devicecel.Compile(expressions...)
+	selectors, err := devices.CompileSelectors(expressions...)
 	if err != nil {
 		return nil, fmt.Errorf("DeviceClass %s: %w", className, err)
 	}
@@ -80,7 +79,7 @@ func classDevices(ctx context.Context, client kubernetes.Interface, className st
 // lacks read without has()) is an error naming the device: Kubernetes
 // 1.37's allocator gives up the whole claim there rather than skip the
 // device, so no count may treat it as "not selected".
-func selectedBy(ctx context.Context, selectors devicecel.Selectors, devs []device) ([]device, error) {
+func selectedBy(ctx context.Context, selectors devices.Selectors, devs []device) ([]device, error) {
 	var out []device
 	for _, d := range devs {
 		ok, err := selectors.Match(ctx, cel.Device{Driver: d.driver, Attributes: d.dev.Attributes, Capacity: d.dev.Capacity})
@@ -132,7 +131,7 @@ func (k *kit) everyDeviceWith(ctx context.Context, name, node string, with resou
 	}
 	// The allocator's CEL library must agree with narrow: the claim gets
 	// exactly this group or is refused.
-	selectors, err := devicecel.Compile(expr)
+	selectors, err := devices.CompileSelectors(expr)
 	if err != nil {
 		return req, fmt.Errorf("selector %s: %w", expr, err)
 	}

@@ -21,7 +21,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/utils/ptr"
 
-	"github.com/dralab/dralab/drivers/conformance/devicecel"
+	"github.com/dralab/dralab/drivers/conformance/devices"
 	"github.com/dralab/dralab/drivers/conformance/manifest"
 )
 
@@ -598,7 +598,7 @@ func (f *fakeCluster) selected(ctx context.Context, req resourceapi.DeviceReques
 			expressions = append(expressions, s.CEL.Expression)
 		}
 	}
-	selectors, err := devicecel.Compile(expressions...)
+	selectors, err := devices.CompileSelectors(expressions...)
 	if err != nil {
 		return nil, err
 	}

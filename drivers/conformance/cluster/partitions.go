@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/dralab/dralab/drivers/conformance/devicecel"
+	"github.com/dralab/dralab/drivers/conformance/devices"
 )
 
 // pool is what one node publishes for a pool: its devices and its
@@ -73,7 +73,7 @@ func selected(ctx context.Context, client kubernetes.Interface, class, selector 
 	if err != nil || selector == "" {
 		return out, err
 	}
-	sel, err := devicecel.Compile(selector)
+	sel, err := devices.CompileSelectors(selector)
 	if err != nil {
 		return nil, fmt.Errorf("selector %s: %w", selector, err)
 	}

@@ -14,7 +14,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/utils/ptr"
 
-	"github.com/dralab/dralab/drivers/conformance/devicecel"
 	"github.com/dralab/dralab/drivers/conformance/devices"
 	"github.com/dralab/dralab/drivers/conformance/manifest"
 )
@@ -150,7 +149,7 @@ func (k *kit) twoValues(ctx context.Context, expr string) (string, valued, value
 		if d.Node == "" || slices.Contains(quiet, d.Node) {
 			continue
 		}
-		v, err := devicecel.Derive(ctx, expr, cel.Device{Driver: d.Driver, Attributes: d.Attributes, Capacity: d.Capacity})
+		v, err := devices.Derive(ctx, expr, cel.Device{Driver: d.Driver, Attributes: d.Attributes, Capacity: d.Capacity})
 		if err != nil {
 			failing[d.Node] = fmt.Sprintf("%s fails on %s: %v", expr, d.Key(), err)
 			continue
@@ -210,7 +209,7 @@ func (k *kit) derivedOf(ctx context.Context, expr, node string, results []resour
 			return nil, fmt.Errorf("device %s/%s/%s of request %s is not published for node %s", r.Driver, r.Pool, r.Device, r.Request, node)
 		}
 		d := published[i]
-		v, err := devicecel.Derive(ctx, expr, cel.Device{Driver: d.Driver, Attributes: d.Attributes, Capacity: d.Capacity})
+		v, err := devices.Derive(ctx, expr, cel.Device{Driver: d.Driver, Attributes: d.Attributes, Capacity: d.Capacity})
 		if err != nil {
 			return nil, fmt.Errorf("%s on %s: %w", expr, d.Key(), err)
 		}
@@ -494,7 +493,7 @@ func (k *kit) listPlan(ctx context.Context) (listPlan, error) {
 					continue
 				}
 				theirs, err := k.freeOfClass(ctx, o, func(d devices.Device) (*resourceapi.DeviceAttribute, error) {
-					return devicecel.Derive(ctx, o.Topology.Expression, cel.Device{Driver: d.Driver, Attributes: d.Attributes, Capacity: d.Capacity})
+					return devices.Derive(ctx, o.Topology.Expression, cel.Device{Driver: d.Driver, Attributes: d.Attributes, Capacity: d.Capacity})
 				})
 				if err != nil {
 					return listPlan{}, err

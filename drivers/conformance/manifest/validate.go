@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/dralab/dralab/drivers/conformance/devicecel"
+	"github.com/dralab/dralab/drivers/conformance/devices"
 )
 
 // Limits Kubernetes puts on what a manifest names; checking them here
@@ -139,7 +139,7 @@ func (m *Manifest) validateTopology(p *field.Path) field.ErrorList {
 	if m.Topology.Expression == "" {
 		return field.ErrorList{field.Required(ep, "a CEL expression over a device, e.g. device.attributes[\"resource.kubernetes.io\"].numaNode")}
 	}
-	if err := devicecel.CompileDerived(m.Topology.Expression); err != nil {
+	if err := devices.CompileDerived(m.Topology.Expression); err != nil {
 		return field.ErrorList{field.Invalid(ep, m.Topology.Expression, err.Error())}
 	}
 	return nil
@@ -257,7 +257,7 @@ func validateSelector(p *field.Path, expr string) field.ErrorList {
 	if expr == "" {
 		return nil
 	}
-	if _, err := devicecel.Compile(expr); err != nil {
+	if _, err := devices.CompileSelectors(expr); err != nil {
 		return field.ErrorList{field.Invalid(p, expr, err.Error())}
 	}
 	return nil

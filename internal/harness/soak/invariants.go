@@ -16,9 +16,10 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/kit"
-	"github.com/dralab/dralab/scenarios/report"
+	"github.com/dralab/dralab/internal/nodedrivers"
 )
 
 // Invariants the soak checks.
@@ -310,7 +311,7 @@ func cdiOwned(o *observation) []finding {
 // reason the report can name. With zero bounds (after settle) no wait is
 // allowed.
 func podsAccounted(ctx context.Context, o *observation, b bounds) ([]finding, error) {
-	snap := report.NewSnapshot("", slices.Clone(o.pods), o.claims, o.slices, o.classes, o.rules, o.nodes)
+	snap := allocation.NewSnapshot(nodedrivers.Vocabulary, "", slices.Clone(o.pods), o.claims, o.slices, o.classes, o.rules, o.nodes)
 	rows, err := snap.Rows(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("explaining pending pods: %w", err)
@@ -381,7 +382,7 @@ func preparedOnce(o *observation) []finding {
 		if p.Status.Phase != v1.PodRunning || p.DeletionTimestamp != nil {
 			continue
 		}
-		for _, name := range report.ClaimNames(p) {
+		for _, name := range allocation.ClaimNames(p) {
 			c := claims[p.Namespace+"/"+name]
 			if c == nil || c.Status.Allocation == nil || done[c.UID] {
 				continue

@@ -17,9 +17,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/gpu"
-	"github.com/dralab/dralab/drivers/kit/natural"
+	"github.com/dralab/dralab/internal/natural"
+	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/internal/realnode"
-	"github.com/dralab/dralab/scenarios/report"
 )
 
 // Namespace is where the soak's pods and claims live.
@@ -67,7 +67,7 @@ func readInventory(ctx context.Context, slices []resourceapi.ResourceSlice) (inv
 			case gpu.TypeMIG:
 				profiles[attr(d, gpu.AttrProfile)] = true
 			case gpu.TypeGPU:
-				tier, err := report.Tier(ctx, gpu.DriverName, d)
+				tier, err := nodedrivers.Vocabulary.Tier(ctx, gpu.DriverName, d)
 				if err != nil {
 					return inv, err
 				}

@@ -1,4 +1,4 @@
-package report
+package allocation
 
 import (
 	"context"
@@ -15,7 +15,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/utils/ptr"
 
-	"github.com/dralab/dralab/drivers/conformance/devicecel"
 	"github.com/dralab/dralab/drivers/conformance/devices"
 )
 
@@ -637,7 +636,7 @@ func matchesAll(ctx context.Context, selectors []resourceapi.DeviceSelector, d d
 		}
 		// A selector that does not compile is the claim's or the class's
 		// fault, said as such, not an error of the report.
-		compiled, err := devicecel.Compile(sel.CEL.Expression)
+		compiled, err := devices.CompileSelectors(sel.CEL.Expression)
 		if err != nil {
 			return false, &selectorError{expression: sel.CEL.Expression, device: d, err: err, compile: true}
 		}

@@ -1,4 +1,4 @@
-package report
+package allocation
 
 import (
 	"context"
@@ -116,10 +116,16 @@ func TestFreePartitions(t *testing.T) {
 		return d
 	}
 	devices := []resourceapi.Device{mig("a", "1g", "slice-0"), mig("b", "1g", "slice-1"), mig("ab", "2g", "slice-0", "slice-1")}
-	if got := snapshot(devices).FreePartitions(); got["1g"] != 2 || got["2g"] != 1 {
+	profiles := func(s *Snapshot) *Snapshot { s.Vocabulary.ProfileAttribute = "profile"; return s }
+	if got := profiles(snapshot(devices)).FreePartitions(); got["1g"] != 2 || got["2g"] != 1 {
 		t.Errorf("idle: %v, want 1g: 2, 2g: 1", got)
 	}
-	if got := snapshot(devices, claimOn("x", "a", nil)).FreePartitions(); got["1g"] != 1 || got["2g"] != 0 {
+	// A reader whose vocabulary names no profile attribute counts no
+	// partitions: it cannot tell them apart.
+	if got := snapshot(devices).FreePartitions(); len(got) != 0 {
+		t.Errorf("without a profile attribute: %v, want none", got)
+	}
+	if got := profiles(snapshot(devices, claimOn("x", "a", nil))).FreePartitions(); got["1g"] != 1 || got["2g"] != 0 {
 		t.Errorf("one 1g allocated: %v, want 1g: 1, 2g: 0", got)
 	}
 }

@@ -1,4 +1,4 @@
-package report
+package allocation
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/cel"
 
-	"github.com/dralab/dralab/drivers/conformance/devicecel"
 	"github.com/dralab/dralab/drivers/conformance/devices"
 )
 
@@ -75,7 +74,7 @@ func constraintAttribute(ctx context.Context, derived []resourceapi.DeviceDerive
 		if d.Name != attr {
 			continue
 		}
-		v, err := devicecel.Derive(ctx, d.Expression, cel.Device{Driver: driver, AllowMultipleAllocations: dev.AllowMultipleAllocations, Attributes: dev.Attributes, Capacity: dev.Capacity})
+		v, err := devices.Derive(ctx, d.Expression, cel.Device{Driver: driver, AllowMultipleAllocations: dev.AllowMultipleAllocations, Attributes: dev.Attributes, Capacity: dev.Capacity})
 		if err != nil || v == nil {
 			return resourceapi.DeviceAttribute{}, false
 		}

@@ -1,7 +1,12 @@
-// Package report explains allocations: for each pod, which claim request
+// Package allocation reads a cluster's Dynamic Resource Allocation state
+// as the allocator does and explains it: for each pod, which claim request
 // got which device (and, for a prioritized list, which subrequest was
-// chosen), the device's tier and node, and for a pod that waits, why.
-package report
+// chosen), the device's node and, in a Vocabulary's words, its tier; what
+// holds every device; and for a pod that waits, why, in the allocator's
+// own terms (taints, constraints, counters, capacity, selectors, node
+// resources, gangs, topology). It reads any cluster of resource.k8s.io/v1;
+// dralab's lab, scenarios, dashboard and soak read theirs through it.
+package allocation
 
 import (
 	"context"
@@ -21,13 +26,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/conformance/devices"
-	"github.com/dralab/dralab/drivers/fakegpu"
-	"github.com/dralab/dralab/drivers/gpu"
-	"github.com/dralab/dralab/drivers/kit/natural"
 )
 
 // Row is one allocated device of one pod's claim, or one pod without an
@@ -45,15 +46,18 @@ type Row struct {
 	Driver     string
 	Pool       string
 	Device     string
-	// Product and Tier describe a GPU of dralab's driver.
+	// Product is the device's productName attribute; Tier its tier, as
+	// the snapshot's Vocabulary names it.
 	Product     string
 	Tier        string
 	AdminAccess bool
-	// Profile is the MIG profile of a MIG device (1g.10gb).
+	// Profile is the profile of a partition (a MIG device's, 1g.10gb),
+	// from the Vocabulary's ProfileAttribute.
 	Profile string
-	// DeviceType is the type a GPU of dralab's driver publishes: gpu,
-	// mig or time-slice.
+	// DeviceType is the device's type as the Vocabulary names it (dralab's
+	// GPUs: gpu, mig or time-slice); TimeSlice: it is a time slice.
 	DeviceType string
+	TimeSlice  bool
 	// ShareID and Consumed describe one share of a device that several
 	// claims share: the allocation's share ID and the memory it consumes.
 	ShareID  string
@@ -83,8 +87,9 @@ type Row struct {
 	// conditions (Ready, an attach condition) and its data.
 	Conditions []string
 	Data       map[string]string
-	// NodeTier is the tier of the node's GPUs, from its profile label:
-	// what a counted GPU is, since counting names no device.
+	// NodeTier is the tier of the devices the node counts, as the
+	// Vocabulary names it: what a counted GPU is, since counting names no
+	// device.
 	NodeTier string
 	// ExtendedResourceClaim: the claim backs the pod's extended resources.
 	ExtendedResourceClaim bool
@@ -112,7 +117,9 @@ func (r Row) DeviceRef() string {
 // Snapshot is what the report reads from the API: a namespace's pods and
 // claims, and the cluster-wide objects that explain their allocations.
 type Snapshot struct {
-	Pods []v1.Pod
+	// Vocabulary names the devices in the reader's words.
+	Vocabulary Vocabulary
+	Pods       []v1.Pod
 	// Claims are the namespace's (all namespaces' when read for all), by
 	// claimKey; AllClaims the cluster's.
 	Claims     map[string]*resourceapi.ResourceClaim
@@ -135,7 +142,8 @@ func claimKey(namespace, name string) string { return namespace + "/" + name }
 // Read lists a namespace's pods and claims (metav1.NamespaceAll: every
 // namespace's) and the cluster's slices, classes, taint rules, claims and
 // nodes.
-func Read(ctx context.Context, client kubernetes.Interface, namespace string) (*Snapshot, error) {
+// v names the devices in the reader's words.
+func Read(ctx context.Context, client kubernetes.Interface, namespace string, v Vocabulary) (*Snapshot, error) {
 	pods, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
@@ -164,7 +172,7 @@ func Read(ctx context.Context, client kubernetes.Interface, namespace string) (*
 	if rules != nil {
 		ruleItems = rules.Items
 	}
-	snap := NewSnapshot(namespace, pods.Items, claims.Items, slices.Items, classes.Items, ruleItems, nodes.Items)
+	snap := NewSnapshot(v, namespace, pods.Items, claims.Items, slices.Items, classes.Items, ruleItems, nodes.Items)
 	if namespace != metav1.NamespaceAll {
 		bound, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName!="})
 		if err != nil {
@@ -207,10 +215,11 @@ func (s *Snapshot) SetPodGroups(groups []schedulingv1beta1.PodGroup) {
 // NewSnapshot makes a snapshot of listed objects (from the API or from
 // informers' caches): a namespace's pods (metav1.NamespaceAll: every
 // namespace's) and the cluster's claims, slices, classes, taint rules and
-// nodes. The pods are sorted in creation order; the slices are kept.
-func NewSnapshot(namespace string, pods []v1.Pod, claims []resourceapi.ResourceClaim, slices []resourceapi.ResourceSlice,
+// nodes, whose devices v names. The pods are sorted in creation order; the
+// slices are kept.
+func NewSnapshot(v Vocabulary, namespace string, pods []v1.Pod, claims []resourceapi.ResourceClaim, slices []resourceapi.ResourceSlice,
 	classes []resourceapi.DeviceClass, rules []resourceapi.DeviceTaintRule, nodes []v1.Node) *Snapshot {
-	s := &Snapshot{Pods: pods, Claims: map[string]*resourceapi.ResourceClaim{}, AllClaims: claims,
+	s := &Snapshot{Vocabulary: v, Pods: pods, Claims: map[string]*resourceapi.ResourceClaim{}, AllClaims: claims,
 		Slices: slices, Classes: map[string]*resourceapi.DeviceClass{}, TaintRules: rules, Nodes: map[string]*v1.Node{}}
 	for i := range claims {
 		if namespace == metav1.NamespaceAll || claims[i].Namespace == namespace {
@@ -236,15 +245,15 @@ func NewSnapshot(namespace string, pods []v1.Pod, claims []resourceapi.ResourceC
 			return a.Before(&b)
 		}
 		// Timestamps have seconds: pods created in one second are in the
-		// order their numbers say.
-		return natural.Less(s.Pods[i].Name, s.Pods[j].Name)
+		// order their names say, a template's by their numbers.
+		return lessName(s.Pods[i].Name, s.Pods[j].Name)
 	})
 	return s
 }
 
 // Allocations reads a namespace and returns its allocation table.
-func Allocations(ctx context.Context, client kubernetes.Interface, namespace string) ([]Row, error) {
-	s, err := Read(ctx, client, namespace)
+func Allocations(ctx context.Context, client kubernetes.Interface, namespace string, v Vocabulary) ([]Row, error) {
+	s, err := Read(ctx, client, namespace, v)
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +267,7 @@ func (s *Snapshot) Rows(ctx context.Context) ([]Row, error) {
 		pod := &s.Pods[i]
 		base := Row{Namespace: pod.Namespace, Pod: pod.Name, Phase: pod.Status.Phase, Node: pod.Spec.NodeName, Unschedulable: Unschedulable(pod), NodeAllocatable: DRAResources(pod)}
 		if node := s.Nodes[pod.Spec.NodeName]; node != nil {
-			base.NodeTier = NodeTier(node)
+			base.NodeTier = s.Vocabulary.nodeTier(node)
 		}
 		claimRows := 0
 		for _, ref := range podClaims(pod) {
@@ -285,14 +294,15 @@ func (s *Snapshot) Rows(ctx context.Context) ([]Row, error) {
 				}
 				if dev := s.device(r.Driver, r.Pool, r.Device); dev != nil {
 					row.Product = stringAttr(dev, "productName")
-					row.Profile = stringAttr(dev, gpu.AttrProfile)
-					if r.Driver == gpu.DriverName {
-						row.DeviceType = stringAttr(dev, gpu.AttrType)
+					if s.Vocabulary.ProfileAttribute != "" {
+						row.Profile = stringAttr(dev, s.Vocabulary.ProfileAttribute)
 					}
+					row.DeviceType = s.Vocabulary.deviceType(r.Driver, dev)
+					row.TimeSlice = row.DeviceType != "" && row.DeviceType == s.Vocabulary.TimeSliceType
 					row.Attributes = stringAttrs(dev)
 					row.Taints = s.Taints(r.Driver, r.Pool, dev)
 					row.Tainted = len(row.Taints) > 0
-					tier, err := Tier(ctx, r.Driver, dev)
+					tier, err := s.Vocabulary.tier(ctx, r.Driver, dev)
 					if err != nil {
 						return nil, err
 					}
@@ -315,20 +325,6 @@ func (s *Snapshot) Rows(ctx context.Context) ([]Row, error) {
 	}
 	return rows, nil
 }
-
-// profileTiers maps the built-in GPU profiles to their tiers.
-var profileTiers = func() map[string]string {
-	m := map[string]string{}
-	if profiles, err := fakegpu.Builtin(); err == nil {
-		for name, p := range profiles {
-			m[name] = p.Tier
-		}
-	}
-	return m
-}()
-
-// NodeTier is the tier of a node's GPUs, from its profile label.
-func NodeTier(node *v1.Node) string { return profileTiers[node.Labels[gpu.NodeProfileLabel]] }
 
 type claimRef struct {
 	name     string
@@ -364,11 +360,6 @@ func ClaimNames(pod *v1.Pod) []string {
 	return out
 }
 
-// Tier is the tier of a GPU of dralab's driver, "" for other devices.
-func Tier(ctx context.Context, driver string, dev *resourceapi.Device) (string, error) {
-	return gpu.TierOf(ctx, cel.Device{Driver: driver, Attributes: dev.Attributes, Capacity: dev.Capacity})
-}
-
 func claimName(pod *v1.Pod, pc v1.PodResourceClaim) string {
 	if pc.ResourceClaimName != nil {
 		return *pc.ResourceClaimName
@@ -396,10 +387,11 @@ func (s *Snapshot) device(driver, pool, name string) *resourceapi.Device {
 	return nil
 }
 
-// consumed is what a share consumes of its device: its memory (a GPU's),
-// else the one capacity it consumes (a NIC's bandwidth), else "".
+// consumed is what a share consumes of its device: its memory (a GPU's
+// capacity "memory"), else the one capacity it consumes (a NIC's
+// bandwidth), else "".
 func consumed(c map[resourceapi.QualifiedName]resource.Quantity) string {
-	if q, ok := c[gpu.CapacityMemory]; ok {
+	if q, ok := c["memory"]; ok {
 		return q.String()
 	}
 	if len(c) == 1 {
@@ -625,7 +617,7 @@ func (r Row) partition() string {
 	switch {
 	case r.Profile != "":
 		return "MIG " + r.Profile
-	case r.DeviceType == gpu.TypeTimeSlice:
+	case r.TimeSlice:
 		return "time slice"
 	case r.ShareID != "" && r.Consumed != "":
 		return r.Consumed + " (share " + r.ShareID + ")"
@@ -648,4 +640,15 @@ func GroupOf(pod *v1.Pod) string {
 		return *g.PodGroupName
 	}
 	return ""
+}
+
+// lessName orders names as a template numbers them: of two names that
+// differ only in their trailing number, the shorter first (p-9 before
+// p-10); any others in text order.
+func lessName(a, b string) bool {
+	pa, pb := strings.TrimRight(a, "0123456789"), strings.TrimRight(b, "0123456789")
+	if pa == pb && len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
 }

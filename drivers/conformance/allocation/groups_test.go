@@ -1,4 +1,4 @@
-package report
+package allocation
 
 import (
 	"context"
@@ -57,7 +57,7 @@ func TestWhyGroup(t *testing.T) {
 			ps = append(ps, pod(p))
 			claims = append(claims, claim(p, 2))
 		}
-		s := NewSnapshot("ns", ps, claims, []resourceapi.ResourceSlice{pool("n1", "gpu-0", "gpu-1"), pool("n2", "gpu-0", "gpu-1")},
+		s := NewSnapshot(Vocabulary{}, "ns", ps, claims, []resourceapi.ResourceSlice{pool("n1", "gpu-0", "gpu-1"), pool("n2", "gpu-0", "gpu-1")},
 			[]resourceapi.DeviceClass{{ObjectMeta: metav1.ObjectMeta{Name: "any"}}}, nil, []v1.Node{node("n1", "d1"), node("n2", "d2")})
 		s.SetPodGroups([]schedulingv1beta1.PodGroup{g})
 		return s

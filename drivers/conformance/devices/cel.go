@@ -1,8 +1,9 @@
-// Package devicecel evaluates DeviceClass selectors against published
-// devices with the allocator's own CEL library, so that what dralab says
-// about a device (its tier, whether a class has a free one) agrees with the
+package devices
+
+// Selectors and derived attributes are evaluated against published devices
+// with the allocator's own CEL library, so that what dralab says about a
+// device (its tier, whether a class has a free one) agrees with the
 // scheduler by construction.
-package devicecel
 
 import (
 	"context"
@@ -46,8 +47,8 @@ func Derive(ctx context.Context, expression string, dev cel.Device) (*resourceap
 	return v, err
 }
 
-// Compile compiles expressions, or takes them compiled from the cache.
-func Compile(expressions ...string) (Selectors, error) {
+// CompileSelectors compiles selector expressions, or takes them compiled from the cache.
+func CompileSelectors(expressions ...string) (Selectors, error) {
 	out := make(Selectors, 0, len(expressions))
 	for _, e := range expressions {
 		res := cache.GetOrCompile(e)

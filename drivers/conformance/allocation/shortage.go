@@ -1,4 +1,4 @@
-package report
+package allocation
 
 import (
 	"fmt"
@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/dralab/dralab/drivers/conformance/devices"
-	"github.com/dralab/dralab/drivers/gpu"
 )
 
 // Reason codes of partitioned and shared devices: a free device that the
@@ -298,27 +297,34 @@ func (s *Snapshot) eachOnCounterSet(c deviceRef, set string, f func(claim string
 	})
 }
 
-// FreePartitions counts, per MIG profile, how many more devices of that
-// profile the published counters allow beside the devices allocated now
+// FreePartitions counts, per partition profile (a MIG profile, as the
+// Vocabulary's ProfileAttribute names it; none without one), how many more
+// devices of that profile the published counters allow beside the devices allocated now
 // (and their compatibility groups),
 // taking free devices first-fit in publication order as the allocator
 // does. Devices that consume no counters are not partitions; tainted
 // devices are not free.
 func (s *Snapshot) FreePartitions() map[string]int {
+	profileOf := func(d devices.Device) string {
+		if s.Vocabulary.ProfileAttribute == "" {
+			return ""
+		}
+		return stringAttr(&d.Device, s.Vocabulary.ProfileAttribute)
+	}
 	st := s.state()
 	held := st.Held()
 	parts := slices.DeleteFunc(st.Published("", ""), func(d devices.Device) bool {
-		return len(d.ConsumesCounters) == 0 || stringAttr(&d.Device, gpu.AttrProfile) == "" || len(st.Taints(d)) > 0
+		return len(d.ConsumesCounters) == 0 || profileOf(d) == "" || len(st.Taints(d)) > 0
 	})
 	out := map[string]int{}
 	profiles := map[string]bool{}
 	for _, d := range parts {
-		profiles[stringAttr(&d.Device, gpu.AttrProfile)] = true
+		profiles[profileOf(d)] = true
 	}
 	for profile := range profiles {
 		left, groups := st.CountersLeft(), st.GroupsHeld()
 		for _, d := range parts {
-			if _, ok := held[d.Key()]; ok || stringAttr(&d.Device, gpu.AttrProfile) != profile || !left.Fits(d) || !groups.Admits(d) {
+			if _, ok := held[d.Key()]; ok || profileOf(d) != profile || !left.Fits(d) || !groups.Admits(d) {
 				continue
 			}
 			left.Take(d)

@@ -1,4 +1,4 @@
-package report
+package allocation
 
 import (
 	"encoding/json"
