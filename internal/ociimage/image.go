@@ -4,15 +4,16 @@ package ociimage
 
 import (
 	"archive/tar"
-	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"time"
@@ -22,13 +23,18 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
-// Image is a single-layer container image built from host files, with no
-// registry: written as an OCI image layout archive that `ctr images
-// import` (and `docker load`, `kind load image-archive`) accept.
+// Image is a container image built from host files, with no registry:
+// written as an OCI image layout archive that `ctr images import` (and
+// `docker load`, `podman load`, `kind load image-archive`) accept.
 type Image struct {
 	// Names are the image's references, e.g. "dralab.dev/busybox:1.35".
 	Names []string
-	// Files maps paths in the image to host files copied into it.
+	// Base are tar archives (uncompressed, such as a root filesystem)
+	// that are the image's lower layers, the first lowest; the image's
+	// own files are the layer above them.
+	Base []string
+	// Files maps paths in the image to host files copied into it, with
+	// their host permissions.
 	Files map[string]string
 	// Symlinks maps paths in the image to their targets.
 	Symlinks   map[string]string
@@ -40,18 +46,55 @@ type Image struct {
 // epoch makes images reproducible: the same files give the same digest.
 var epoch = time.Unix(0, 0).UTC()
 
-// WriteArchive writes the image as an OCI layout tar archive.
+// blob is a layer written to a file: gzipped, with its digest and size,
+// and the digest of its uncompressed tar (its diff ID).
+type blob struct {
+	file   string
+	desc   ocispec.Descriptor
+	diffID digest.Digest
+}
+
+// WriteArchive writes the image as an OCI layout tar archive. Layers are
+// streamed through files beside out, never held in memory: a root
+// filesystem and a Kubernetes binary make a layer of hundreds of MB.
 func (img *Image) WriteArchive(out string) error {
-	layer, diffID, err := img.layer()
+	tmp, err := os.MkdirTemp(filepath.Dir(out), ".ociimage-")
 	if err != nil {
 		return err
 	}
-	layerDesc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.FromBytes(layer), Size: int64(len(layer))}
+	defer os.RemoveAll(tmp)
+	var layers []blob
+	for _, base := range img.Base {
+		l, err := gzipLayer(tmp, func(w io.Writer) error {
+			f, err := os.Open(base)
+			if err != nil {
+				return fmt.Errorf("image %v: base layer: %w", img.Names, err)
+			}
+			defer f.Close()
+			_, err = io.Copy(w, f)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		layers = append(layers, l)
+	}
+	own, err := gzipLayer(tmp, img.writeLayer)
+	if err != nil {
+		return err
+	}
+	layers = append(layers, own)
+
 	config := ocispec.Image{
 		Platform: ocispec.Platform{OS: "linux", Architecture: runtime.GOARCH},
 		Config:   ocispec.ImageConfig{Entrypoint: img.Entrypoint, Cmd: img.Cmd, Env: img.Env},
-		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{diffID}},
+		RootFS:   ocispec.RootFS{Type: "layers"},
 		Created:  &epoch,
+	}
+	var layerDescs []ocispec.Descriptor
+	for _, l := range layers {
+		config.RootFS.DiffIDs = append(config.RootFS.DiffIDs, l.diffID)
+		layerDescs = append(layerDescs, l.desc)
 	}
 	configJSON, err := json.Marshal(config)
 	if err != nil {
@@ -62,7 +105,7 @@ func (img *Image) WriteArchive(out string) error {
 		Versioned: specs.Versioned{SchemaVersion: 2},
 		MediaType: ocispec.MediaTypeImageManifest,
 		Config:    configDesc,
-		Layers:    []ocispec.Descriptor{layerDesc},
+		Layers:    layerDescs,
 	})
 	if err != nil {
 		return err
@@ -86,9 +129,22 @@ func (img *Image) WriteArchive(out string) error {
 	}
 	layoutJSON, _ := json.Marshal(ocispec.ImageLayout{Version: ocispec.ImageLayoutVersion})
 
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	entries := []struct {
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tw := tar.NewWriter(f)
+	entry := func(name string, size int64, write func(io.Writer) error) error {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: size, ModTime: epoch, Typeflag: tar.TypeReg}); err != nil {
+			return err
+		}
+		return write(tw)
+	}
+	data := func(b []byte) func(io.Writer) error {
+		return func(w io.Writer) error { _, err := w.Write(b); return err }
+	}
+	for _, e := range []struct {
 		name string
 		data []byte
 	}{
@@ -96,28 +152,82 @@ func (img *Image) WriteArchive(out string) error {
 		{"index.json", indexJSON},
 		{blobPath(digest.FromBytes(manifestJSON)), manifestJSON},
 		{blobPath(configDesc.Digest), configJSON},
-		{blobPath(layerDesc.Digest), layer},
-	}
-	for _, e := range entries {
-		if err := tw.WriteHeader(&tar.Header{Name: e.name, Mode: 0o644, Size: int64(len(e.data)), ModTime: epoch, Typeflag: tar.TypeReg}); err != nil {
+	} {
+		if err := entry(e.name, int64(len(e.data)), data(e.data)); err != nil {
 			return err
 		}
-		if _, err := tw.Write(e.data); err != nil {
+	}
+	written := map[digest.Digest]bool{}
+	for _, l := range layers {
+		if written[l.desc.Digest] {
+			continue // two equal layers are one blob
+		}
+		written[l.desc.Digest] = true
+		err := entry(blobPath(l.desc.Digest), l.desc.Size, func(w io.Writer) error {
+			lf, err := os.Open(l.file)
+			if err != nil {
+				return err
+			}
+			defer lf.Close()
+			_, err = io.Copy(w, lf)
+			return err
+		})
+		if err != nil {
 			return err
 		}
 	}
 	if err := tw.Close(); err != nil {
 		return err
 	}
-	return os.WriteFile(out, buf.Bytes(), 0o644)
+	return f.Close()
 }
 
 func blobPath(d digest.Digest) string { return path.Join("blobs", d.Algorithm().String(), d.Encoded()) }
 
-// layer returns the gzipped layer and the digest of its uncompressed tar.
-func (img *Image) layer() ([]byte, digest.Digest, error) {
-	var raw bytes.Buffer
-	tw := tar.NewWriter(&raw)
+// counter counts the bytes written through it.
+type counter struct{ n int64 }
+
+func (c *counter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
+
+// gzipLayer writes the tar that write produces into a file in dir,
+// gzipped, and returns it with its digests.
+func gzipLayer(dir string, write func(io.Writer) error) (blob, error) {
+	f, err := os.CreateTemp(dir, "layer-")
+	if err != nil {
+		return blob{}, err
+	}
+	defer f.Close()
+	compressed, raw := sha256.New(), sha256.New()
+	var size counter
+	zw, err := gzip.NewWriterLevel(io.MultiWriter(f, compressed, &size), gzip.BestSpeed)
+	if err != nil {
+		return blob{}, err
+	}
+	zw.ModTime = epoch
+	if err := write(io.MultiWriter(zw, raw)); err != nil {
+		return blob{}, err
+	}
+	if err := zw.Close(); err != nil {
+		return blob{}, err
+	}
+	if err := f.Close(); err != nil {
+		return blob{}, err
+	}
+	return blob{
+		file:   f.Name(),
+		desc:   ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: sum(compressed), Size: size.n},
+		diffID: sum(raw),
+	}, nil
+}
+
+func sum(h hash.Hash) digest.Digest {
+	return digest.NewDigestFromEncoded(digest.SHA256, hex.EncodeToString(h.Sum(nil)))
+}
+
+// writeLayer writes the image's own files and links as a tar to w, each
+// directory above them once, in path order.
+func (img *Image) writeLayer(w io.Writer) error {
+	tw := tar.NewWriter(w)
 	dirs := map[string]bool{}
 	var names []string
 	for p := range img.Files {
@@ -142,38 +252,38 @@ func (img *Image) layer() ([]byte, digest.Digest, error) {
 	}
 	for _, p := range names {
 		if err := mkdirs(p); err != nil {
-			return nil, "", err
+			return err
 		}
 		if target, ok := img.Symlinks[p]; ok {
 			if err := tw.WriteHeader(&tar.Header{Name: p[1:], Linkname: target, Mode: 0o777, ModTime: epoch, Typeflag: tar.TypeSymlink}); err != nil {
-				return nil, "", err
+				return err
 			}
 			continue
 		}
-		data, err := os.ReadFile(img.Files[p])
-		if err != nil {
-			return nil, "", fmt.Errorf("image %v: %w", img.Names, err)
-		}
-		if err := tw.WriteHeader(&tar.Header{Name: p[1:], Mode: 0o755, Size: int64(len(data)), ModTime: epoch, Typeflag: tar.TypeReg}); err != nil {
-			return nil, "", err
-		}
-		if _, err := tw.Write(data); err != nil {
-			return nil, "", err
+		if err := copyFile(tw, p, img.Files[p]); err != nil {
+			return fmt.Errorf("image %v: %w", img.Names, err)
 		}
 	}
-	if err := tw.Close(); err != nil {
-		return nil, "", err
+	return tw.Close()
+}
+
+// copyFile writes host file src into tw at p, with its permissions.
+func copyFile(tw *tar.Writer, p, src string) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
 	}
-	sum := sha256.Sum256(raw.Bytes())
-	diffID := digest.NewDigestFromEncoded(digest.SHA256, hex.EncodeToString(sum[:]))
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	zw.ModTime = epoch
-	if _, err := io.Copy(zw, &raw); err != nil {
-		return nil, "", err
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
 	}
-	if err := zw.Close(); err != nil {
-		return nil, "", err
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", src)
 	}
-	return gz.Bytes(), diffID, nil
+	if err := tw.WriteHeader(&tar.Header{Name: p[1:], Mode: int64(st.Mode().Perm()), Size: st.Size(), ModTime: epoch, Typeflag: tar.TypeReg}); err != nil {
+		return err
+	}
+	_, err = io.Copy(tw, f)
+	return err
 }
