@@ -41,6 +41,9 @@ type Image struct {
 	Entrypoint []string
 	Cmd        []string
 	Env        []string
+	// StopSignal is the signal that stops the image's process (systemd's
+	// SIGRTMIN+3 for a kind node); empty: the engine's default.
+	StopSignal string
 }
 
 // epoch makes images reproducible: the same files give the same digest.
@@ -87,7 +90,7 @@ func (img *Image) WriteArchive(out string) error {
 
 	config := ocispec.Image{
 		Platform: ocispec.Platform{OS: "linux", Architecture: runtime.GOARCH},
-		Config:   ocispec.ImageConfig{Entrypoint: img.Entrypoint, Cmd: img.Cmd, Env: img.Env},
+		Config:   ocispec.ImageConfig{Entrypoint: img.Entrypoint, Cmd: img.Cmd, Env: img.Env, StopSignal: img.StopSignal},
 		RootFS:   ocispec.RootFS{Type: "layers"},
 		Created:  &epoch,
 	}

@@ -8,6 +8,10 @@ import (
 	"testing"
 
 	"k8s.io/component-base/version"
+	kubeadmv1beta4 "k8s.io/kubernetes/cmd/kubeadm/app/apis/kubeadm/v1beta4"
+	"k8s.io/kubernetes/cmd/kubeadm/app/constants"
+
+	"github.com/dralab/dralab/lab/internal/kind/nodeimage"
 )
 
 // runAs is set in the environment of the test binary run again as kube.
@@ -89,5 +93,16 @@ func TestEveryCommandIsItsComponent(t *testing.T) {
 	out, err := run(t, "kube", "kube-nothing")
 	if err == nil || !strings.Contains(out, "run as one of [etcd kube-apiserver") || strings.Count(out, "\n") != 1 {
 		t.Errorf("an unknown name: %v\n%s", err, out)
+	}
+}
+
+// The node image names the control plane's images as this kubeadm does:
+// the etcd and pause tags kubeadm pulls are the ones the node image
+// carries, so kubeadm finds them without a registry.
+func TestNodeImageNamesKubeadmsImages(t *testing.T) {
+	if nodeimage.EtcdImageTag != constants.DefaultEtcdVersion || nodeimage.PauseImageTag != constants.PauseVersion ||
+		nodeimage.Registry != kubeadmv1beta4.DefaultImageRepository {
+		t.Errorf("the node image carries %s/etcd:%s and pause:%s; kubeadm asks for %s/etcd:%s and pause:%s",
+			nodeimage.Registry, nodeimage.EtcdImageTag, nodeimage.PauseImageTag, kubeadmv1beta4.DefaultImageRepository, constants.DefaultEtcdVersion, constants.PauseVersion)
 	}
 }
