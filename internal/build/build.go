@@ -172,9 +172,29 @@ func Containerd(ctx context.Context, dir string) error {
 	if !missing {
 		return nil
 	}
-	cmd := exec.CommandContext(ctx, "go", "install", "-tags", "no_btrfs", "-ldflags", "-s -w",
+	return goInstall(ctx, dir, []string{"-tags", "no_btrfs"},
 		mod+"containerd@"+ContainerdVersion, mod+"containerd-shim-runc-v2@"+ContainerdVersion, mod+"ctr@"+ContainerdVersion)
-	// go install pkg@version builds in module-aware mode outside this module.
+}
+
+// CrictlVersion is the crictl a kind lab's node carries, built from its Go
+// module.
+const CrictlVersion = "v1.37.0"
+
+// Crictl builds crictl into dir (static), unless it is there already, and
+// returns its path.
+func Crictl(ctx context.Context, dir string) (string, error) {
+	out := filepath.Join(dir, "crictl")
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
+	}
+	return out, goInstall(ctx, dir, nil, "sigs.k8s.io/cri-tools/cmd/crictl@"+CrictlVersion)
+}
+
+// goInstall runs go install of pkgs (pkg@version: module-aware, outside
+// this module) into dir, static.
+func goInstall(ctx context.Context, dir string, flags []string, pkgs ...string) error {
+	args := append(append([]string{"install"}, flags...), "-ldflags", "-s -w")
+	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
 	cmd.Dir = os.TempDir()
 	cmd.Env = append(os.Environ(), "GOBIN="+dir, "CGO_ENABLED=0", "GOFLAGS=")
 	var output bytes.Buffer

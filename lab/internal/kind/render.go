@@ -13,6 +13,7 @@ import (
 
 	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/lab/config"
+	"github.com/dralab/dralab/lab/internal/kind/nodeimage"
 )
 
 // NodeImage is the node image a kind lab runs unless its configuration
@@ -47,6 +48,13 @@ var FeatureGates = []string{
 const cdiPatch = `[plugins."io.containerd.grpc.v1.cri"]
   enable_cdi = true
   cdi_spec_dirs = ["/var/run/cdi"]
+`
+
+// skipCoreDNSPatch has kubeadm install no CoreDNS, whose image the lab's
+// own node image does not carry.
+const skipCoreDNSPatch = `kind: InitConfiguration
+skipPhases:
+- addon/coredns
 `
 
 // RenderFor turns a lab configuration into kind's cluster configuration: a
@@ -87,6 +95,12 @@ func RenderFor(cfg *config.Config, host Host) (*v1alpha4.Cluster, error) {
 		w := v1alpha4.Node{Role: v1alpha4.WorkerRole, Image: nodeImage(cfg), Labels: nodedrivers.Labels(cfg, n)}
 		w.Labels[LabelLabNode] = n.Name
 		c.Nodes = append(c.Nodes, w)
+	}
+	if nodeimage.IsLabs(nodeImage(cfg)) {
+		// The lab's own image carries its network's CNI configuration and
+		// no image of kindnet or CoreDNS (no scenario resolves a name).
+		c.Networking.DisableDefaultCNI = true
+		c.KubeadmConfigPatches = append(c.KubeadmConfigPatches, skipCoreDNSPatch)
 	}
 	kubeadm, containerd := host.patches()
 	c.KubeadmConfigPatches = append(c.KubeadmConfigPatches, kubeadm...)

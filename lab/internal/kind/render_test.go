@@ -270,6 +270,16 @@ func TestNodeImageIsTheLabs(t *testing.T) {
 			t.Errorf("%s node runs %s, want %s", n.Role, n.Image, cfg.NodeImage)
 		}
 	}
+	// The lab's own image has its own pod network and no CoreDNS image:
+	// kind installs no kindnet and kubeadm no CoreDNS. kind's image has
+	// both.
+	if !c.Networking.DisableDefaultCNI || !slices.Contains(c.KubeadmConfigPatches, skipCoreDNSPatch) {
+		t.Errorf("the lab's own image: disableDefaultCNI %v, patches %q", c.Networking.DisableDefaultCNI, c.KubeadmConfigPatches)
+	}
+	cfg.NodeImage = ""
+	if c, err = RenderFor(cfg, Host{}); err != nil || c.Networking.DisableDefaultCNI || slices.Contains(c.KubeadmConfigPatches, skipCoreDNSPatch) {
+		t.Errorf("kind's image: disableDefaultCNI %v, patches %q, %v", c.Networking.DisableDefaultCNI, c.KubeadmConfigPatches, err)
+	}
 }
 
 // Where the engine lacks CAP_SYS_RESOURCE, podman runs the nodes with a

@@ -119,6 +119,14 @@ func (c *Client) UpdateGPUFaults(ctx context.Context, name, node string, update 
 	return c.call(ctx, ui.NoProgress, data, nil, opWriteFaults, name, node)
 }
 
+// NodeImage builds the node image of the lab's own Kubernetes (or finds it
+// built) and loads it into the container engine that answers.
+func (c *Client) NodeImage(ctx context.Context, progress ui.Progress) (NodeImage, error) {
+	var img NodeImage
+	err := c.call(ctx, progress, nil, &img, opNodeImage)
+	return img, err
+}
+
 // call runs dralab-kind op args with stdin, shows its progress steps and
 // decodes its result into result (when not nil).
 func (c *Client) call(ctx context.Context, progress ui.Progress, stdin []byte, result any, op string, args ...string) error {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -94,6 +95,12 @@ func (f *fakeBackend) WriteGPUFaults(ctx context.Context, name, node string, dat
 		return os.Remove(filepath.Join(f.state, node+".faults"))
 	}
 	return os.WriteFile(filepath.Join(f.state, node+".faults"), data, 0o600)
+}
+
+func (f *fakeBackend) NodeImage(ctx context.Context, progress ui.Progress) (NodeImage, error) {
+	done := progress("Building the node image")
+	done(nil)
+	return NodeImage{Name: "dralab.dev/kind-node:v1.37.2-0123456789ab", Archive: "/cache/kind-node.tar", Size: 42, Engine: "podman"}, nil
 }
 
 // steps records the progress a Client shows.
@@ -247,5 +254,21 @@ func TestCancelInterruptsTheProgram(t *testing.T) {
 	defer s.mu.Unlock()
 	if len(s.lines) != 2 || s.lines[1] != "end Creating kind cluster slow: context canceled" {
 		t.Errorf("the interrupted step was not ended: %q", s.lines)
+	}
+}
+
+// NodeImage's steps and result cross from dralab-kind to the caller.
+func TestClientBuildsTheNodeImageInItsProgram(t *testing.T) {
+	c, _ := client(t)
+	var s steps
+	img, err := c.NodeImage(context.Background(), s.progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Name != "dralab.dev/kind-node:v1.37.2-0123456789ab" || img.Size != 42 || img.Engine != "podman" {
+		t.Errorf("the node image's result lost on the way: %+v", img)
+	}
+	if want := []string{"begin Building the node image", "end Building the node image: <nil>"}; !slices.Equal(s.lines, want) {
+		t.Errorf("steps %q, want %q", s.lines, want)
 	}
 }

@@ -23,6 +23,7 @@ const (
 	opLogs        = "logs"         // name, directory
 	opReadFaults  = "read-faults"  // name, node
 	opWriteFaults = "write-faults" // name, node; stdin: the file (empty: none)
+	opNodeImage   = "node-image"   // (none)
 )
 
 // message is one line of dralab-kind's output.
@@ -117,6 +118,24 @@ type Backend interface {
 	ReadGPUFaults(ctx context.Context, name, node string) (data []byte, where string, err error)
 	// WriteGPUFaults replaces it (nil: removes it).
 	WriteGPUFaults(ctx context.Context, name, node string, data []byte) error
+	// NodeImage builds the node image of the lab's own Kubernetes, or
+	// finds it built, and loads it into the container engine that answers.
+	NodeImage(ctx context.Context, progress ui.Progress) (NodeImage, error)
+}
+
+// NodeImage is a kind node image of the lab's own Kubernetes.
+type NodeImage struct {
+	// Name is its reference; Archive its OCI archive (for save and load),
+	// of Size bytes.
+	Name    string `json:"name"`
+	Archive string `json:"archive"`
+	Size    int64  `json:"size"`
+	// Reused: the archive was built before, of the same inputs.
+	Reused bool `json:"reused,omitempty"`
+	// Engine is the container engine it is loaded into; "" where none
+	// answers (Why says what each said).
+	Engine string `json:"engine,omitempty"`
+	Why    string `json:"why,omitempty"`
 }
 
 // Serve is dralab-kind: it runs the operation args name on the backend
@@ -129,9 +148,9 @@ func Serve(ctx context.Context, newBackend func(root string) Backend, args []str
 		w.send(message{Error: toWire(err)})
 		return code
 	}
-	want := map[string]int{opUp: 0, opDown: 1, opStatus: 1, opLogs: 2, opReadFaults: 2, opWriteFaults: 2}
+	want := map[string]int{opUp: 0, opDown: 1, opStatus: 1, opLogs: 2, opReadFaults: 2, opWriteFaults: 2, opNodeImage: 0}
 	if len(args) < 2 {
-		return fail(2, fmt.Errorf("usage: dralab-kind up|down|status|logs|read-faults|write-faults STATE-ROOT [ARGS]"))
+		return fail(2, fmt.Errorf("usage: dralab-kind up|down|status|logs|read-faults|write-faults|node-image STATE-ROOT [ARGS]"))
 	}
 	op, root, args := args[0], args[1], args[2:]
 	n, ok := want[op]
@@ -171,6 +190,8 @@ func Serve(ctx context.Context, newBackend func(root string) Backend, args []str
 			data = nil
 		}
 		err = b.WriteGPUFaults(ctx, args[0], args[1], data)
+	case opNodeImage:
+		result, err = b.NodeImage(ctx, w.progress)
 	}
 	if err != nil {
 		return fail(1, err)

@@ -133,8 +133,17 @@ func (in Inputs) Digest() (string, error) {
 // that an image of the same inputs is built again.
 const recipeVersion = 1
 
+// Repository is the node images' repository: the lab's own, which no
+// registry serves.
+const Repository = "dralab.dev/kind-node"
+
 // Name is the node image's reference for inputs of digest sum.
-func Name(sum string) string { return "dralab.dev/kind-node:" + KubernetesVersion + "-" + sum[:12] }
+func Name(sum string) string { return Repository + ":" + KubernetesVersion + "-" + sum[:12] }
+
+// IsLabs tells whether image is a node image of the lab's own, built by
+// Build: it has no kindnet and no CoreDNS image, whose images come from a
+// registry (its nodes' network is its own CNI configuration).
+func IsLabs(image string) bool { return strings.HasPrefix(image, Repository+":") }
 
 // Built is a node image written by Build.
 type Built struct {
