@@ -34,8 +34,9 @@ type Image struct {
 	// own files are the layer above them.
 	Base []string
 	// Files maps paths in the image to host files copied into it, with
-	// their host permissions.
+	// their host permissions unless Modes gives the path's.
 	Files map[string]string
+	Modes map[string]os.FileMode
 	// Symlinks maps paths in the image to their targets.
 	Symlinks   map[string]string
 	Entrypoint []string
@@ -263,15 +264,16 @@ func (img *Image) writeLayer(w io.Writer) error {
 			}
 			continue
 		}
-		if err := copyFile(tw, p, img.Files[p]); err != nil {
+		if err := copyFile(tw, p, img.Files[p], img.Modes[p]); err != nil {
 			return fmt.Errorf("image %v: %w", img.Names, err)
 		}
 	}
 	return tw.Close()
 }
 
-// copyFile writes host file src into tw at p, with its permissions.
-func copyFile(tw *tar.Writer, p, src string) error {
+// copyFile writes host file src into tw at p, with mode or, when mode is
+// 0, its own permissions.
+func copyFile(tw *tar.Writer, p, src string, mode os.FileMode) error {
 	f, err := os.Open(src)
 	if err != nil {
 		return err
@@ -284,7 +286,10 @@ func copyFile(tw *tar.Writer, p, src string) error {
 	if !st.Mode().IsRegular() {
 		return fmt.Errorf("%s is not a regular file", src)
 	}
-	if err := tw.WriteHeader(&tar.Header{Name: p[1:], Mode: int64(st.Mode().Perm()), Size: st.Size(), ModTime: epoch, Typeflag: tar.TypeReg}); err != nil {
+	if mode == 0 {
+		mode = st.Mode().Perm()
+	}
+	if err := tw.WriteHeader(&tar.Header{Name: p[1:], Mode: int64(mode), Size: st.Size(), ModTime: epoch, Typeflag: tar.TypeReg}); err != nil {
 		return err
 	}
 	_, err = io.Copy(tw, f)

@@ -89,6 +89,7 @@ func TestImageOverABase(t *testing.T) {
 		Base:       []string{baseFile},
 		Files:      map[string]string{"/usr/local/bin/kube": write("kube", []byte("#!binary"), 0o755), "/etc/kube.conf": write("conf", []byte("x=1"), 0o644)},
 		Symlinks:   map[string]string{"/usr/local/bin/kube-proxy": "kube"},
+		Modes:      map[string]os.FileMode{"/etc/kube.conf": 0o640},
 		Entrypoint: []string{"/usr/local/bin/kube"},
 	}
 	out := filepath.Join(dir, "image.tar")
@@ -142,8 +143,8 @@ func TestImageOverABase(t *testing.T) {
 	if h := own["usr/local/bin/kube"]; h == nil || h.Mode != 0o755 {
 		t.Errorf("the binary: %+v, want mode 0755", h)
 	}
-	if h := own["etc/kube.conf"]; h == nil || h.Mode != 0o644 {
-		t.Errorf("the configuration file: %+v, want mode 0644", h)
+	if h := own["etc/kube.conf"]; h == nil || h.Mode != 0o640 {
+		t.Errorf("the configuration file: %+v, want the mode Modes gives, 0640", h)
 	}
 	if h := own["usr/local/bin/kube-proxy"]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != "kube" {
 		t.Errorf("the link: %+v", h)

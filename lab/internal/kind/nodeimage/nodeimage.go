@@ -131,7 +131,7 @@ func (in Inputs) Digest() (string, error) {
 
 // recipeVersion changes whenever Build lays out the image differently, so
 // that an image of the same inputs is built again.
-const recipeVersion = 1
+const recipeVersion = 2
 
 // Repository is the node images' repository: the lab's own, which no
 // registry serves.
@@ -189,6 +189,7 @@ func (in Inputs) nodeImage(ctx context.Context, work string) (*ociimage.Image, e
 	img := &ociimage.Image{
 		Base:     []string{in.Rootfs},
 		Files:    map[string]string{},
+		Modes:    map[string]os.FileMode{},
 		Symlinks: map[string]string{},
 		// What kind's node containers expect: its entrypoint before
 		// systemd, which stops on SIGRTMIN+3 and knows it is in a
@@ -203,7 +204,13 @@ func (in Inputs) nodeImage(ctx context.Context, work string) (*ociimage.Image, e
 	}
 	for name, p := range files {
 		if rel, ok := strings.CutPrefix(name, "kind/"); ok {
+			// The module cache's files are read-only: the modes are the
+			// ones kind's base image gives them.
 			img.Files["/"+rel] = p
+			img.Modes["/"+rel] = 0o644
+			if strings.HasPrefix(rel, "usr/local/bin/") || strings.HasPrefix(rel, "kind/bin/") {
+				img.Modes["/"+rel] = 0o755
+			}
 		}
 	}
 	img.Files["/usr/local/bin/kube"] = in.Kube

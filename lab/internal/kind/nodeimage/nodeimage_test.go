@@ -46,8 +46,10 @@ func fakeInputs(t *testing.T) Inputs {
 		Busybox:    write("busybox", "busybox binary", 0o755),
 		Images:     []string{write("driver.tar", "driver image", 0o644)},
 	}
-	write("kind/usr/local/bin/entrypoint", "#!/bin/sh\n", 0o755)
-	write("kind/etc/systemd/system/kubelet.service", "[Service]\n", 0o644)
+	// Read-only, as in the module cache.
+	write("kind/usr/local/bin/entrypoint", "#!/bin/sh\n", 0o444)
+	write("kind/kind/bin/mount-product-files.sh", "#!/bin/sh\n", 0o444)
+	write("kind/etc/systemd/system/kubelet.service", "[Service]\n", 0o444)
 	write("containerd/containerd", "containerd binary", 0o755)
 	write("containerd/containerd-shim-runc-v2", "shim binary", 0o755)
 	write("containerd/ctr", `#!/bin/sh
@@ -121,7 +123,7 @@ func TestBuild(t *testing.T) {
 		config.Config.StopSignal != "SIGRTMIN+3" || !slices.Contains(config.Config.Env, "container=docker") || len(config.RootFS.DiffIDs) != 2 {
 		t.Errorf("the node image %v: config %+v", names, config)
 	}
-	for p, mode := range map[string]int64{"/usr/local/bin/entrypoint": 0o755, "/etc/systemd/system/kubelet.service": 0o644, "/usr/local/bin/kube": 0o755,
+	for p, mode := range map[string]int64{"/usr/local/bin/entrypoint": 0o755, "/kind/bin/mount-product-files.sh": 0o755, "/etc/systemd/system/kubelet.service": 0o644, "/usr/local/bin/kube": 0o755,
 		"/usr/local/bin/containerd": 0o755, "/usr/local/bin/ctr": 0o755, "/usr/local/bin/crictl": 0o755, "/kind/version": 0o644} {
 		if h := headers[p]; h == nil || h.Mode != mode {
 			t.Errorf("%s: %+v, want a file of mode %o", p, h, mode)
