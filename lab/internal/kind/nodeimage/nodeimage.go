@@ -154,8 +154,8 @@ type Built struct {
 	Reused bool
 }
 
-// Build writes the node image of in into dir, as <digest>.tar, unless it
-// is there already.
+// Build writes the node image of in into dir, as kind-node-<digest>.tar,
+// unless it is there already, and removes the archives of earlier inputs.
 func Build(ctx context.Context, in Inputs, dir string) (Built, error) {
 	sum, err := in.Digest()
 	if err != nil {
@@ -180,7 +180,17 @@ func Build(ctx context.Context, in Inputs, dir string) (Built, error) {
 	if err := img.WriteArchive(tmp); err != nil {
 		return Built{}, fmt.Errorf("writing the node image: %w", err)
 	}
-	return b, os.Rename(tmp, b.Archive)
+	if err := os.Rename(tmp, b.Archive); err != nil {
+		return Built{}, err
+	}
+	// An image of earlier inputs is no lab's any more: hundreds of MB each.
+	earlier, _ := filepath.Glob(filepath.Join(dir, "kind-node-*.tar"))
+	for _, e := range earlier {
+		if e != b.Archive {
+			os.Remove(e)
+		}
+	}
+	return b, nil
 }
 
 // nodeImage lays out the node image, writing what it carries that is not

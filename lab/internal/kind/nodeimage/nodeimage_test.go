@@ -199,6 +199,9 @@ func TestBuild(t *testing.T) {
 	if err != nil || other.Reused || other.Name == b.Name {
 		t.Errorf("another kube: %+v, %v; want a new image", other, err)
 	}
+	if _, err := os.Stat(b.Archive); !os.IsNotExist(err) {
+		t.Errorf("the image of the earlier inputs is kept: %v", err)
+	}
 	if leftovers, _ := filepath.Glob(filepath.Join(out, ".build-*")); len(leftovers) > 0 {
 		t.Errorf("left behind: %v", leftovers)
 	}
