@@ -46,7 +46,9 @@ func hasCapability(status []byte, bit uint) bool {
 
 // Patches adapting the nodes to the host.
 const (
-	// cgroupV1Patch lets the nodes' kubelets run on cgroup v1.
+	// cgroupV1Patch lets the nodes' kubelets run on cgroup v1 (kubeadm's
+	// preflight refuses it too, unless its SystemVerification check is
+	// skipped: preflight).
 	cgroupV1Patch = `kind: KubeletConfiguration
 failCgroupV1: false
 `
@@ -58,15 +60,17 @@ failCgroupV1: false
 )
 
 // patches are the kubeadm and containerd patches adapting the nodes to the
-// host.
-func (h Host) patches() (kubeadm, containerd []string) {
+// host, and the kubeadm preflight checks the host fails though the nodes
+// run (RenderFor gives kubeadm them in one patch per configuration).
+func (h Host) patches() (kubeadm, containerd, preflight []string) {
 	if h.CgroupV1 {
 		kubeadm = append(kubeadm, cgroupV1Patch)
+		preflight = append(preflight, "SystemVerification")
 	}
 	if h.NoSysResource {
 		containerd = append(containerd, oomScorePatch)
 	}
-	return kubeadm, containerd
+	return kubeadm, containerd, preflight
 }
 
 // podmanLimits are the rlimits a podman kind node runs with where the

@@ -10,6 +10,7 @@ import (
 	"maps"
 
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
+	"sigs.k8s.io/yaml"
 
 	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/lab/config"
@@ -48,13 +49,6 @@ var FeatureGates = []string{
 const cdiPatch = `[plugins."io.containerd.grpc.v1.cri"]
   enable_cdi = true
   cdi_spec_dirs = ["/var/run/cdi"]
-`
-
-// skipCoreDNSPatch has kubeadm install no CoreDNS, whose image the lab's
-// own node image does not carry.
-const skipCoreDNSPatch = `kind: InitConfiguration
-skipPhases:
-- addon/coredns
 `
 
 // RenderFor turns a lab configuration into kind's cluster configuration: a
@@ -96,17 +90,53 @@ func RenderFor(cfg *config.Config, host Host) (*v1alpha4.Cluster, error) {
 		w.Labels[LabelLabNode] = n.Name
 		c.Nodes = append(c.Nodes, w)
 	}
+	kubeadm, containerd, preflight := host.patches()
+	var skip []string
 	if nodeimage.IsLabs(nodeImage(cfg)) {
 		// The lab's own image carries its network's CNI configuration and
 		// no image of kindnet or CoreDNS (no scenario resolves a name).
+		// Its images are imported when the node boots, before its kubelet
+		// starts, but maybe after kubeadm's preflight looked for them:
+		// kubeadm pulls none.
 		c.Networking.DisableDefaultCNI = true
-		c.KubeadmConfigPatches = append(c.KubeadmConfigPatches, skipCoreDNSPatch)
+		skip = append(skip, "addon/coredns")
+		preflight = append(preflight, "ImagePull")
 	}
-	kubeadm, containerd := host.patches()
 	c.KubeadmConfigPatches = append(c.KubeadmConfigPatches, kubeadm...)
+	c.KubeadmConfigPatches = append(c.KubeadmConfigPatches, kubeadmPatches(skip, preflight)...)
 	c.ContainerdConfigPatches = append(c.ContainerdConfigPatches, containerd...)
 	v1alpha4.SetDefaultsCluster(c)
 	return c, nil
+}
+
+// kubeadmPatches are kind's patches of kubeadm's init and join
+// configurations: the phases init skips and the preflight checks both
+// ignore, each configuration in one patch (a second patch of the same
+// list would replace the first's).
+func kubeadmPatches(skipPhases, ignorePreflight []string) []string {
+	var out []string
+	patch := func(kind string, fields map[string]any) {
+		fields["kind"] = kind
+		data, err := yaml.Marshal(fields)
+		if err != nil {
+			panic(err) // maps of strings and string lists always marshal
+		}
+		out = append(out, string(data))
+	}
+	if len(skipPhases) > 0 || len(ignorePreflight) > 0 {
+		init := map[string]any{}
+		if len(skipPhases) > 0 {
+			init["skipPhases"] = skipPhases
+		}
+		if len(ignorePreflight) > 0 {
+			init["nodeRegistration"] = map[string]any{"ignorePreflightErrors": ignorePreflight}
+		}
+		patch("InitConfiguration", init)
+	}
+	if len(ignorePreflight) > 0 {
+		patch("JoinConfiguration", map[string]any{"nodeRegistration": map[string]any{"ignorePreflightErrors": ignorePreflight}})
+	}
+	return out
 }
 
 // ChartValues are the driver chart's values for a release of the lab's

@@ -226,8 +226,13 @@ func TestRenderAdaptsToTheHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.KubeadmConfigPatches) != 1 || !strings.Contains(c.KubeadmConfigPatches[0], "kind: KubeletConfiguration") || !strings.Contains(c.KubeadmConfigPatches[0], "failCgroupV1: false") {
-		t.Errorf("on cgroup v1: kubeadm patches %q", c.KubeadmConfigPatches)
+	// kubeadm's preflight refuses cgroup v1 unless SystemVerification is
+	// ignored, on the control plane (init) and the workers (join) alike.
+	want := []string{"kind: KubeletConfiguration\nfailCgroupV1: false\n",
+		"kind: InitConfiguration\nnodeRegistration:\n  ignorePreflightErrors:\n  - SystemVerification\n",
+		"kind: JoinConfiguration\nnodeRegistration:\n  ignorePreflightErrors:\n  - SystemVerification\n"}
+	if !slices.Equal(c.KubeadmConfigPatches, want) {
+		t.Errorf("on cgroup v1: kubeadm patches %q, want %q", c.KubeadmConfigPatches, want)
 	}
 	if !slices.ContainsFunc(c.ContainerdConfigPatches, func(p string) bool { return strings.Contains(p, "restrict_oom_score_adj = true") }) {
 		t.Errorf("without CAP_SYS_RESOURCE: containerd patches %q", c.ContainerdConfigPatches)
@@ -271,13 +276,19 @@ func TestNodeImageIsTheLabs(t *testing.T) {
 		}
 	}
 	// The lab's own image has its own pod network and no CoreDNS image:
-	// kind installs no kindnet and kubeadm no CoreDNS. kind's image has
-	// both.
-	if !c.Networking.DisableDefaultCNI || !slices.Contains(c.KubeadmConfigPatches, skipCoreDNSPatch) {
+	// kind installs no kindnet and kubeadm no CoreDNS, nor pulls images
+	// (the node imports them). On cgroup v1 the ignored checks are one
+	// list. kind's image has kindnet and CoreDNS.
+	if !c.Networking.DisableDefaultCNI || !slices.Equal(c.KubeadmConfigPatches, []string{
+		"kind: InitConfiguration\nnodeRegistration:\n  ignorePreflightErrors:\n  - ImagePull\nskipPhases:\n- addon/coredns\n",
+		"kind: JoinConfiguration\nnodeRegistration:\n  ignorePreflightErrors:\n  - ImagePull\n"}) {
 		t.Errorf("the lab's own image: disableDefaultCNI %v, patches %q", c.Networking.DisableDefaultCNI, c.KubeadmConfigPatches)
 	}
+	if c, err = RenderFor(cfg, Host{CgroupV1: true}); err != nil || !strings.Contains(strings.Join(c.KubeadmConfigPatches, ""), "  - SystemVerification\n  - ImagePull\n") {
+		t.Errorf("the lab's own image on cgroup v1: patches %q, %v", c.KubeadmConfigPatches, err)
+	}
 	cfg.NodeImage = ""
-	if c, err = RenderFor(cfg, Host{}); err != nil || c.Networking.DisableDefaultCNI || slices.Contains(c.KubeadmConfigPatches, skipCoreDNSPatch) {
+	if c, err = RenderFor(cfg, Host{}); err != nil || c.Networking.DisableDefaultCNI || len(c.KubeadmConfigPatches) != 0 {
 		t.Errorf("kind's image: disableDefaultCNI %v, patches %q, %v", c.Networking.DisableDefaultCNI, c.KubeadmConfigPatches, err)
 	}
 }

@@ -21,11 +21,12 @@ const DebianMirror = "http://deb.debian.org/debian"
 // Packages are the Debian packages of a node's root filesystem: systemd
 // as its init, what the kubelet, kube-proxy and kubeadm run (iptables,
 // conntrack, mount, iproute2), Debian's runc and CNI plugins for
-// containerd, and busybox for the pause image.
+// containerd, jq for kind's container hook, and busybox for the pause
+// image.
 var Packages = []string{
 	"systemd", "dbus", "bash", "ca-certificates", "procps", "util-linux", "mount", "kmod",
 	"iptables", "nftables", "conntrack", "iproute2", "ethtool", "e2fsprogs", "libseccomp2", "pigz",
-	"runc", "containernetworking-plugins", "busybox-static",
+	"runc", "containernetworking-plugins", "busybox-static", "jq",
 }
 
 // rootfsHooks make the root filesystem a kind node's: systemd starts no
