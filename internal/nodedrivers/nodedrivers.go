@@ -5,8 +5,9 @@
 // the lab's status says of it and when its devices count as published.
 // The backends, the lab process, readiness and status ask here instead of
 // branching on the kinds, and dralab-driver takes each kind's command
-// (but the GPU driver's, its own) from here. Adding a kind is its driver, its command, one file here (which
-// registers the kind) and its node section in lab/config.
+// (but the GPU driver's, its own) from here. Adding a kind is its driver,
+// its command, one file here (which registers the kind) and its node
+// section in lab/config.
 package nodedrivers
 
 import (
