@@ -26,7 +26,7 @@ type Kind mg.Namespace
 func (Kind) NodeImage(ctx context.Context) error {
 	u := ui.Stderr()
 	start := time.Now()
-	img, err := lab.BuildKindNodeImage(ui.WithLive(ctx, u.Live), u.Step)
+	img, err := lab.BuildKindNodeImage(ui.WithLive(ctx, u.Live), lab.WithProgress(u.Step))
 	if err != nil {
 		return err
 	}
