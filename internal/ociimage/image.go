@@ -47,6 +47,18 @@ type Image struct {
 	StopSignal string
 }
 
+// Pause is a pod sandbox image of the static busybox at host path busybox,
+// under names: its sh sleeps until told to stop, and reaps the pod's
+// zombies as PID 1 would.
+func Pause(busybox string, names ...string) *Image {
+	return &Image{
+		Names:      names,
+		Files:      map[string]string{"/bin/busybox": busybox},
+		Symlinks:   map[string]string{"/bin/sh": "busybox", "/bin/sleep": "busybox"},
+		Entrypoint: []string{"/bin/sh", "-c", "trap 'exit 0' TERM INT; while true; do sleep 3600 & wait $!; done"},
+	}
+}
+
 // epoch makes images reproducible: the same files give the same digest.
 var epoch = time.Unix(0, 0).UTC()
 

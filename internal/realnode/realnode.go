@@ -259,14 +259,8 @@ func images() map[string]*ociimage.Image {
 		tools["/bin/"+t] = "busybox"
 	}
 	return map[string]*ociimage.Image{
-		// The sandbox: sleeps until told to stop. busybox's sh reaps the
-		// pod's zombies as PID 1 would.
-		"pause": {
-			Names:      []string{PauseImage, ScenarioPauseImage},
-			Files:      map[string]string{"/bin/busybox": Busybox},
-			Symlinks:   map[string]string{"/bin/sh": "busybox", "/bin/sleep": "busybox"},
-			Entrypoint: []string{"/bin/sh", "-c", "trap 'exit 0' TERM INT; while true; do sleep 3600 & wait $!; done"},
-		},
+		// The sandbox: sleeps until told to stop.
+		"pause": ociimage.Pause(Busybox, PauseImage, ScenarioPauseImage),
 		"busybox": {
 			Names:    []string{BusyboxImage},
 			Files:    map[string]string{"/bin/busybox": Busybox},

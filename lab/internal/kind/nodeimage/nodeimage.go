@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
@@ -264,9 +265,7 @@ func (in Inputs) nodeImage(ctx context.Context, work string) (*ociimage.Image, e
 	if err != nil {
 		return nil, err
 	}
-	for _, a := range images {
-		img.Files[path.Join(imagesDir, filepath.Base(a))] = a
-	}
+	maps.Copy(img.Files, images)
 	return img, nil
 }
 
@@ -278,8 +277,9 @@ var cniPlugins = []string{"bridge", "host-local", "loopback", "portmap", "ptp"}
 const imagesDir = "/kind/images"
 
 // writeImages writes the control plane's image and the pause image into
-// dir and copies the extra images beside them; it returns their archives.
-func (in Inputs) writeImages(dir string) ([]string, error) {
+// dir; it returns every archive the node imports, its own and the extra
+// images, by its path in the node image.
+func (in Inputs) writeImages(dir string) (map[string]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -294,48 +294,20 @@ func (in Inputs) writeImages(dir string) ([]string, error) {
 		cp.Symlinks["/usr/local/bin/"+c] = "kube"
 		cp.Names = append(cp.Names, Registry+"/"+c+":"+KubernetesVersion)
 	}
-	pause := &ociimage.Image{
-		Names:      []string{Registry + "/pause:" + PauseImageTag, KindSandboxImage},
-		Files:      map[string]string{"/bin/busybox": in.Busybox},
-		Symlinks:   map[string]string{"/bin/sh": "busybox", "/bin/sleep": "busybox"},
-		Entrypoint: []string{"/bin/sh", "-c", "trap 'exit 0' TERM INT; while true; do sleep 3600 & wait $!; done"},
-	}
-	var out []string
+	pause := ociimage.Pause(in.Busybox, Registry+"/pause:"+PauseImageTag, KindSandboxImage)
+	out := map[string]string{}
 	for name, img := range map[string]*ociimage.Image{"control-plane.tar": cp, "pause.tar": pause} {
 		a := filepath.Join(dir, name)
 		if err := img.WriteArchive(a); err != nil {
 			return nil, fmt.Errorf("the node's %s: %w", name, err)
 		}
-		out = append(out, a)
+		out[path.Join(imagesDir, name)] = a
 	}
+	// The extra images go into the node image from where they are.
 	for i, src := range in.Images {
-		a := filepath.Join(dir, fmt.Sprintf("extra-%d.tar", i))
-		if err := os.Link(src, a); err != nil {
-			if err := copyFile(src, a); err != nil {
-				return nil, err
-			}
-		}
-		out = append(out, a)
+		out[path.Join(imagesDir, fmt.Sprintf("extra-%d.tar", i))] = src
 	}
-	sort.Strings(out)
 	return out, nil
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // criBaseSpec writes the runtime spec containerd starts each container
