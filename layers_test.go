@@ -352,3 +352,35 @@ func TestNVMLAndPluginNeverShareABinary(t *testing.T) {
 		}
 	}
 }
+
+// TestConformanceModuleBuildsWhatTheMainBuilds: every module whose
+// packages the light module (drivers/conformance: the conformance suite and
+// kubectl dra) compiles, tests included, is at the version the main module
+// selects. Otherwise a shared package (golang.org/x/sys under client-go)
+// differs between the two, and every package above it is compiled twice on
+// every platform: on a cold cache that was 167 s more per platform.
+func TestConformanceModuleBuildsWhatTheMainBuilds(t *testing.T) {
+	modules := func(dir string, args ...string) map[string]string {
+		c := exec.Command("go", args...)
+		c.Dir = dir
+		data, err := c.Output()
+		if err != nil {
+			t.Fatalf("go %s (in %s): %v", strings.Join(args, " "), dir, err)
+		}
+		out := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			if path, version, ok := strings.Cut(line, " "); ok && version != "" {
+				out[path] = version
+			}
+		}
+		return out
+	}
+	const format = "{{with .Module}}{{.Path}} {{.Version}}{{end}}"
+	light := modules("drivers/conformance", "list", "-deps", "-test", "-f", format, "./...")
+	main := modules(".", "list", "-m", "-f", "{{.Path}} {{.Version}}", "all")
+	for _, path := range slices.Sorted(maps.Keys(light)) {
+		if v, ok := main[path]; ok && v != light[path] {
+			t.Errorf("drivers/conformance builds %s %s, the main module %s: run go get %s@%s there (in drivers/conformance)", path, light[path], v, path, v)
+		}
+	}
+}

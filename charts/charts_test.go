@@ -533,16 +533,29 @@ func TestMountsOnlyWhatTheDriverWrites(t *testing.T) {
 
 // The container runs with no capability, no privilege escalation, the
 // runtime's seccomp profile and a read-only image, in every mode and with
-// either inventory: NVML needs no capability.
+// either inventory, but where NVML reads real GPUs: their device files
+// need a privileged container (the default) or the NVIDIA container
+// runtime, which puts them in an unprivileged one.
 func TestSecurityContextIsLeastPrivilege(t *testing.T) {
-	for name, values := range map[string]map[string]any{
-		"fake, dra":           nil,
-		"nvml, dra":           {"inventory": "nvml"},
-		"fake, device-plugin": countingValues(nil),
-		"nvml, device-plugin": countingValues(map[string]any{"inventory": "nvml"}),
+	mock := map[string]any{"source": "mock:dgxh100"}
+	runtime := map[string]any{"deviceAccess": "nvidiaRuntime", "runtimeClassName": "nvidia-cdi"}
+	for name, tc := range map[string]struct {
+		values     map[string]any
+		privileged bool
+		runtime    string
+	}{
+		"fake, dra":                    {nil, false, ""},
+		"nvml mock, dra":               {map[string]any{"inventory": "nvml", "nvml": mock}, false, ""},
+		"fake, device-plugin":          {countingValues(nil), false, ""},
+		"nvml mock, device-plugin":     {countingValues(map[string]any{"inventory": "nvml", "nvml": mock}), false, ""},
+		"nvml, NVIDIA runtime":         {map[string]any{"inventory": "nvml", "nvml": runtime}, false, "nvidia-cdi"},
+		"nvml, dra":                    {map[string]any{"inventory": "nvml"}, true, ""},
+		"nvml, device-plugin":          {countingValues(map[string]any{"inventory": "nvml"}), true, ""},
+		"nvml mock, NVIDIA runtime":    {map[string]any{"inventory": "nvml", "nvml": map[string]any{"source": "mock:mixed", "deviceAccess": "nvidiaRuntime"}}, false, ""},
+		"fake, NVIDIA runtime ignored": {map[string]any{"nvml": runtime}, false, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
-			pod := daemonSet(t, render(t, values)).Spec.Template.Spec
+			pod := daemonSet(t, render(t, tc.values)).Spec.Template.Spec
 			if pod.HostPID || pod.HostIPC {
 				t.Errorf("hostPID = %v, hostIPC = %v", pod.HostPID, pod.HostIPC)
 			}
@@ -550,22 +563,48 @@ func TestSecurityContextIsLeastPrivilege(t *testing.T) {
 			if sc == nil {
 				t.Fatal("the driver container has no securityContext")
 			}
-			if sc.Privileged == nil || *sc.Privileged {
-				t.Errorf("privileged = %v, want false", ptrString(sc.Privileged))
+			if sc.Privileged == nil || *sc.Privileged != tc.privileged {
+				t.Errorf("privileged = %v, want %v", ptrString(sc.Privileged), tc.privileged)
 			}
-			if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-				t.Errorf("allowPrivilegeEscalation = %v, want false", ptrString(sc.AllowPrivilegeEscalation))
+			if got := ptrString(pod.RuntimeClassName); (tc.runtime == "" && pod.RuntimeClassName != nil) || (tc.runtime != "" && got != tc.runtime) {
+				t.Errorf("runtimeClassName = %v, want %q", got, tc.runtime)
+			}
+			e := env(daemonSet(t, render(t, tc.values)))
+			if visible := e["NVIDIA_VISIBLE_DEVICES"]; (tc.runtime != "") != (visible == "all") {
+				t.Errorf("NVIDIA_VISIBLE_DEVICES = %q with runtime class %q: the NVIDIA runtime, and it alone, is asked for every GPU", visible, tc.runtime)
 			}
 			if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 				t.Errorf("readOnlyRootFilesystem = %v, want true", ptrString(sc.ReadOnlyRootFilesystem))
 			}
-			if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
-				t.Errorf("capabilities = %+v, want drop [ALL] and nothing added", sc.Capabilities)
-			}
 			if sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
 				t.Errorf("seccompProfile = %+v, want RuntimeDefault", sc.SeccompProfile)
 			}
+			if tc.privileged {
+				// The API refuses a privileged container that forbids
+				// privilege escalation.
+				if sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
+					t.Errorf("privileged with allowPrivilegeEscalation false: the API server refuses the pod")
+				}
+				return
+			}
+			if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+				t.Errorf("allowPrivilegeEscalation = %v, want false", ptrString(sc.AllowPrivilegeEscalation))
+			}
+			if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
+				t.Errorf("capabilities = %+v, want drop [ALL] and nothing added", sc.Capabilities)
+			}
 		})
+	}
+}
+
+// The driver's --nvml comes from nvml.source: unset for the library (the
+// driver's default), the mock server as named.
+func TestNVMLSource(t *testing.T) {
+	for source, want := range map[string]string{"library": "", "mock:dgxa100-mig": "mock:dgxa100-mig"} {
+		e := env(daemonSet(t, render(t, map[string]any{"inventory": "nvml", "nvml": map[string]any{"source": source}})))
+		if got, set := e["DRALAB_NVML"]; got != want || set != (want != "") {
+			t.Errorf("nvml.source %s: DRALAB_NVML = %q (set %v), want %q", source, got, set, want)
+		}
 	}
 }
 

@@ -193,7 +193,7 @@ func runOnExampleLab(t *testing.T, file, labName string, names []string) *lab.La
 				t.Fatal(err)
 			}
 			// The lab was chosen for these scenarios: each must run.
-			runScenario(ctx, t, restConfig, l, s, unmetPolicy{lab: "lab/examples/" + file})
+			runScenario(ctx, t, restConfig, l, s, unmetPolicy{lab: "lab/examples/" + file, agree: true})
 		})
 	}
 	return l
@@ -285,7 +285,7 @@ func TestScenarioMatrix(t *testing.T) {
 		name := strings.TrimSuffix(m.file, ".yaml")
 		t.Run(name, func(t *testing.T) {
 			l, restConfig := startExampleLab(t, m.file, "dl-matrix-"+name)
-			runAll(t, l, restConfig, unmetPolicy{lab: "lab/examples/" + m.file, expected: m.unmet})
+			runAll(t, l, restConfig, unmetPolicy{lab: "lab/examples/" + m.file, expected: m.unmet, agree: true})
 		})
 	}
 	// The walkthrough fails an H100 by hand (gpu:fail) and goes on: every
@@ -306,6 +306,6 @@ func TestScenarioMatrix(t *testing.T) {
 		if err != nil {
 			t.Fatalf("waiting for gpu-h100/gpu-0 to be tainted in its ResourceSlice: %v", err)
 		}
-		runAll(t, l, restConfig, unmetPolicy{lab: "the default lab with gpu-h100/gpu-0 failed (XID 79)", expected: failedH100Unmet})
+		runAll(t, l, restConfig, unmetPolicy{lab: "the default lab with gpu-h100/gpu-0 failed (XID 79)", expected: failedH100Unmet, agree: true})
 	})
 }

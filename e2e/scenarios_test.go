@@ -35,7 +35,7 @@ func TestScenarios(t *testing.T) {
 	// skips what the cluster cannot run.
 	var policy unmetPolicy
 	if theLab != nil && os.Getenv(scenarios.EnvDir) == "" {
-		policy = unmetPolicy{lab: "the default lab (lab/examples/default.yaml)", expected: slices.Concat(partitionedScenarios, fabricScenarios, workloadScenarios, nicScenarios, frontierScenarios)}
+		policy = unmetPolicy{lab: "the default lab (lab/examples/default.yaml)", expected: slices.Concat(partitionedScenarios, fabricScenarios, workloadScenarios, nicScenarios, frontierScenarios), agree: true}
 	}
 	var feats []features.Feature
 	for _, s := range all {
@@ -60,6 +60,9 @@ func TestScenarios(t *testing.T) {
 type unmetPolicy struct {
 	lab      string
 	expected []string
+	// agree: check that kubectl dra's reading agrees with the scheduler
+	// at every step (agree).
+	agree bool
 }
 
 // unmet handles a scenario's ErrUnmet.
@@ -92,8 +95,19 @@ func runScenario(ctx context.Context, t *testing.T, restConfig *rest.Config, l *
 	if err != nil {
 		t.Fatal(err)
 	}
+	var client kubernetes.Interface
+	if policy.agree {
+		// kubectl dra's reading must agree with the scheduler at every
+		// step (the default lab's scenarios and the matrix's).
+		if client, err = kubernetes.NewForConfig(restConfig); err != nil {
+			t.Fatal(err)
+		}
+	}
 	runner.OnStep = func(step string, rows []allocation.Row) {
 		t.Logf("%s:\n%s", step, allocation.Table(rows))
+		if client != nil && len(rows) > 0 {
+			agree(ctx, t, client, rows[0].Namespace)
+		}
 	}
 	if l != nil {
 		runner.GPUFaults = lab.GPUFaults{Lab: l}

@@ -1,12 +1,8 @@
 package lab_test
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/dralab/dralab/internal/labstate"
@@ -99,27 +95,8 @@ func (m *memory) add(o memory, weight float64) {
 
 // memoryOf reads a process's memory from /proc/PID/smaps_rollup.
 func memoryOf(tb testing.TB, pid int) memory {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer f.Close()
-	var m memory
-	found := 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		for field, to := range map[string]*float64{"Rss:": &m.rss, "Pss:": &m.pss} {
-			if rest, ok := strings.CutPrefix(sc.Text(), field); ok {
-				kb, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
-				if err != nil {
-					tb.Fatalf("/proc/%d/smaps_rollup: %q: %v", pid, sc.Text(), err)
-				}
-				*to = float64(kb) / 1024
-				found++
-			}
-		}
-	}
-	if found != 2 {
+	m, ok := processMemory(pid)
+	if !ok {
 		tb.Fatalf("/proc/%d/smaps_rollup has no Rss and Pss", pid)
 	}
 	return m

@@ -98,7 +98,9 @@ func Open(name string, opts ...Option) (*Lab, error) {
 
 // Existing returns the lab that a command acting on an existing lab means:
 // the one named by $DRALAB_LAB; else that of the configuration given
-// (WithConfig, WithConfigFile, $DRALAB_CONFIG); else the only lab there
+// (WithConfig, WithConfigFile, $DRALAB_CONFIG), as recorded when it was
+// created where it exists (its backend, whatever $DRALAB_BACKEND says
+// now); else the only lab there
 // is, or the default lab when there is none. With several labs and none
 // named it fails with ErrAmbiguous, naming them.
 func Existing(opts ...Option) (*Lab, error) {
@@ -110,7 +112,22 @@ func Existing(opts ...Option) (*Lab, error) {
 		opt(&o)
 	}
 	if o.cfg != nil || o.configFile != "" || os.Getenv(EnvConfig) != "" {
-		return New(opts...)
+		l, err := New(opts...)
+		if err != nil {
+			return nil, err
+		}
+		// A lab of that name exists: it is the one its creation recorded
+		// (its backend above all), whatever the environment says now. A
+		// kind lab brought down as an embedded one would lose its state
+		// and leave its nodes running.
+		root, err := stateRoot(opts)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := os.Stat(recordedConfig(root, l.Config().Name)); err == nil {
+			return Open(l.Config().Name, opts...)
+		}
+		return l, nil
 	}
 	names, err := Names(opts...)
 	if err != nil {

@@ -75,7 +75,33 @@ func TestExistingLab(t *testing.T) {
 	if l, err := lab.Existing(at); err != nil || l.Config().Name != "bench" {
 		t.Errorf("Existing with DRALAB_CONFIG = %v, %v; want bench", l, err)
 	}
+	// A kind lab named by a configuration of the default backend is the
+	// kind lab its creation recorded: lab:down without DRALAB_BACKEND=kind
+	// deletes its kind cluster, not only its state.
+	kindLab := smallConfig("on-kind", "n1")
+	kindLab.Backend = config.BackendKind
+	if err := kindLab.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "on-kind"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := kindLab.Record(filepath.Join(root, "on-kind", "config.json")); err != nil {
+		t.Fatal(err)
+	}
+	asGiven := filepath.Join(t.TempDir(), "on-kind.yaml")
+	if err := os.WriteFile(asGiven, []byte("apiVersion: lab.dralab.dev/v1alpha1\nkind: Lab\nname: on-kind\nnodes: [{name: n1}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(lab.EnvConfig, asGiven)
+	t.Setenv(lab.EnvBackend, "")
+	if l, err := lab.Existing(at); err != nil || l.Backend() != config.BackendKind {
+		t.Errorf("Existing with DRALAB_CONFIG of a kind lab, no DRALAB_BACKEND = %v, %v; want the recorded kind lab", l, err)
+	}
 	t.Setenv(lab.EnvConfig, "")
+	if err := os.RemoveAll(filepath.Join(root, "on-kind")); err != nil {
+		t.Fatal(err)
+	}
 
 	labs, err := lab.List(context.Background(), at)
 	if err != nil || len(labs) != 2 {

@@ -62,21 +62,43 @@ func (l *Lab) updateGPUFaults(ctx context.Context, ref GPURef, update func(map[s
 	if !ok {
 		return fmt.Errorf("%w (%s backend)", ErrNoFaultInjection, l.backend.Name())
 	}
-	if err := l.checkGPU(ctx, ref); err != nil {
+	labNode, err := l.checkGPU(ctx, ref)
+	if err != nil {
 		return err
 	}
-	return faulter.UpdateGPUFaults(ctx, l.cfg.Name, ref.Node, update)
+	return faulter.UpdateGPUFaults(ctx, l.cfg.Name, labNode, update)
 }
 
 // checkGPU checks that the node runs dralab's GPU driver in DRA mode and
-// publishes the GPU, naming the valid choices when not.
-func (l *Lab) checkGPU(ctx context.Context, ref GPURef) error {
+// publishes the GPU, naming the valid choices when not, and returns the
+// lab node's name. The node is the lab's name for it or the cluster's
+// (what an allocation shows): they differ on kind, whose workers stand
+// for the lab nodes their config.LabelLabNode names.
+func (l *Lab) checkGPU(ctx context.Context, ref GPURef) (string, error) {
+	client, err := kubeclient.New(l.Kubeconfig())
+	if err != nil {
+		return "", err
+	}
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", fmt.Errorf("listing the nodes of lab %s: %w", l.cfg.Name, err)
+	}
+	labNode, clusterNode := ref.Node, ref.Node
+	for _, n := range nodes.Items {
+		stands := n.Labels[config.LabelLabNode]
+		if stands == "" {
+			stands = n.Name
+		}
+		if n.Name == ref.Node || stands == ref.Node {
+			labNode, clusterNode = stands, n.Name
+		}
+	}
 	var faultable []string
 	var node *config.Node
 	for i, n := range l.cfg.Nodes {
 		if n.GPUs != nil && n.GPUs.Mode == config.GPUModeDRA && l.cfg.Driver == nil {
 			faultable = append(faultable, n.Name)
-			if n.Name == ref.Node {
+			if n.Name == labNode {
 				node = &l.cfg.Nodes[i]
 			}
 		}
@@ -84,20 +106,16 @@ func (l *Lab) checkGPU(ctx context.Context, ref GPURef) error {
 	if node == nil {
 		why := "no such node"
 		for _, n := range l.cfg.Nodes {
-			if n.Name == ref.Node {
+			if n.Name == labNode {
 				why = "its GPUs are not published through DRA by dralab's GPU driver"
 			}
 		}
-		return fmt.Errorf("GPU %s: %s in lab %s; nodes whose GPUs can fail: %s", ref, why, l.cfg.Name, orNone(faultable))
+		return "", fmt.Errorf("GPU %s: %s in lab %s; nodes whose GPUs can fail: %s", ref, why, l.cfg.Name, orNone(faultable))
 	}
-	client, err := kubeclient.New(l.Kubeconfig())
-	if err != nil {
-		return err
-	}
-	sel := fields.Set{resourceapi.ResourceSliceSelectorDriver: gpu.DriverName, resourceapi.ResourceSliceSelectorNodeName: ref.Node}
+	sel := fields.Set{resourceapi.ResourceSliceSelectorDriver: gpu.DriverName, resourceapi.ResourceSliceSelectorNodeName: clusterNode}
 	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel.String()})
 	if err != nil {
-		return fmt.Errorf("listing the GPUs of node %s: %w", ref.Node, err)
+		return "", fmt.Errorf("listing the GPUs of node %s: %w", ref.Node, err)
 	}
 	var gpus []string
 	for _, s := range list.Items {
@@ -109,9 +127,9 @@ func (l *Lab) checkGPU(ctx context.Context, ref GPURef) error {
 	}
 	if !slices.Contains(gpus, ref.Device) {
 		slices.SortFunc(gpus, natural.Compare)
-		return fmt.Errorf("GPU %s: node %s has no GPU %q; its GPUs: %s", ref, ref.Node, ref.Device, orNone(gpus))
+		return "", fmt.Errorf("GPU %s: node %s has no GPU %q; its GPUs: %s", ref, ref.Node, ref.Device, orNone(gpus))
 	}
-	return nil
+	return labNode, nil
 }
 
 func orNone(names []string) string {

@@ -3,7 +3,8 @@ package lab_test
 import (
 	"context"
 	"errors"
-	"os/exec"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,15 +13,19 @@ import (
 	"github.com/dralab/dralab/lab/status"
 )
 
-// A kind lab runs its backend in dralab-kind, which the lab builds: on a
-// machine without a container engine its answers cross the process
+// A kind lab runs its backend in dralab-kind, which the lab builds: where
+// no container engine answers — here the one $KIND_EXPERIMENTAL_PROVIDER
+// names, a nerdctl whose daemon is down — its answers cross the process
 // boundary as they would in one process (Up fails with lab.ErrNoEngine,
-// Status says the lab is absent and why). Where an engine runs, the e2e
-// suite's TestKindLab brings a kind lab up.
+// Status says the lab is absent and why). The e2e suite's TestKindLab
+// brings a kind lab up on an engine that answers.
 func TestKindLabThroughItsProgram(t *testing.T) {
-	if exec.Command("docker", "info").Run() == nil {
-		t.Skip("a container engine answers here: TestKindLab (e2e) brings the kind lab up instead")
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "nerdctl"), []byte("#!/bin/sh\necho 'cannot access containerd socket' >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
 	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("KIND_EXPERIMENTAL_PROVIDER", "nerdctl")
 	cfg := smallConfig("kind-probe", "n1")
 	cfg.Backend = config.BackendKind
 	l, err := lab.New(lab.WithConfig(cfg), lab.WithStateRoot(t.TempDir()))
@@ -32,7 +37,7 @@ func TestKindLabThroughItsProgram(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Backend != config.BackendKind || st.Phase != status.PhaseAbsent || !strings.Contains(st.Message, "embedded backend") {
+	if st.Backend != config.BackendKind || st.Phase != status.PhaseAbsent || !strings.Contains(st.Message, "embedded backend") || !strings.Contains(st.Message, "cannot access containerd socket") {
 		t.Errorf("status of a kind lab without an engine: %+v", st)
 	}
 	_, err = l.Up(ctx)

@@ -18,6 +18,22 @@ func (Bench) Lab() error {
 	return sh.RunV("go", "test", "./lab", "-run", "^$", "-bench", "BenchmarkUp", "-benchtime", "3x")
 }
 
+// Kind measures the default lab on the kind backend beside Lab's embedded
+// one: the node image of the lab's own Kubernetes built and loaded
+// (DRALAB_BENCH_COLD=1: from no cached archive), lab:up to every node
+// Ready, and the memory of the nodes' processes. It needs Docker or podman.
+func (Bench) Kind() error {
+	return sh.RunV("go", "test", "./lab", "-run", "^$", "-bench", "BenchmarkKindUp", "-benchtime", "1x", "-timeout", "30m")
+}
+
+// Why measures `kubectl dra why` once a cluster is read, on a recorded
+// state of 5,000 nodes of 8 GPUs and 20,000 claims: the time to an answer
+// and the live heap, and fails above the plugin's targets (1 s, 300 MiB).
+// CI runs it.
+func (Bench) Why() error {
+	return sh.RunV("go", "-C", "drivers/conformance", "test", "./cmd/kubectl-dra", "-run", "^$", "-bench", "BenchmarkWhyAtScale", "-benchtime", "3x")
+}
+
 // Dashboard measures the dashboard on the default lab: page weight, time
 // to first paint in Chromium, and the lab process's CPU seconds and peak
 // RSS during a 100-pod wave without and with the page open.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 
 	"github.com/magefile/mage/mg"
 	"github.com/magefile/mage/sh"
@@ -47,6 +48,36 @@ func (Deps) Realnode() error {
 		return nil
 	}
 	return aptInstall(realnode.HostPackages...)
+}
+
+// kindHostPackages are Debian's packages a kind lab runs on and its node
+// image is built with: podman (Debian's Docker cannot run kind's
+// privileged nodes where the engine lacks CAP_SYS_RESOURCE), the dnsname
+// CNI plugin with which podman's networks resolve the nodes' names, and
+// mmdebstrap, which makes the node's root filesystem from Debian's
+// packages.
+var kindHostPackages = map[string]string{
+	"podman":               "podman",
+	"mmdebstrap":           "mmdebstrap",
+	"/usr/lib/cni/dnsname": "golang-github-containernetworking-plugin-dnsname",
+}
+
+// Kind installs what a kind lab needs from Debian's packages — podman,
+// its dnsname plugin and mmdebstrap (kind:nodeImage) — when it is
+// missing.
+func (Deps) Kind() error {
+	var missing []string
+	for program, pkg := range kindHostPackages {
+		if _, err := exec.LookPath(program); err != nil {
+			missing = append(missing, pkg)
+		}
+	}
+	if len(missing) == 0 {
+		fmt.Println("podman, its dnsname plugin and mmdebstrap are installed.")
+		return nil
+	}
+	slices.Sort(missing)
+	return aptInstall(missing...)
 }
 
 // Browser installs Debian's Chromium, in which the dashboard's tests open

@@ -20,7 +20,7 @@ import (
 // commands are every command of the repository, by module.
 var commands = map[string][]string{
 	".":                   {"./cmd/dralab", "./cmd/" + build.DriverBinary, "./" + strings.TrimPrefix(build.KindPackage, "github.com/dralab/dralab/")},
-	"drivers/conformance": {"./cmd/dralab-conformance"},
+	"drivers/conformance": {"./cmd/dralab-conformance", "./cmd/kubectl-dra"},
 }
 
 // Platforms cross-compiles every command (dralab, dralab-driver,

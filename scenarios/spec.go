@@ -552,7 +552,7 @@ type Expectation struct {
 	// cluster's state (the scheduler itself only says "cannot allocate all
 	// claims"): NoMatchingDevice, AllAllocated, Tainted, Insufficient (an
 	// extended resource), CounterExhausted, CapacityExhausted,
-	// SelectorError, ConstraintUnmet, NotOnOneNode, IncompatibleGroups or NodeResources; for a pod of a PodGroup also
+	// SelectorError, ConstraintUnmet, NotOnOneNode, IncompatibleGroups, NodeResources or NotRetried; for a pod of a PodGroup also
 	// GangIncomplete, GangShort, TopologyShort or GangUnschedulable.
 	// A list names reasons of which any may hold: [AllAllocated,
 	// CapacityExhausted] on a lab where the last matching device is a
@@ -611,6 +611,9 @@ const (
 	// The devices fit, but not the node's memory or CPUs with what the
 	// devices add (nodeAllocatableResources).
 	ReasonNodeResources = "NodeResources"
+	// The scheduler refused the pod for the node's memory or CPUs, and a
+	// node has room for it now: it has not tried the pod again.
+	ReasonNotRetried = "NotRetried"
 	// A pod of a PodGroup whose own claims fit: fewer pods than minCount
 	// exist; too few free devices for all the unbound pods; none of the
 	// group's topology domains has enough; or no whole placement found.

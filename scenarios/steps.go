@@ -304,6 +304,15 @@ func (r *run) waitScheduled(ctx context.Context, name string) error {
 	return nil
 }
 
+// freeing deletes a pod the way that frees its devices: gracefully (one
+// second), so that its kubelet stops it and unprepares its claims before
+// the API lets the claims go and the scheduler hands their devices on. A
+// pod deleted at once (grace 0) is gone from the API while its node still
+// holds its devices; a driver refuses to prepare them for the next claim
+// until then, and a kubelet retries that prepare only at its sync
+// interval (a minute by default, as on kind's nodes).
+var freeing = metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](1)}
+
 func (r *run) deletePods(ctx context.Context, d *DeletePods) error {
 	rows, err := allocation.Allocations(ctx, r.Client, r.ns, nodedrivers.Vocabulary)
 	if err != nil {
@@ -320,7 +329,7 @@ func (r *run) deletePods(ctx context.Context, d *DeletePods) error {
 		if ok, _ := path.Match(d.Pods, o.Name); !ok || (d.Tier != "" && podTier(o) != d.Tier) || (d.Phase != "" && o.phase() != d.Phase) {
 			continue
 		}
-		if err := r.Client.CoreV1().Pods(r.ns).Delete(ctx, o.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		if err := r.Client.CoreV1().Pods(r.ns).Delete(ctx, o.Name, freeing); err != nil {
 			return err
 		}
 		r.gone = append(r.gone, o.Name)
@@ -351,7 +360,7 @@ func (r *run) deleteGroups(ctx context.Context, d *DeleteGroups) error {
 			if allocation.GroupOf(&p) != g.Name {
 				continue
 			}
-			if err := r.Client.CoreV1().Pods(r.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
+			if err := r.Client.CoreV1().Pods(r.ns).Delete(ctx, p.Name, freeing); err != nil && !apierrors.IsNotFound(err) {
 				return err
 			}
 			r.gone = append(r.gone, p.Name)

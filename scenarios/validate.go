@@ -32,7 +32,7 @@ var deviceTypes = []string{gpu.TypeGPU, gpu.TypeMIG, gpu.TypeTimeSlice}
 var healths = []string{"Healthy", "Unhealthy", "Unknown"}
 
 var reasons = []string{ReasonNoMatchingDevice, ReasonAllAllocated, ReasonTainted, ReasonInsufficient, ReasonCounterExhausted, ReasonCapacityExhausted, ReasonSelectorError, ReasonConstraintUnmet,
-	ReasonNotOnOneNode, ReasonIncompatibleGroups, ReasonNodeResources, ReasonGangIncomplete, ReasonGangShort, ReasonTopologyShort, ReasonGangUnschedulable}
+	ReasonNotOnOneNode, ReasonIncompatibleGroups, ReasonNodeResources, ReasonNotRetried, ReasonGangIncomplete, ReasonGangShort, ReasonTopologyShort, ReasonGangUnschedulable}
 
 // Parse decodes a scenario.yaml strictly and validates it; source names
 // the file in errors. files lists the scenario folder's files, which

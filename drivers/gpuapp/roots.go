@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
+
+	"github.com/dralab/dralab/drivers/nvml"
 )
 
 // An NVIDIA driver is installed on the host ("/") or by a driver container
@@ -16,14 +17,7 @@ import (
 // where the layout is another.
 
 // nvmlLibrary is NVML's library, as the NVIDIA driver installs it.
-const nvmlLibrary = "libnvidia-ml.so.1"
-
-// libraryDirs are where a driver root keeps its libraries, as
-// distributions and NVIDIA's driver containers lay them out.
-var libraryDirs = []string{
-	"usr/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu",
-	"lib64", "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu", "usr/lib", "lib",
-}
+const nvmlLibrary = nvml.Library
 
 // nvmlLibraryPath is the NVML library to open: --nvml-library, else the
 // library under a driver root other than "/", else "" (the loader's
@@ -39,17 +33,13 @@ func (o Options) nvmlLibraryPath() (string, error) {
 	if filepath.Clean(root) == "/" {
 		return "", nil
 	}
-	var tried []string
-	for _, dir := range libraryDirs {
-		p := filepath.Join(root, dir, nvmlLibrary)
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return "", fmt.Errorf("--driver-root %s: %w", root, err)
-		}
-		tried = append(tried, filepath.Join(dir, nvmlLibrary))
+	dir, err := nvml.FindLibrary(root)
+	if errors.Is(err, nvml.ErrNoLibrary) {
+		return "", fmt.Errorf("--driver-root: %w; name it with --nvml-library", err)
+	} else if err != nil {
+		return "", fmt.Errorf("--driver-root: %w", err)
 	}
-	return "", fmt.Errorf("--driver-root %s holds no NVML library (looked for %s); name it with --nvml-library", root, strings.Join(tried, ", "))
+	return filepath.Join(root, dir, nvmlLibrary), nil
 }
 
 // devRoot is the host directory of the NVIDIA device files: --dev-root,

@@ -5,22 +5,49 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 )
 
 // NodeLabels reads the labels of the driver's node, for a driver whose
 // one DaemonSet serves nodes that differ (each node's profile, device
 // count and place in its labels); what names the labels' purpose in the
-// error.
+// error. A driver pod may start before its node routes the API server's
+// Service (kube-proxy not synced yet: the connection leaves the node, and
+// whatever answers fails TLS or times out): such a failure is retried,
+// logged, for up to labelsPatience; an answer of the API server's (no
+// such node, forbidden) is not.
 func NodeLabels(ctx context.Context, client kubernetes.Interface, node, what string) (map[string]string, error) {
-	n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("reading node %s for its %s labels: %w", node, what, err)
+	logger := klog.FromContext(ctx)
+	deadline := time.Now().Add(labelsPatience)
+	for delay := labelsRetry; ; delay = min(2*delay, 8*labelsRetry) {
+		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err == nil {
+			return n.Labels, nil
+		}
+		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || time.Now().Add(delay).After(deadline) {
+			return nil, fmt.Errorf("reading node %s for its %s labels: %w", node, what, err)
+		}
+		logger.Info("Reading the node's labels failed; retrying", "node", node, "in", delay, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("reading node %s for its %s labels: %w (%w)", node, what, ctx.Err(), err)
+		case <-time.After(delay):
+		}
 	}
-	return n.Labels, nil
 }
+
+// How NodeLabels retries: first after labelsRetry, then twice as long
+// each time (at most eight times as long), for labelsPatience in all.
+// Variables for the tests.
+var (
+	labelsRetry    = 500 * time.Millisecond
+	labelsPatience = 2 * time.Minute
+)
 
 // LabelSettings are a driver's settings that one DaemonSet over nodes
 // that differ reads from each node's labels (the chart's way): the

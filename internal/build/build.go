@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 
 	"k8s.io/klog/v2"
@@ -212,24 +213,42 @@ const (
 	DriverImageTag        = "0.1.0"
 )
 
-// DriverImage builds the driver as a static binary and writes its image as
-// an OCI archive in dir (for `kind load image-archive`, `docker load` or
-// `ctr images import`), without Docker or a registry. It returns the
-// archive's path.
+// DriverImage builds the driver and writes its image as an OCI archive in
+// dir (for `kind load image-archive`, `docker load` or `ctr images
+// import`), without Docker or a registry. It returns the archive's path.
+// The driver is built with cgo, as on the lab's own nodes, so that its
+// NVML inventory (go-nvml, mock servers included) is in it: the image
+// carries the C libraries it links, this machine's, at their paths.
 func DriverImage(ctx context.Context, dir string) (string, error) {
-	bin := filepath.Join(dir, "dralab-driver-static")
-	cmd := exec.CommandContext(ctx, "go", "build", "-ldflags", "-s -w", "-o", bin, "github.com/dralab/dralab/cmd/"+DriverBinary)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, out)
-	}
-	img := &ociimage.Image{
-		Names:      []string{DriverImageRepository + ":" + DriverImageTag},
-		Files:      map[string]string{"/dralab-driver": bin},
-		Entrypoint: []string{"/dralab-driver"},
+	img, err := driverImage(ctx, dir)
+	if err != nil {
+		return "", err
 	}
 	archive := filepath.Join(dir, "dralab-driver-image.tar")
 	return archive, img.WriteArchive(archive)
+}
+
+// driverImage builds the driver in dir and says what its image holds.
+func driverImage(ctx context.Context, dir string) (*ociimage.Image, error) {
+	bin := filepath.Join(dir, "dralab-driver-image-bin")
+	cmd := exec.CommandContext(ctx, "go", "build", "-ldflags", "-s -w", "-o", bin, "github.com/dralab/dralab/cmd/"+DriverBinary)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo(runtime.GOOS))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, out)
+	}
+	files := map[string]string{"/dralab-driver": bin}
+	libs, err := sharedLibraries(ctx, bin)
+	if err != nil {
+		return nil, err
+	}
+	for _, lib := range append(libs, nvmlNeeds(libs)...) {
+		files[lib] = lib
+	}
+	return &ociimage.Image{
+		Names:      []string{DriverImageRepository + ":" + DriverImageTag},
+		Files:      files,
+		Entrypoint: []string{"/dralab-driver"},
+	}, nil
 }
 
 // cgo is CGO_ENABLED's value for a build for goos. On Linux the driver's
@@ -241,4 +260,48 @@ func cgo(goos string) string {
 		return "1"
 	}
 	return "0"
+}
+
+// nvmlNeeds are the C libraries NVIDIA's libnvidia-ml.so.1, which the
+// driver opens at run time from the node's driver root, loads beside those
+// the driver links: the C library's libdl, libpthread, libm and librt,
+// from the directory of the libc among libs, where they exist there.
+func nvmlNeeds(libs []string) []string {
+	var out []string
+	for _, lib := range libs {
+		if filepath.Base(lib) != "libc.so.6" {
+			continue
+		}
+		for _, name := range []string{"libdl.so.2", "libpthread.so.0", "libm.so.6", "librt.so.1"} {
+			p := filepath.Join(filepath.Dir(lib), name)
+			if _, err := os.Stat(p); err == nil && !slices.Contains(libs, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// sharedLibraries are the paths of the shared libraries a binary loads at
+// start, its dynamic loader first, as ldd lists them; none for a static
+// binary.
+func sharedLibraries(ctx context.Context, bin string) ([]string, error) {
+	out, err := exec.CommandContext(ctx, "ldd", bin).CombinedOutput()
+	if err != nil {
+		if strings.Contains(string(out), "not a dynamic executable") {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("ldd %s: %w: %s", bin, err, strings.TrimSpace(string(out)))
+	}
+	var libs []string
+	for _, line := range strings.Split(string(out), "\n") {
+		fields := strings.Fields(line)
+		switch {
+		case len(fields) >= 3 && fields[1] == "=>" && strings.HasPrefix(fields[2], "/"):
+			libs = append(libs, fields[2])
+		case len(fields) >= 1 && strings.HasPrefix(fields[0], "/"):
+			libs = append(libs, fields[0])
+		}
+	}
+	return libs, nil
 }

@@ -46,6 +46,12 @@ func TestDashboardInABrowser(t *testing.T) {
 	holder, err := chromedp.Run(ctx, chromedp.AttributeValue(`li.device[data-device="gpu.dralab.dev/gpu-h100/gpu-1"] li.holder`, "data-pods"))
 	run("reading the holder", err)
 	holderPods := holder.Value
+	// The tile names the alternative of the prioritized list the claim got.
+	chosen, err := chromedp.Run(ctx, chromedp.Text(`li.device[data-device="gpu.dralab.dev/gpu-h100/gpu-1"] li.holder .chosen`))
+	run("reading the chosen subrequest", err)
+	if chosen != "as gpu/h100" {
+		t.Errorf("the holder of gpu-h100/gpu-1 shows %q, want the subrequest it got: as gpu/h100", chosen)
+	}
 	reason, err := chromedp.Run(ctx, chromedp.Text(`.pending li[data-pod="work/late-0"] .reason`))
 	run("reading the pending reason", err)
 	if tiles != 4 {

@@ -53,7 +53,7 @@ func cluster() []runtime.Object {
 			Devices: []resourceapi.Device{gpuDevice("gpu-0", "NVIDIA L4")}},
 	}
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "work", Name: "train-0-gpu"}}
-	claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: driver, Pool: "gpu-h100", Device: "gpu-1"}}}}
+	claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu/h100", Driver: driver, Pool: "gpu-h100", Device: "gpu-1"}}}}
 	claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "train-0", UID: "u0"}}
 	pod := func(name, node string) *v1.Pod {
 		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "work", Name: name, UID: types.UID("u-" + name)}, Spec: v1.PodSpec{NodeName: node,

@@ -95,20 +95,14 @@ type Tile struct {
 	Slices []Slice
 }
 
-// Holder is a claim holding a device or a part of it.
+// Holder is a claim holding a device or a part of it, as the allocation
+// reading has it (its pods, its group, the subrequest chosen for it, the
+// constraints that align it), and what of the device it holds.
 type Holder struct {
-	Claim string
-	// Group is the PodGroup (namespace/name) a group's claim is reserved
-	// for; Pods are the pods holding it, the group's that use it.
-	Group string
-	Pods  []string
+	allocation.Holder
 	// Part is what of the device it holds: a MIG device and profile, or a
 	// share's consumed memory.
 	Part string
-	// Aligned are the claim's constraints that tie the device to its
-	// other devices: a GPU's NIC under one PCIe root
-	// ("resource.kubernetes.io/pcieRoot pci0000:15, with nic-0").
-	Aligned []string
 }
 
 // Slice is one memory slice of a partitioned GPU.
@@ -286,49 +280,20 @@ func (t *Tile) states(shared bool) {
 	t.State = t.States[len(t.States)-1]
 }
 
-// claimHolders are the claims holding each device, by driver/pool/device.
+// claimHolders are the claims holding each device, by driver/pool/device,
+// with the part of the device a share holds.
 func claimHolders(ctx context.Context, snap *allocation.Snapshot) map[string][]Holder {
 	out := map[string][]Holder{}
-	for _, c := range snap.AllClaims {
-		if c.Status.Allocation == nil {
-			continue
-		}
-		var pods []string
-		group := ""
-		for _, r := range c.Status.ReservedFor {
-			switch r.Resource {
-			case "pods":
-				pods = append(pods, c.Namespace+"/"+r.Name)
-			case "podgroups":
-				// Reserved for the group, not its pods: the pods are
-				// the group's that use the claim.
-				group = c.Namespace + "/" + r.Name
-				pods = append(pods, groupPodsOf(snap, c.Namespace, r.Name, c.Name)...)
-			}
-		}
-		for _, r := range c.Status.Allocation.Devices.Results {
-			h := Holder{Claim: c.Namespace + "/" + c.Name, Group: group, Pods: pods, Aligned: snap.Aligned(ctx, &c, r)}
-			if r.ShareID != nil {
-				h.Part = "share"
-				if q, ok := r.ConsumedCapacity[gpu.CapacityMemory]; ok {
-					h.Part = q.String() + " share"
+	for ref, hs := range snap.Holders(ctx) {
+		for _, h := range hs {
+			part := ""
+			if h.ShareID != "" {
+				part = "share"
+				if h.Consumed != "" {
+					part = h.Consumed + " share"
 				}
 			}
-			ref := r.Driver + "/" + r.Pool + "/" + r.Device
-			out[ref] = append(out[ref], h)
-		}
-	}
-	return out
-}
-
-// groupPodsOf are the pods of the PodGroup namespace/group that use the
-// claim, in the snapshot's order.
-func groupPodsOf(snap *allocation.Snapshot, namespace, group, claim string) []string {
-	var out []string
-	for i := range snap.Pods {
-		pod := &snap.Pods[i]
-		if pod.Namespace == namespace && allocation.GroupOf(pod) == group && slices.Contains(allocation.ClaimNames(pod), claim) {
-			out = append(out, namespace+"/"+pod.Name)
+			out[ref] = append(out[ref], Holder{Holder: h, Part: part})
 		}
 	}
 	return out

@@ -93,8 +93,8 @@ func ContextName(lab string) string { return "dralab-" + lab }
 // LockFile is locked by the lab process for as long as it runs.
 func (d Dir) LockFile() string { return d.path("lab.lock") }
 
-// LabOf tells whether a kubeconfig file pointing at server is an embedded
-// lab's own: the administrator kubeconfig in a lab's state directory, whose
+// LabOf tells whether a kubeconfig file pointing at server is a lab's
+// own: the administrator kubeconfig in a lab's state directory, whose
 // status names the same API server. It returns the directory. The suites
 // that create and delete objects (target.Request.Lab) run on such a lab
 // without consent; a copy of the file elsewhere, or a lab since restarted
@@ -105,10 +105,29 @@ func LabOf(kubeconfig, server string) (string, bool) {
 		return "", false
 	}
 	st, err := dir.ReadStatus()
+	if errors.Is(err, os.ErrNotExist) && recordedBackend(dir) == "kind" {
+		// A kind lab keeps no status file: kind wrote the kubeconfig into
+		// the directory of the lab whose recorded configuration names the
+		// kind backend, and lab:down removes both.
+		return string(dir), true
+	}
 	if err != nil || st.APIServer == "" || st.APIServer != server {
 		return "", false
 	}
 	return string(dir), true
+}
+
+// recordedBackend is the backend a lab's recorded configuration
+// (config.json) names; "" where there is none.
+func recordedBackend(dir Dir) string {
+	var cfg struct {
+		Backend string `json:"backend"`
+	}
+	data, err := os.ReadFile(dir.path("config.json"))
+	if err != nil || json.Unmarshal(data, &cfg) != nil {
+		return ""
+	}
+	return cfg.Backend
 }
 
 // StatusFile is written by the lab process as it starts, runs and stops.

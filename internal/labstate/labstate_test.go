@@ -272,4 +272,25 @@ func TestLabOf(t *testing.T) {
 	if _, ok := LabOf(other, server); ok {
 		t.Error("another file in the lab's directory is the lab's kubeconfig")
 	}
+
+	// A kind lab has no status file: its recorded configuration names
+	// the kind backend, and kind wrote the kubeconfig beside it.
+	kind := Dir(filepath.Join(t.TempDir(), "kindlab"))
+	if err := os.MkdirAll(string(kind), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(kind.Kubeconfig(), []byte("apiVersion: v1\nkind: Config\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := LabOf(kind.Kubeconfig(), server); ok {
+		t.Error("a kubeconfig in a directory without a status or a recorded configuration is a lab's")
+	}
+	for backend, want := range map[string]bool{"embedded": false, "kind": true} {
+		if err := os.WriteFile(kind.path("config.json"), []byte(`{"name":"kindlab","backend":"`+backend+`"}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := LabOf(kind.Kubeconfig(), server); ok != want || (ok && got != string(kind)) {
+			t.Errorf("recorded backend %s without a status: LabOf = %q, %v; want %v", backend, got, ok, want)
+		}
+	}
 }

@@ -88,7 +88,7 @@ func DevicePluginsDir(n config.Node, nd labstate.NodeDir) string {
 // Labels name the node's GPU profile and count and how its GPUs are
 // served, which the chart's driver reads on kind.
 func (gpuKind) Labels(n config.Node) map[string]string {
-	labels := map[string]string{gpu.NodeModeLabel: n.GPUs.Mode}
+	labels := map[string]string{gpu.NodeModeLabel: n.GPUs.Mode, NVMLLabel: nvmlLabelValue(n.GPUs)}
 	if n.GPUs.Profile != "" {
 		labels[gpu.NodeProfileLabel] = n.GPUs.Profile
 	}
@@ -238,30 +238,92 @@ func (gpuKind) StartsWithNode(n config.Node) bool {
 // The DRA release takes gpu:fail's faults; counting mode's makes no
 // DeviceClasses and no admission policy (its GPUs are not DRA's).
 func (k gpuKind) Releases(cfg *config.Config) []Release {
-	var modes []string
+	// One release per way of serving GPUs (DRA or counted) and source of
+	// GPUs (a profile's fake ones, or an NVML: the host's or a mock
+	// server's), each selecting its nodes by their labels.
+	type group struct{ mode, nvml string }
+	var groups []group
 	for _, n := range cfg.Nodes {
-		if k.Runs(cfg, n) && !slices.Contains(modes, n.GPUs.Mode) {
-			modes = append(modes, n.GPUs.Mode)
+		if !k.Runs(cfg, n) {
+			continue
+		}
+		if g := (group{n.GPUs.Mode, n.GPUs.NVML}); !slices.Contains(groups, g) {
+			groups = append(groups, g)
 		}
 	}
-	slices.Sort(modes)
+	slices.SortFunc(groups, func(a, b group) int { return strings.Compare(a.nvml+"/"+a.mode, b.nvml+"/"+b.mode) })
 	var out []Release
-	for _, mode := range modes {
+	for _, g := range groups {
+		source := nvmlLabelValue(&config.GPUs{NVML: g.nvml})
 		v := map[string]any{
-			"mode":         mode,
-			"nodeSelector": map[string]any{gpu.NodeModeLabel: mode},
+			"mode":         g.mode,
+			"nodeSelector": map[string]any{gpu.NodeModeLabel: g.mode, NVMLLabel: source},
 			"fake":         map[string]any{"profileLabel": gpu.NodeProfileLabel, "gpusLabel": gpu.NodeGPUsLabel},
 		}
-		if mode == config.GPUModeDRA {
+		name := "dralab-driver-" + g.mode
+		switch g.nvml {
+		case "":
+		case config.NVMLHost:
+			// The host's library, which a kind node holds under a driver
+			// root of its own; the device files at their host paths.
+			v["inventory"] = "nvml"
+			v["nvml"] = map[string]any{"source": "library", "driverRoot": HostDriverRoot}
+			name = "dralab-driver-nvml-" + source + "-" + g.mode
+		default:
+			v["inventory"] = "nvml"
+			v["nvml"] = map[string]any{"source": g.nvml}
+			name = "dralab-driver-nvml-" + source + "-" + g.mode
+		}
+		if g.mode == config.GPUModeDRA {
 			v["faultInjection"] = true
 		} else {
 			v["deviceClasses"] = map[string]any{"create": false}
 			v["validatingAdmissionPolicy"] = map[string]any{"enabled": false}
 		}
-		out = append(out, Release{Name: "dralab-driver-" + mode, Values: v,
-			Serves: func(n config.Node) bool { return n.GPUs != nil && n.GPUs.Mode == mode }})
+		out = append(out, Release{Name: name, Values: v,
+			Serves: func(n config.Node) bool { return n.GPUs != nil && n.GPUs.Mode == g.mode && n.GPUs.NVML == g.nvml }})
+	}
+	if len(out) > 1 {
+		// Each DeviceClass once: the first DRA release creates them.
+		created := false
+		for _, r := range out {
+			if r.Values["mode"] != config.GPUModeDRA {
+				continue
+			}
+			if created {
+				r.Values["deviceClasses"] = map[string]any{"create": false}
+				r.Values["validatingAdmissionPolicy"] = map[string]any{"enabled": false}
+			}
+			created = true
+		}
 	}
 	return out
+}
+
+// HostDriverRoot is where a kind node of the host's GPUs holds the
+// directory of the host's NVML library (mounted read-only at the same
+// path under it), as NVIDIA's driver containers lay out a driver root: the
+// chart's driver (nvml.driverRoot) finds libnvidia-ml.so.1 there.
+const HostDriverRoot = "/run/nvidia/driver"
+
+// NVMLLibraryDir is the directory, relative to the driver root root ("/"
+// on a host with NVIDIA's driver installed), of NVIDIA's NVML library.
+func NVMLLibraryDir(root string) (string, error) { return nvml.FindLibrary(root) }
+
+// NVMLLabel names, on kind, where a node's GPUs come from: "fake" (a
+// profile's), "host" (the machine's NVML) or "mock-<server>" (a go-nvml
+// mock server's). The GPU driver's releases select their nodes by it.
+const NVMLLabel = "gpu.dralab.dev/nvml"
+
+// nvmlLabelValue is a node's NVMLLabel value (a label value has no ':').
+func nvmlLabelValue(g *config.GPUs) string {
+	switch {
+	case g.NVML == "":
+		return "fake"
+	case g.NVML == config.NVMLHost:
+		return "host"
+	}
+	return "mock-" + strings.TrimPrefix(g.NVML, config.NVMLMockPrefix)
 }
 
 // Vocabulary is how the lab names its devices where it reads allocations

@@ -40,6 +40,10 @@ const (
 	BackendKind     = "kind"
 )
 
+// LabelLabNode names, on a cluster node whose name is not the lab node's
+// (kind chooses its workers' names), the lab node it stands for.
+const LabelLabNode = "dralab.dev/lab-node"
+
 // KindNodeImage is the default node image of a kind lab: kind's published
 // image nearest the Kubernetes every lab runs (v1.37.0 for the lab's
 // v1.37.2: kind publishes no v1.37.2 image), pinned by the digest of kind

@@ -30,3 +30,6 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{- /* The host directory of the driver's checkpoint: one per driver, so that a GPU and a NIC release on one node keep theirs apart. */ -}}
 {{- define "dralab-driver.checkpointDir" -}}{{ .Values.checkpointDir | default (ternary "/var/lib/dralab-nic-driver" "/var/lib/dralab-driver" (eq .Values.driver "nic")) }}{{- end -}}
+
+{{/* "true" where the driver's NVML inventory reads real GPUs (not a mock server), whose device files it opens. */}}
+{{- define "dralab-driver.nvmlDevices" -}}{{ if and (eq .Values.inventory "nvml") (eq .Values.nvml.source "library") }}true{{ end }}{{- end -}}

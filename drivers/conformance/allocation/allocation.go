@@ -134,6 +134,13 @@ type Snapshot struct {
 	// PodGroups are the namespace's, by namespace/name; none where the
 	// API server does not serve them.
 	PodGroups map[string]*schedulingv1beta1.PodGroup
+	// NotServed are the resources Read found the cluster does not serve
+	// (resource.group), read as none.
+	NotServed []string
+
+	// matchCache keeps the devices each alternative matches, found once
+	// a snapshot of NewSnapshot (whose objects do not change).
+	matchCache *matchCache
 }
 
 // claimKey keys Snapshot.Claims: namespace/name.
@@ -141,49 +148,117 @@ func claimKey(namespace, name string) string { return namespace + "/" + name }
 
 // Read lists a namespace's pods and claims (metav1.NamespaceAll: every
 // namespace's) and the cluster's slices, classes, taint rules, claims and
-// nodes.
-// v names the devices in the reader's words.
+// nodes, a page at a time (PageSize objects) where the server pages.
+// v names the devices in the reader's words. A resource the cluster does
+// not serve (DeviceTaintRules, PodGroups) is read as none and named in
+// the snapshot's NotServed.
 func Read(ctx context.Context, client kubernetes.Interface, namespace string, v Vocabulary) (*Snapshot, error) {
-	pods, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+	r := client.ResourceV1()
+	pods, err := listAll(ctx, "pods", metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]v1.Pod, string, error) {
+		l, err := client.CoreV1().Pods(namespace).List(ctx, o)
+		return itemsOf(l, err, func(l *v1.PodList) ([]v1.Pod, metav1.ListMeta) { return l.Items, l.ListMeta })
+	})
 	if err != nil {
-		return nil, fmt.Errorf("listing pods: %w", err)
+		return nil, err
 	}
-	claims, err := client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	claims, err := listAll(ctx, "resourceclaims", metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]resourceapi.ResourceClaim, string, error) {
+		l, err := r.ResourceClaims(metav1.NamespaceAll).List(ctx, o)
+		return itemsOf(l, err, func(l *resourceapi.ResourceClaimList) ([]resourceapi.ResourceClaim, metav1.ListMeta) {
+			return l.Items, l.ListMeta
+		})
+	})
 	if err != nil {
-		return nil, fmt.Errorf("listing claims: %w", err)
+		return nil, err
 	}
-	slices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	slices, err := listAll(ctx, "resourceslices", metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]resourceapi.ResourceSlice, string, error) {
+		l, err := r.ResourceSlices().List(ctx, o)
+		return itemsOf(l, err, func(l *resourceapi.ResourceSliceList) ([]resourceapi.ResourceSlice, metav1.ListMeta) {
+			return l.Items, l.ListMeta
+		})
+	})
 	if err != nil {
-		return nil, fmt.Errorf("listing slices: %w", err)
+		return nil, err
 	}
-	classes, err := client.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
+	classes, err := listAll(ctx, "deviceclasses", metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]resourceapi.DeviceClass, string, error) {
+		l, err := r.DeviceClasses().List(ctx, o)
+		return itemsOf(l, err, func(l *resourceapi.DeviceClassList) ([]resourceapi.DeviceClass, metav1.ListMeta) {
+			return l.Items, l.ListMeta
+		})
+	})
 	if err != nil {
-		return nil, fmt.Errorf("listing device classes: %w", err)
+		return nil, err
 	}
-	rules, err := client.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("listing device taint rules: %w", err)
+	var notServed []string
+	rules, err := listAll(ctx, "devicetaintrules", metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]resourceapi.DeviceTaintRule, string, error) {
+		l, err := r.DeviceTaintRules().List(ctx, o)
+		return itemsOf(l, err, func(l *resourceapi.DeviceTaintRuleList) ([]resourceapi.DeviceTaintRule, metav1.ListMeta) {
+			return l.Items, l.ListMeta
+		})
+	})
+	if apierrors.IsNotFound(err) {
+		notServed = append(notServed, "devicetaintrules.resource.k8s.io")
+	} else if err != nil {
+		return nil, err
 	}
-	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	nodes, err := listAll(ctx, "nodes", metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]v1.Node, string, error) {
+		l, err := client.CoreV1().Nodes().List(ctx, o)
+		return itemsOf(l, err, func(l *v1.NodeList) ([]v1.Node, metav1.ListMeta) { return l.Items, l.ListMeta })
+	})
 	if err != nil {
-		return nil, fmt.Errorf("listing nodes: %w", err)
+		return nil, err
 	}
-	var ruleItems []resourceapi.DeviceTaintRule
-	if rules != nil {
-		ruleItems = rules.Items
-	}
-	snap := NewSnapshot(v, namespace, pods.Items, claims.Items, slices.Items, classes.Items, ruleItems, nodes.Items)
+	snap := NewSnapshot(v, namespace, pods, claims, slices, classes, rules, nodes)
+	snap.NotServed = notServed
 	if namespace != metav1.NamespaceAll {
-		bound, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName!="})
+		bound, err := listAll(ctx, "pods", metav1.ListOptions{FieldSelector: "spec.nodeName!="}, func(ctx context.Context, o metav1.ListOptions) ([]v1.Pod, string, error) {
+			l, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
+			return itemsOf(l, err, func(l *v1.PodList) ([]v1.Pod, metav1.ListMeta) { return l.Items, l.ListMeta })
+		})
 		if err != nil {
-			return nil, fmt.Errorf("listing bound pods: %w", err)
+			return nil, fmt.Errorf("bound pods: %w", err)
 		}
-		snap.Bound = bound.Items
+		snap.Bound = bound
 	}
 	if err := snap.ReadPodGroups(ctx, client, namespace); err != nil {
 		return nil, err
 	}
 	return snap, nil
+}
+
+// PageSize is how many objects Read asks for at a time.
+var PageSize int64 = 500
+
+// listAll lists every object of a resource, a page at a time: the next
+// page from the continue token the last one gave, until none. A token
+// that expired (the server compacted past it) starts the list again
+// without pages, as client-go's pager does.
+func listAll[T any](ctx context.Context, resource string, opts metav1.ListOptions, list func(context.Context, metav1.ListOptions) ([]T, string, error)) ([]T, error) {
+	var out []T
+	opts.Limit = PageSize
+	for {
+		items, next, err := list(ctx, opts)
+		if apierrors.IsResourceExpired(err) && opts.Continue != "" {
+			opts.Continue, opts.Limit, out = "", 0, nil
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("listing %s: %w", resource, err)
+		}
+		out = append(out, items...)
+		if next == "" {
+			return out, nil
+		}
+		opts.Continue = next
+	}
+}
+
+// itemsOf is a list's items and continue token, or its error.
+func itemsOf[L any, T any](l *L, err error, items func(*L) ([]T, metav1.ListMeta)) ([]T, string, error) {
+	if err != nil {
+		return nil, "", err
+	}
+	got, meta := items(l)
+	return got, meta.Continue, nil
 }
 
 // ReadPodGroups lists the PodGroups of the snapshot's namespace (all
@@ -195,12 +270,14 @@ func (s *Snapshot) ReadPodGroups(ctx context.Context, client kubernetes.Interfac
 		return nil
 	}
 	groups, err := client.SchedulingV1beta1().PodGroups(namespace).List(ctx, metav1.ListOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("listing pod groups: %w", err)
+	if apierrors.IsNotFound(err) {
+		s.NotServed = append(s.NotServed, "podgroups.scheduling.k8s.io")
+		return nil
 	}
-	if groups != nil {
-		s.SetPodGroups(groups.Items)
+	if err != nil {
+		return fmt.Errorf("listing podgroups: %w", err)
 	}
+	s.SetPodGroups(groups.Items)
 	return nil
 }
 
@@ -219,8 +296,9 @@ func (s *Snapshot) SetPodGroups(groups []schedulingv1beta1.PodGroup) {
 // slices are kept.
 func NewSnapshot(v Vocabulary, namespace string, pods []v1.Pod, claims []resourceapi.ResourceClaim, slices []resourceapi.ResourceSlice,
 	classes []resourceapi.DeviceClass, rules []resourceapi.DeviceTaintRule, nodes []v1.Node) *Snapshot {
-	s := &Snapshot{Vocabulary: v, Pods: pods, Claims: map[string]*resourceapi.ResourceClaim{}, AllClaims: claims,
-		Slices: slices, Classes: map[string]*resourceapi.DeviceClass{}, TaintRules: rules, Nodes: map[string]*v1.Node{}}
+	s := &Snapshot{Vocabulary: v, Pods: pods, Claims: make(map[string]*resourceapi.ResourceClaim, len(claims)), AllClaims: claims,
+		Slices: slices, Classes: make(map[string]*resourceapi.DeviceClass, len(classes)), TaintRules: rules, Nodes: make(map[string]*v1.Node, len(nodes)),
+		matchCache: &matchCache{found: map[string]matched{}}}
 	for i := range claims {
 		if namespace == metav1.NamespaceAll || claims[i].Namespace == namespace {
 			s.Claims[claimKey(claims[i].Namespace, claims[i].Name)] = &claims[i]
@@ -233,21 +311,43 @@ func NewSnapshot(v Vocabulary, namespace string, pods []v1.Pod, claims []resourc
 		s.Nodes[nodes[i].Name] = &nodes[i]
 	}
 	if namespace == metav1.NamespaceAll {
+		bound := 0
+		for i := range pods {
+			if pods[i].Spec.NodeName != "" {
+				bound++
+			}
+		}
+		s.Bound = make([]v1.Pod, 0, bound)
 		for i := range pods {
 			if pods[i].Spec.NodeName != "" {
 				s.Bound = append(s.Bound, pods[i])
 			}
 		}
 	}
-	sort.Slice(s.Pods, func(i, j int) bool {
-		a, b := s.Pods[i].CreationTimestamp, s.Pods[j].CreationTimestamp
-		if !a.Equal(&b) {
-			return a.Before(&b)
+	// The order sorted by index, the pods then moved once: a pod is a
+	// large value, and a cluster's pods are many.
+	order := make([]int, len(pods))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(i, j int) bool {
+		a, b := &pods[order[i]], &pods[order[j]]
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
 		}
 		// Timestamps have seconds: pods created in one second are in the
 		// order their names say, a template's by their numbers.
-		return lessName(s.Pods[i].Name, s.Pods[j].Name)
+		return lessName(a.Name, b.Name)
 	})
+	for i, k := range order {
+		if i != k {
+			s.Pods = make([]v1.Pod, len(pods))
+			for i, k := range order {
+				s.Pods[i] = pods[k]
+			}
+			break
+		}
+	}
 	return s
 }
 
@@ -264,7 +364,21 @@ func Allocations(ctx context.Context, client kubernetes.Interface, namespace str
 func (s *Snapshot) Rows(ctx context.Context) ([]Row, error) {
 	var rows []Row
 	for i := range s.Pods {
-		pod := &s.Pods[i]
+		r, err := s.PodRows(ctx, &s.Pods[i])
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r...)
+	}
+	return rows, nil
+}
+
+// PodRows are one pod's rows of the allocation table: one per allocated
+// device, else one saying why it waits, read against the whole snapshot
+// (the pod's group among its pods).
+func (s *Snapshot) PodRows(ctx context.Context, pod *v1.Pod) ([]Row, error) {
+	var rows []Row
+	{
 		base := Row{Namespace: pod.Namespace, Pod: pod.Name, Phase: pod.Status.Phase, Node: pod.Spec.NodeName, Unschedulable: Unschedulable(pod), NodeAllocatable: DRAResources(pod)}
 		if node := s.Nodes[pod.Spec.NodeName]; node != nil {
 			base.NodeTier = s.Vocabulary.nodeTier(node)

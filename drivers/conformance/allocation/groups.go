@@ -142,7 +142,7 @@ func (s *Snapshot) whyGroup(ctx context.Context, pod *v1.Pod, g group, message s
 				}
 				what := fmt.Sprintf("its %d unbound pods need %d devices of %s for request %q (%d each)", g.unbound, need, alt.class, req.Name, alt.count)
 				if alt.name != req.Name {
-					what = fmt.Sprintf("as %s/%s, %s", req.Name, alt.name, what)
+					what = fmt.Sprintf("as %s, %s", alt.name, what) // alt.name: request/subrequest
 				}
 				if key == "" {
 					if total < need {
@@ -166,6 +166,10 @@ func (s *Snapshot) whyGroup(ctx context.Context, pod *v1.Pod, g group, message s
 						part += " (held by " + strings.Join(h, ", ") + ")"
 					}
 					domains = append(domains, part)
+				}
+				if len(domains) == 0 {
+					lines = append(lines, fmt.Sprintf("%s in one %s domain, and no node labelled %s has a matching device", what, key, key))
+					continue
 				}
 				lines = append(lines, fmt.Sprintf("%s in one %s domain; %s; %d free in all", what, key, strings.Join(domains, "; "), total))
 			}

@@ -19,6 +19,13 @@ import (
 // pod, a CPU driver's cores) are added to what the pod's containers ask.
 const NodeResources = "NodeResources"
 
+// NotRetried: the scheduler refused the pod for the node's memory or CPUs,
+// and now a node has room for it with its devices: the refusal is older
+// than a pod that left, which the scheduler does not try the pod again
+// for (its DynamicResources plugin waits for a claim, slice, class or node
+// to change, else for its periodic retry of unschedulable pods).
+const NotRetried = "NotRetried"
+
 // accounted are the node resources the scheduler accounts through devices
 // (Kubernetes 1.37's DRANodeAllocatableResources), in the words a reader
 // knows them by.
@@ -135,7 +142,7 @@ func (s *Snapshot) whyNodeResources(ctx context.Context, pod *v1.Pod, message st
 		// when a claim, slice, class or node changes, not when a pod
 		// leaves a node: until then, or the scheduler's periodic retry of
 		// unschedulable pods, the pod waits with a stale message.
-		return "", message + " (stale: " + strings.Join(room, "; ") + "; the scheduler retries a pod its DynamicResources plugin refused when a claim, ResourceSlice, DeviceClass or node changes, not when a pod leaves the node, else within 5 minutes)", nil
+		return NotRetried, message + " (stale: " + strings.Join(room, "; ") + "; the scheduler retries a pod its DynamicResources plugin refused when a claim, ResourceSlice, DeviceClass or node changes, not when a pod leaves the node, else within 5 minutes)", nil
 	}
 	if len(why) == 0 {
 		return "", "", nil

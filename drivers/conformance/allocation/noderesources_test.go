@@ -75,11 +75,11 @@ func TestWhyNodeResources(t *testing.T) {
 		t.Errorf("a device adding memory and CPUs, short of memory: %q, want its memory only", msg)
 	}
 
-	// With 12Gi more on the node the worker fits: no reason of this
-	// kind, and the scheduler's message is stale, which the report says.
+	// With 12Gi more on the node the worker fits: the scheduler's
+	// refusal is stale, and the report says it has not retried it.
 	s.Nodes["n"].Status.Allocatable[v1.ResourceMemory] = resource.MustParse("76Gi")
-	if code, msg, _ := s.whyNodeResources(ctx, &worker, "0/1 nodes are available: 1 Insufficient memory.", holders); code != "" || !strings.Contains(msg, "stale: node n has 28Gi of host memory free, this pod needs 20Gi") {
-		t.Errorf("on a 76Gi node: %q %q, want no reason and the stale message named", code, msg)
+	if code, msg, _ := s.whyNodeResources(ctx, &worker, "0/1 nodes are available: 1 Insufficient memory.", holders); code != NotRetried || !strings.Contains(msg, "stale: node n has 28Gi of host memory free, this pod needs 20Gi") {
+		t.Errorf("on a 76Gi node: %q %q, want NotRetried and the stale message named", code, msg)
 	}
 	s.Nodes["n"].Status.Allocatable[v1.ResourceMemory] = resource.MustParse("64Gi")
 	// The scheduler said nothing of memory: not ours to explain.

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -595,22 +597,113 @@ func (s *Snapshot) matching(ctx context.Context, alt alternative) ([]deviceRef, 
 		return nil, nil
 	}
 	selectors := append(append([]resourceapi.DeviceSelector{}, class.Spec.Selectors...), alt.selectors...)
-	var out []deviceRef
-	for i := range s.Slices {
-		sl := &s.Slices[i]
-		for j := range sl.Spec.Devices {
-			dev := &sl.Spec.Devices[j]
-			ref := deviceRef{driver: sl.Spec.Driver, pool: sl.Spec.Pool.Name, node: ptr.Deref(sl.Spec.NodeName, ""), dev: dev}
-			ok, err := matchesAll(ctx, selectors, ref)
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				out = append(out, ref)
-			}
+	// The same alternative is matched once a snapshot: explaining a pod
+	// and listing its candidates read the same devices.
+	key := alt.class
+	for _, sel := range selectors {
+		if sel.CEL != nil {
+			key += "\x00" + sel.CEL.Expression
 		}
 	}
+	c := s.matchCache
+	if c == nil {
+		return s.match(ctx, selectors)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m, ok := c.found[key]; ok {
+		return m.refs, m.err
+	}
+	refs, err := s.match(ctx, selectors)
+	c.found[key] = matched{refs, err}
+	return refs, err
+}
+
+// matchCache keeps what matching found, by alternative, for a snapshot,
+// and the holders of its allocated devices.
+type matchCache struct {
+	mu    sync.Mutex
+	found map[string]matched
+
+	holdersOnce sync.Once
+	holders     map[string][]Holder
+}
+
+// matched is what matching found for an alternative.
+type matched struct {
+	refs []deviceRef
+	err  error
+}
+
+// match lists the published devices every selector matches, each selector
+// compiled once.
+func (s *Snapshot) match(ctx context.Context, selectors []resourceapi.DeviceSelector) ([]deviceRef, error) {
+	compiled, exprs, compileErr := compileAll(selectors)
+	if compileErr != nil {
+		// A selector that does not compile is the claim's or the class's
+		// fault, said as such, not an error of the report; where there is
+		// no device, there is nothing to say.
+		for i := range s.Slices {
+			if sl := &s.Slices[i]; len(sl.Spec.Devices) > 0 {
+				compileErr.device = deviceRef{driver: sl.Spec.Driver, pool: sl.Spec.Pool.Name, node: ptr.Deref(sl.Spec.NodeName, ""), dev: &sl.Spec.Devices[0]}
+				return nil, compileErr
+			}
+		}
+		return nil, nil
+	}
+	// The slices in as many parts as there are processors, each matched
+	// on its own (a compiled program may be evaluated concurrently), the
+	// parts' devices then joined in the slices' order.
+	parts := min(runtime.GOMAXPROCS(0), max(1, len(s.Slices)/64))
+	found := make([][]deviceRef, parts)
+	errs := make([]error, parts)
+	var wg sync.WaitGroup
+	for p := range parts {
+		wg.Go(func() {
+			for i := p * len(s.Slices) / parts; i < (p+1)*len(s.Slices)/parts; i++ {
+				sl := &s.Slices[i]
+				for j := range sl.Spec.Devices {
+					d := &sl.Spec.Devices[j]
+					ref := deviceRef{driver: sl.Spec.Driver, pool: sl.Spec.Pool.Name, node: ptr.Deref(sl.Spec.NodeName, ""), dev: d}
+					ok, err := matchesAll(ctx, compiled, exprs, ref)
+					if err != nil {
+						errs[p] = err
+						return
+					}
+					if ok {
+						found[p] = append(found[p], ref)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var out []deviceRef
+	for p := range parts {
+		if errs[p] != nil {
+			return nil, errs[p]
+		}
+		out = append(out, found[p]...)
+	}
 	return out, nil
+}
+
+// compileAll compiles the CEL selectors, or says which does not compile.
+func compileAll(selectors []resourceapi.DeviceSelector) (devices.Selectors, []string, *selectorError) {
+	var compiled devices.Selectors
+	var exprs []string
+	for _, sel := range selectors {
+		if sel.CEL == nil {
+			continue
+		}
+		c, err := devices.CompileSelectors(sel.CEL.Expression)
+		if err != nil {
+			return nil, nil, &selectorError{expression: sel.CEL.Expression, err: err, compile: true}
+		}
+		compiled = append(compiled, c...)
+		exprs = append(exprs, sel.CEL.Expression)
+	}
+	return compiled, exprs, nil
 }
 
 // InClass reports whether a device of a slice is one of a DeviceClass's:
@@ -622,29 +715,24 @@ func (s *Snapshot) InClass(ctx context.Context, class string, sl *resourceapi.Re
 	if c == nil {
 		return false
 	}
-	ok, err := matchesAll(ctx, c.Spec.Selectors, deviceRef{driver: sl.Spec.Driver, pool: sl.Spec.Pool.Name, node: ptr.Deref(sl.Spec.NodeName, ""), dev: dev})
+	compiled, exprs, compileErr := compileAll(c.Spec.Selectors)
+	if compileErr != nil {
+		return false
+	}
+	ok, err := matchesAll(ctx, compiled, exprs, deviceRef{driver: sl.Spec.Driver, pool: sl.Spec.Pool.Name, node: ptr.Deref(sl.Spec.NodeName, ""), dev: dev})
 	return ok && err == nil
 }
 
-// matchesAll reports whether every selector selects the device; a
-// selector that fails on it is a *selectorError.
-func matchesAll(ctx context.Context, selectors []resourceapi.DeviceSelector, d deviceRef) (bool, error) {
+// matchesAll tells whether every compiled selector matches device d; one
+// that fails on it is a selectorError.
+func matchesAll(ctx context.Context, compiled devices.Selectors, exprs []string, d deviceRef) (bool, error) {
 	dev := cel.Device{Driver: d.driver, AllowMultipleAllocations: d.dev.AllowMultipleAllocations, Attributes: d.dev.Attributes, Capacity: d.dev.Capacity}
-	for _, sel := range selectors {
-		if sel.CEL == nil {
-			continue
-		}
-		// A selector that does not compile is the claim's or the class's
-		// fault, said as such, not an error of the report.
-		compiled, err := devices.CompileSelectors(sel.CEL.Expression)
+	for k, c := range compiled {
+		match, _, err := c.DeviceMatches(ctx, dev)
 		if err != nil {
-			return false, &selectorError{expression: sel.CEL.Expression, device: d, err: err, compile: true}
+			return false, &selectorError{expression: exprs[k], device: d, err: err}
 		}
-		ok, _, err := compiled[0].DeviceMatches(ctx, dev)
-		if err != nil {
-			return false, &selectorError{expression: sel.CEL.Expression, device: d, err: err}
-		}
-		if !ok {
+		if !match {
 			return false, nil
 		}
 	}

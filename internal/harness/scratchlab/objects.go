@@ -27,7 +27,8 @@ func ClaimTemplate(namespace, name, class, selector, memory string) *resourceapi
 	}
 }
 
-// ClaimPod is a pod whose one container uses one claim from a template.
+// ClaimPod is a pod whose one container uses one claim from a template
+// and prints its environment.
 func ClaimPod(namespace, name, template string) *v1.Pod {
 	return &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
@@ -35,6 +36,10 @@ func ClaimPod(namespace, name, template string) *v1.Pod {
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
 			Containers: []v1.Container{{
 				Name: "ctr", Image: "registry.k8s.io/pause:3.10",
+				// It prints its environment, then waits to be stopped: the
+				// lab's pause image is busybox's (a hollow node's runtime
+				// prints the environment whatever the command).
+				Command:   []string{"/bin/sh", "-c", "/bin/busybox env; trap 'exit 0' TERM; while true; do sleep 3600 & wait $!; done"},
 				Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}},
 			}},
 			ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To(template)}},

@@ -68,6 +68,14 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 	kubeconfig := b.Kubeconfig(cfg.Name)
 	reused := slices.Contains(existing, cfg.Name)
 	if !reused {
+		image, note, err := ensureNodeImage(ctx, engine, nodeImage(cfg), cfg.NodeImage == "" || cfg.NodeImage == config.KindNodeImage)
+		if err != nil {
+			return status.UpResult{}, err
+		}
+		if note != "" {
+			progress(note)(nil)
+		}
+		cfg.NodeImage = image
 		host := DetectHost()
 		rendered, err := RenderFor(cfg, host)
 		if err != nil {
@@ -88,6 +96,9 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 					return status.UpResult{}, err
 				}
 			}
+		}
+		if _, err := prepareHost(ctx, engine, b.root, len(cfg.Nodes)); err != nil {
+			return status.UpResult{}, err
 		}
 		// Recorded like every lab's, so that lab:list and lab:down find it.
 		if err := cfg.Record(filepath.Join(filepath.Dir(kubeconfig), "config.json")); err != nil {
@@ -174,6 +185,13 @@ func (b *Backend) Down(ctx context.Context, name string) error {
 		return err
 	}
 	if err := p.Delete(name, b.Kubeconfig(name)); err != nil {
+		return err
+	}
+	left, err := p.List()
+	if err != nil {
+		return err
+	}
+	if err := releaseHost(ctx, b.root, len(left)); err != nil {
 		return err
 	}
 	return os.RemoveAll(filepath.Dir(b.Kubeconfig(name)))

@@ -3,13 +3,19 @@ package kind
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+
+	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
+
+	"github.com/dralab/dralab/internal/nodedrivers"
 )
 
-// Host is what the machine the kind nodes run on lacks, which their
-// configuration adapts to. Nothing of the host's own configuration is
+// Host is what the machine the kind nodes run on lacks (and the NVIDIA
+// driver it has), which their configuration adapts to. Nothing of the host's own configuration is
 // changed: the nodes are configured, the host is not.
 type Host struct {
 	// CgroupV1: the host mounts cgroup v1, which a kubelet of 1.35 or
@@ -19,6 +25,63 @@ type Host struct {
 	// container may not be given a negative oom_score_adj: containerd in
 	// the nodes must not try (restrict_oom_score_adj).
 	NoSysResource bool
+	// NVIDIA is the host's NVIDIA driver, which a node of the host's GPUs
+	// (gpus.nvml: host) is given; nil where the host has none.
+	NVIDIA *NVIDIA
+	// noNVIDIA says why NVIDIA is nil.
+	noNVIDIA error
+}
+
+// NVIDIA is what a kind node of the host's GPUs is given of the host's
+// NVIDIA driver: its device files, at their paths, and the directory of
+// its NVML library, read-only under nodedrivers.HostDriverRoot.
+type NVIDIA struct {
+	// Root is the host's root ("/"; a test's directory in tests).
+	Root string
+	// Devices are the device files of the GPUs and of the driver
+	// (nvidiactl, nvidia-uvm, the MIG capabilities' nvidia-caps), relative
+	// to Root: dev/nvidia0, dev/nvidiactl, ...
+	Devices []string
+	// LibraryDir is the directory of libnvidia-ml.so.1, relative to Root.
+	LibraryDir string
+}
+
+// DetectNVIDIA reads the NVIDIA driver installed under root: nil, and
+// why, where root has no /dev/nvidiactl or no NVML library.
+func DetectNVIDIA(root string) (*NVIDIA, error) {
+	if _, err := os.Stat(filepath.Join(root, "dev/nvidiactl")); err != nil {
+		return nil, fmt.Errorf("no NVIDIA driver on this machine: %w", err)
+	}
+	lib, err := nodedrivers.NVMLLibraryDir(root)
+	if err != nil {
+		return nil, err
+	}
+	files, err := filepath.Glob(filepath.Join(root, "dev/nvidia*"))
+	if err != nil {
+		return nil, err
+	}
+	n := &NVIDIA{Root: root, LibraryDir: lib}
+	for _, f := range files {
+		rel, err := filepath.Rel(root, f)
+		if err != nil {
+			return nil, err
+		}
+		n.Devices = append(n.Devices, rel)
+	}
+	return n, nil
+}
+
+// mounts are the node's mounts of the host's NVIDIA driver.
+func (n *NVIDIA) mounts() []v1alpha4.Mount {
+	var out []v1alpha4.Mount
+	for _, d := range n.Devices {
+		out = append(out, v1alpha4.Mount{HostPath: filepath.Join(n.Root, d), ContainerPath: "/" + d})
+	}
+	return append(out, v1alpha4.Mount{
+		HostPath:      filepath.Join(n.Root, n.LibraryDir),
+		ContainerPath: filepath.Join(nodedrivers.HostDriverRoot, n.LibraryDir),
+		Readonly:      true,
+	})
 }
 
 // capSysResource is CAP_SYS_RESOURCE's bit in a capability set.
@@ -28,7 +91,9 @@ const capSysResource = 24
 func DetectHost() Host {
 	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers") // cgroup v2's root has it
 	status, _ := os.ReadFile("/proc/self/status")
-	return Host{CgroupV1: err != nil, NoSysResource: !hasCapability(status, capSysResource)}
+	h := Host{CgroupV1: err != nil, NoSysResource: !hasCapability(status, capSysResource)}
+	h.NVIDIA, h.noNVIDIA = DetectNVIDIA("/")
+	return h
 }
 
 // hasCapability tells whether the effective capabilities of a

@@ -24,7 +24,7 @@ const NodeImage = config.KindNodeImage
 // LabelLabNode names the lab node a kind worker stands for: kind chooses
 // the workers' own names. Each worker also carries its lab node's labels
 // (nodedrivers.Labels), which the driver releases select and read.
-const LabelLabNode = "dralab.dev/lab-node"
+const LabelLabNode = config.LabelLabNode
 
 // FeatureGates are the DRA features the scenarios rely on. Every one is on
 // by default in 1.37. RenderFor pins those whose default could still change;
@@ -58,10 +58,22 @@ func RenderFor(cfg *config.Config, host Host) (*v1alpha4.Cluster, error) {
 	if cfg.Driver != nil {
 		return nil, fmt.Errorf("lab %s: driver: an outside driver runs as a host process of the embedded lab; on kind, deploy it with its own chart", cfg.Name)
 	}
+	hostGPUs := -1
 	for i, n := range cfg.Nodes {
-		if n.GPUs != nil && n.GPUs.NVML != "" {
-			return nil, fmt.Errorf("lab %s: nodes[%d].gpus.nvml: NVML nodes (mock servers included) run on the embedded lab; on kind, give fake profiles", cfg.Name, i)
+		if n.GPUs == nil || n.GPUs.NVML != config.NVMLHost {
+			continue
 		}
+		switch {
+		case hostGPUs >= 0:
+			return nil, fmt.Errorf("lab %s: nodes[%d].gpus.nvml: nodes[%d] has the host's GPUs already: on kind, one node has them (two would publish the same GPUs)", cfg.Name, i, hostGPUs)
+		case host.NVIDIA == nil:
+			why := "no NVIDIA driver found"
+			if host.noNVIDIA != nil {
+				why = host.noNVIDIA.Error()
+			}
+			return nil, fmt.Errorf("lab %s: nodes[%d].gpus.nvml: host: %s; without GPUs, give a go-nvml mock server (mock:<server>) or fake profiles", cfg.Name, i, why)
+		}
+		hostGPUs = i
 	}
 	c := &v1alpha4.Cluster{
 		TypeMeta:                v1alpha4.TypeMeta{Kind: "Cluster", APIVersion: "kind.x-k8s.io/v1alpha4"},
@@ -88,6 +100,13 @@ func RenderFor(cfg *config.Config, host Host) (*v1alpha4.Cluster, error) {
 		// name: kind chooses the workers' own.
 		w := v1alpha4.Node{Role: v1alpha4.WorkerRole, Image: nodeImage(cfg), Labels: nodedrivers.Labels(cfg, n)}
 		w.Labels[LabelLabNode] = n.Name
+		if n.GPUs != nil && n.GPUs.NVML == config.NVMLHost {
+			// The host's GPUs: their device files in the node, whose
+			// privileged driver pod and whose claims' containers (through
+			// the driver's CDI specs) get them; the NVML library under the
+			// driver root the chart's release names.
+			w.ExtraMounts = host.NVIDIA.mounts()
+		}
 		c.Nodes = append(c.Nodes, w)
 	}
 	kubeadm, containerd, preflight := host.patches()

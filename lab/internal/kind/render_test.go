@@ -1,6 +1,8 @@
 package kind
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/lab/config"
+	"github.com/dralab/dralab/lab/examples"
 )
 
 func TestRenderDefaultLab(t *testing.T) {
@@ -314,5 +317,198 @@ func TestPodmanLimits(t *testing.T) {
 	t.Setenv("CONTAINERS_CONF", "/home/me/containers.conf")
 	if env, _ := (Host{NoSysResource: true}).podmanEnv(file); env != nil {
 		t.Errorf("with the user's CONTAINERS_CONF: %v", env)
+	}
+}
+
+// The node image is pulled as kind pulls it: from Docker Hub where the
+// reference names no host, by its digest alone where one pins it.
+func TestPullable(t *testing.T) {
+	for in, want := range map[string]string{
+		config.KindNodeImage:                  "docker.io/kindest/node@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5",
+		"kindest/node:v1.37.0":                "docker.io/kindest/node:v1.37.0",
+		"dralab.dev/kind-node:v1.37.2-abc":    "dralab.dev/kind-node:v1.37.2-abc",
+		"localhost/kind-node:v1":              "localhost/kind-node:v1",
+		"registry:5000/kind/node:v1@sha256:0": "registry:5000/kind/node@sha256:0",
+	} {
+		if got := pullable(in); got != want {
+			t.Errorf("pullable(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// Where the node image is neither in the engine nor pullable, the error
+// is one line that names the target building the lab's own; where the
+// engine holds one of the lab's own and the image is the default, that one
+// runs, saying so; an image the user chose is never swapped.
+func TestUnpullableNodeImage(t *testing.T) {
+	noRegistry := `[ "$1" = pull ] && echo "Trying to pull $2..." && echo "Error: initializing source docker://$2: pinging container registry: dial tcp: lookup registry-1.docker.io: no such host" >&2; exit 125`
+	engineCommands(t, map[string]string{"podman": noRegistry})
+	_, _, err := ensureNodeImage(context.Background(), "podman", config.KindNodeImage, true)
+	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "go run mage.go kind:nodeImage") || !strings.Contains(err.Error(), "no such host") {
+		t.Errorf("an unpullable node image: %v", err)
+	}
+	own := "dralab.dev/kind-node:" + config.KubernetesVersion + "-0123456789ab"
+	engineCommands(t, map[string]string{"podman": `[ "$1" = images ] && echo ` + own + ` && echo dralab.dev/kind-node:v1.36.0-0123456789ab && exit 0; ` + noRegistry})
+	use, note, err := ensureNodeImage(context.Background(), "podman", config.KindNodeImage, true)
+	if err != nil || use != own || !strings.Contains(note, "running the lab's own, "+own) {
+		t.Errorf("with the lab's own image loaded: %q, %q, %v; want it run, saying so", use, note, err)
+	}
+	if _, _, err := ensureNodeImage(context.Background(), "podman", "example.com/my/node:v1.37.2", false); err == nil {
+		t.Error("an image the user chose, unpullable, was swapped for the lab's own")
+	}
+}
+
+// NVML nodes of go-nvml's mock servers run on kind: each server's nodes
+// get a release of the NVML inventory with that server (nodes selected by
+// their nvml label, the fake profiles' by "fake"), the DeviceClasses
+// created once; the host's NVML is not rendered yet and is refused, saying
+// what to give instead.
+func TestNVMLMocksReachKind(t *testing.T) {
+	cfg := exampleLab(t, "nvml-mock.yaml")
+	cfg.Nodes = append(cfg.Nodes, config.Node{Name: "l4", GPUs: &config.GPUs{Profile: "l4-24gb", Count: 2, Mode: config.GPUModeDRA}})
+	c, err := RenderFor(cfg, Host{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.Nodes[1:] {
+		want := "fake"
+		if n.Labels[LabelLabNode] != "l4" {
+			want = "mock-" + map[string]string{"dgx-h100": "dgxh100", "dgx-a100": "dgxa100-mig", "mixed": "mixed"}[n.Labels[LabelLabNode]]
+		}
+		if got := n.Labels[nodedrivers.NVMLLabel]; got != want {
+			t.Errorf("node %s: %s=%q, want %q", n.Labels[LabelLabNode], nodedrivers.NVMLLabel, got, want)
+		}
+	}
+	var names []string
+	classes := 0
+	for _, r := range nodedrivers.Releases(cfg) {
+		names = append(names, r.Name)
+		if dc, ok := r.Values["deviceClasses"].(map[string]any); !ok || dc["create"] != false {
+			classes++
+		}
+		sel := r.Values["nodeSelector"].(map[string]any)[nodedrivers.NVMLLabel]
+		nv, _ := r.Values["nvml"].(map[string]any)
+		if source, ok := nv["source"].(string); ok {
+			if r.Values["inventory"] != "nvml" || "mock-"+strings.TrimPrefix(source, "mock:") != sel {
+				t.Errorf("release %s: inventory %v, source %q, selects %v", r.Name, r.Values["inventory"], source, sel)
+			}
+		} else if sel != "fake" {
+			t.Errorf("release %s of fake GPUs selects %v", r.Name, sel)
+		}
+	}
+	if strings.Join(names, ",") != "dralab-driver-dra,dralab-driver-nvml-mock-dgxa100-mig-dra,dralab-driver-nvml-mock-dgxh100-dra,dralab-driver-nvml-mock-mixed-dra" || classes != 1 {
+		t.Errorf("releases %v, %d of them creating the DeviceClasses; want one per source, one creating them", names, classes)
+	}
+	chart, err := charts.Load(charts.DriverChart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := charts.Render(chart, chartValues(t, cfg, "dralab-driver-nvml-mock-dgxh100-dra"), DriverNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := out["dralab-driver/templates/daemonset.yaml"]
+	for _, want := range []string{"name: DRALAB_INVENTORY\n          value: \"nvml\"", "name: DRALAB_NVML\n          value: \"mock:dgxh100\"", nodedrivers.NVMLLabel + ": mock-dgxh100"} {
+		if !strings.Contains(ds, want) {
+			t.Errorf("the DaemonSet lacks %q:\n%s", want, ds)
+		}
+	}
+	cfg.Nodes[0].GPUs.NVML = config.NVMLHost
+	if _, err := RenderFor(cfg, Host{}); err == nil || !strings.Contains(err.Error(), "mock:<server>") {
+		t.Errorf("the host's NVML on kind: %v", err)
+	}
+}
+
+// exampleLab reads an example lab of lab/examples for the kind backend.
+func exampleLab(t *testing.T, file string) *config.Config {
+	t.Helper()
+	data, err := examples.FS.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse("lab/examples/"+file, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Backend = config.BackendKind
+	return cfg
+}
+
+// A node of the host's GPUs on kind is given the host's NVIDIA driver: its
+// device files at their paths and its NVML library's directory read-only
+// under the driver root its release names, whose driver pod is privileged
+// (the device cgroup admits the device files) and reads the library there.
+// One node at most has them, and a host without an NVIDIA driver is told
+// why, in one error naming the field.
+func TestHostGPUsOnKind(t *testing.T) {
+	root := t.TempDir()
+	for _, f := range []string{"dev/nvidiactl", "dev/nvidia0", "dev/nvidia1", "dev/nvidia-uvm", "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "dev/null"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nv, err := DetectNVIDIA(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse("gpu-host.yaml", []byte("apiVersion: lab.dralab.dev/v1alpha1\nkind: Lab\nname: gpu-host\nbackend: kind\n"+
+		"nodes: [{name: l4, gpus: {profile: l4-24gb, count: 1}}, {name: real, gpus: {nvml: host}}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := RenderFor(cfg, Host{NVIDIA: nv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range c.Nodes[1:] {
+		if n.Labels[LabelLabNode] == "l4" {
+			if len(n.ExtraMounts) != 0 {
+				t.Errorf("the fake GPUs' node mounts %v", n.ExtraMounts)
+			}
+			continue
+		}
+		if n.Labels[nodedrivers.NVMLLabel] != "host" {
+			t.Errorf("the host GPUs' node: %s=%q, want host", nodedrivers.NVMLLabel, n.Labels[nodedrivers.NVMLLabel])
+		}
+		for _, m := range n.ExtraMounts {
+			got = append(got, fmt.Sprintf("%s:%s:%v", strings.TrimPrefix(m.HostPath, root), m.ContainerPath, m.Readonly))
+		}
+	}
+	want := []string{"/dev/nvidia-uvm:/dev/nvidia-uvm:false", "/dev/nvidia0:/dev/nvidia0:false", "/dev/nvidia1:/dev/nvidia1:false", "/dev/nvidiactl:/dev/nvidiactl:false",
+		"/usr/lib/x86_64-linux-gnu:" + nodedrivers.HostDriverRoot + "/usr/lib/x86_64-linux-gnu:true"}
+	if !slices.Equal(got, want) {
+		t.Errorf("the host GPUs' node mounts\n%v, want\n%v", got, want)
+	}
+
+	chart, err := charts.Load(charts.DriverChart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := charts.Render(chart, chartValues(t, cfg, "dralab-driver-nvml-host-dra"), DriverNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := out["dralab-driver/templates/daemonset.yaml"]
+	for _, want := range []string{"name: DRALAB_INVENTORY\n          value: \"nvml\"", "name: DRALAB_DRIVER_ROOT\n          value: \"" + nodedrivers.HostDriverRoot + "\"",
+		"privileged: true", nodedrivers.NVMLLabel + ": host", "hostPath: {path: \"" + nodedrivers.HostDriverRoot + "\""} {
+		if !strings.Contains(ds, want) {
+			t.Errorf("the host GPUs' DaemonSet lacks %q:\n%s", want, ds)
+		}
+	}
+	if strings.Contains(ds, "DRALAB_NVML") {
+		t.Errorf("the host GPUs' driver is given a mock server:\n%s", ds)
+	}
+
+	_, why := DetectNVIDIA(t.TempDir())
+	if _, err := RenderFor(cfg, Host{noNVIDIA: why}); err == nil || !strings.Contains(err.Error(), "nodes[1].gpus.nvml") || !strings.Contains(err.Error(), "no NVIDIA driver") {
+		t.Errorf("the host's GPUs on a host without NVIDIA's driver: %v", err)
+	}
+	cfg.Nodes = append(cfg.Nodes, config.Node{Name: "real2", GPUs: &config.GPUs{NVML: config.NVMLHost}})
+	if _, err := RenderFor(cfg, Host{NVIDIA: nv}); err == nil || !strings.Contains(err.Error(), "nodes[2].gpus.nvml") || !strings.Contains(err.Error(), "nodes[1]") {
+		t.Errorf("two nodes of the host's GPUs: %v", err)
 	}
 }

@@ -1,0 +1,228 @@
+package kind
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"k8s.io/klog/v2"
+)
+
+// libModules is the host folder kind mounts into every node, read-only,
+// for any engine; an engine refuses to start a node where it is missing
+// (podman: "no such file or directory"), as on hosts without kernel
+// modules of their own (containers, some VMs). A variable for the tests.
+var libModules = "/lib/modules"
+
+// ownedFile records, in the state root of the kind labs, what they
+// created on the host beside their nodes: one record for all of them, as
+// every kind cluster shares what it finds.
+const ownedFile = "kind-host.json"
+
+// owned is what the kind labs created on the host beside their nodes, so
+// that lab:down removes exactly that, once nothing else uses it: the
+// engine network kind made for the first cluster, and an empty
+// /lib/modules where the host had none.
+type owned struct {
+	Engine     string `json:"engine"`
+	Network    string `json:"network,omitempty"`
+	LibModules bool   `json:"libModules,omitempty"`
+}
+
+// networkName is the engine network kind puts its nodes on: "kind", or the
+// one the user names as kind's own CLI reads it.
+func networkName(engine string) string {
+	if n := os.Getenv("KIND_EXPERIMENTAL_" + strings.ToUpper(engine) + "_NETWORK"); n != "" && engine != "nerdctl" {
+		return n
+	}
+	return "kind"
+}
+
+// networkExists tells whether the engine has the network.
+func networkExists(ctx context.Context, engine, name string) bool {
+	return exec.CommandContext(ctx, engine, "network", "inspect", name).Run() == nil
+}
+
+// prepareHost readies the host for a new kind cluster on engine and
+// records in the state root what it created: the /lib/modules kind
+// mounts, where the host has none; and which network kind will create,
+// where it is absent. It refuses, before any node is made, a podman whose
+// network cannot name the nodes to each other (workers join the control
+// plane by name).
+func prepareHost(ctx context.Context, engine, root string, nodes int) (owned, error) {
+	if err := inotifyRoom(nodes); err != nil {
+		return owned{}, err
+	}
+	rec, err := readOwned(root)
+	if err != nil {
+		return rec, err
+	}
+	if rec.Engine != "" && rec.Engine != engine {
+		// What the labs on another engine created stays theirs to remove.
+		rec = owned{}
+	}
+	rec.Engine = engine
+	network := networkName(engine)
+	exists := networkExists(ctx, engine, network)
+	if engine == "podman" {
+		if err := podmanDNS(ctx, network, exists); err != nil {
+			return rec, err
+		}
+	}
+	if !exists {
+		rec.Network = network
+	}
+	if _, err := os.Stat(libModules); errors.Is(err, fs.ErrNotExist) {
+		if err := os.Mkdir(libModules, 0o755); err != nil {
+			return rec, fmt.Errorf("the host has no %s, which kind mounts into every node, and it cannot be made: %w", libModules, err)
+		}
+		rec.LibModules = true
+	}
+	return rec, writeOwned(root, rec)
+}
+
+func readOwned(root string) (owned, error) {
+	var rec owned
+	data, err := os.ReadFile(filepath.Join(root, ownedFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return rec, nil
+	}
+	if err == nil {
+		err = json.Unmarshal(data, &rec)
+	}
+	if err != nil {
+		return rec, fmt.Errorf("what the kind labs created on this host, %s: %w", filepath.Join(root, ownedFile), err)
+	}
+	return rec, nil
+}
+
+// writeOwned records rec, or removes the record where nothing is left.
+func writeOwned(root string, rec owned) error {
+	file := filepath.Join(root, ownedFile)
+	if rec.Network == "" && !rec.LibModules {
+		if err := os.Remove(file); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(file, data, 0o600)
+}
+
+// cniPluginDirs are where podman looks for CNI plugins unless its
+// configuration says otherwise.
+var cniPluginDirs = []string{"/usr/local/libexec/cni", "/usr/libexec/cni", "/usr/local/lib/cni", "/usr/lib/cni", "/opt/cni/bin"}
+
+// podmanDNS refuses a podman network without name resolution: on podman's
+// CNI network backend, a network resolves its containers' names only with
+// the dnsname plugin installed when it was created.
+func podmanDNS(ctx context.Context, network string, exists bool) error {
+	const plugin = "the dnsname CNI plugin (Debian: golang-github-containernetworking-plugin-dnsname)"
+	if exists {
+		out, err := exec.CommandContext(ctx, "podman", "network", "inspect", network, "--format", "{{.DNSEnabled}}").Output()
+		if err == nil && strings.TrimSpace(string(out)) == "false" {
+			return fmt.Errorf("podman's network %q resolves no container names (dns_enabled false), so kind's workers cannot find the control plane: install %s and remove the network (podman network rm %s)", network, plugin, network)
+		}
+		return nil
+	}
+	out, err := exec.CommandContext(ctx, "podman", "info", "--format", "{{.Host.NetworkBackend}}").Output()
+	if err != nil || strings.TrimSpace(string(out)) != "cni" {
+		return nil // netavark resolves names with aardvark-dns, packaged with it
+	}
+	if !slices.ContainsFunc(cniPluginDirs, func(d string) bool { _, err := os.Stat(filepath.Join(d, "dnsname")); return err == nil }) {
+		return fmt.Errorf("podman's CNI networks resolve no container names without %s, so kind's workers could not find the control plane: install it", plugin)
+	}
+	return nil
+}
+
+// releaseHost removes what the kind labs of the state root recorded
+// creating (prepareHost), once nothing uses it: the network when no
+// container is left on it, /lib/modules when no kind cluster is left on
+// the engine and the folder is still empty.
+func releaseHost(ctx context.Context, root string, clustersLeft int) error {
+	rec, err := readOwned(root)
+	if err != nil || rec.Engine == "" {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+	var errs []error
+	if rec.Network != "" && networkExists(ctx, rec.Engine, rec.Network) {
+		out, err := exec.CommandContext(ctx, rec.Engine, "ps", "-aq", "--filter", "network="+rec.Network).Output()
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("listing the containers on network %s: %w", rec.Network, err))
+		case strings.TrimSpace(string(out)) != "":
+			logger.Info("Keeping the network the lab created: containers use it", "network", rec.Network)
+		default:
+			if out, err := exec.CommandContext(ctx, rec.Engine, "network", "rm", rec.Network).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("%s network rm %s: %w: %s", rec.Engine, rec.Network, err, strings.TrimSpace(string(out))))
+			} else {
+				rec.Network = ""
+			}
+		}
+	} else {
+		rec.Network = ""
+	}
+	if rec.LibModules && clustersLeft == 0 {
+		// Remove fails on a folder something has filled since: it is not
+		// the lab's to remove any more.
+		if err := os.Remove(libModules); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			logger.Info("Keeping the folder the lab created: it is not empty", "path", libModules, "err", err)
+		}
+		rec.LibModules = false
+	}
+	return errors.Join(append(errs, writeOwned(root, rec))...)
+}
+
+// inotifyPerNode is how many inotify instances a kind node takes at the
+// least (systemd, containerd, the kubelet, the driver): about 15 measured
+// here on the lab's own image; the lower bound refuses no cluster that
+// would come up.
+const inotifyPerNode = 12
+
+// inotifyLimit is the kernel's per-user limit on inotify instances; the
+// nodes' processes all run as the engine's user (root, without user
+// namespaces). A variable for the tests.
+var inotifyLimit = "/proc/sys/fs/inotify/max_user_instances"
+
+// inotifyRoom refuses a cluster of n nodes whose processes could not
+// watch files: past the per-user limit on inotify instances the kubelets
+// fail ("too many open files") and never register, which kind's own
+// error does not say. Only root's own instances are counted, the nodes
+// being root's.
+func inotifyRoom(nodes int) error {
+	data, err := os.ReadFile(inotifyLimit)
+	if err != nil {
+		return nil // another kernel: nothing to tell
+	}
+	limit, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		return nil
+	}
+	used := 0
+	links, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, l := range links {
+		if target, err := os.Readlink(l); err == nil && target == "anon_inode:inotify" {
+			used++
+		}
+	}
+	need := inotifyPerNode * (nodes + 1)
+	if used+need > limit {
+		return fmt.Errorf("this host allows %d inotify instances per user (fs.inotify.max_user_instances) and %d are in use: a kind cluster of %d nodes needs about %d more, without which its kubelets fail (\"too many open files\") and never register; delete another cluster or raise the limit (sysctl fs.inotify.max_user_instances=512)", limit, used, nodes+1, need)
+	}
+	return nil
+}

@@ -1,0 +1,157 @@
+package kind
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fakePodman is a podman whose networks are files in a folder: inspect
+// answers for those that exist (with dns_enabled from the file), ps lists
+// the containers written in it, rm removes it, and its network backend is
+// CNI.
+const fakePodman = `net="$NETS/$3"
+case "$1 $2" in
+"network inspect") [ -f "$net" ] || exit 125; [ "$4" = --format ] && cat "$net"; exit 0;;
+"network rm") rm "$net";;
+"ps -aq") cat "$NETS/$(echo $4 | cut -d= -f2).containers" 2>/dev/null; exit 0;;
+"info --format") echo cni;;
+esac`
+
+func fakeEngine(t *testing.T) (nets string) {
+	nets = t.TempDir()
+	engineCommands(t, map[string]string{"podman": fakePodman, "cut": `/usr/bin/cut "$@"`, "cat": `/bin/cat "$@"`, "rm": `/bin/rm "$@"`})
+	t.Setenv("NETS", nets)
+	t.Setenv("KIND_EXPERIMENTAL_PODMAN_NETWORK", "")
+	dirs, modules, limit := cniPluginDirs, libModules, inotifyLimit
+	t.Cleanup(func() { cniPluginDirs, libModules, inotifyLimit = dirs, modules, limit })
+	inotifyLimit = filepath.Join(t.TempDir(), "max_user_instances")
+	if err := os.WriteFile(inotifyLimit, []byte("100000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return nets
+}
+
+// A host without /lib/modules gets an empty one for its kind nodes, and a
+// missing network is kind's to create: both are recorded in the state
+// root, and removed by the last lab:down that finds nothing using them —
+// never a folder or network the host had, nor one still in use.
+func TestHostThingsTheLabCreatedAreRemoved(t *testing.T) {
+	ctx := context.Background()
+	nets := fakeEngine(t)
+	plugins := t.TempDir()
+	cniPluginDirs = []string{plugins}
+	if err := os.WriteFile(filepath.Join(plugins, "dnsname"), nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	libModules = filepath.Join(t.TempDir(), "modules")
+	root := t.TempDir()
+
+	rec, err := prepareHost(ctx, "podman", root, 3)
+	if err != nil || rec.Network != "kind" || !rec.LibModules {
+		t.Fatalf("prepareHost on a bare host: %+v, %v; want the network and /lib/modules recorded", rec, err)
+	}
+	if st, err := os.Stat(libModules); err != nil || !st.IsDir() {
+		t.Fatalf("/lib/modules not made: %v", err)
+	}
+	// kind creates the network; a second lab finds it and the folder, and
+	// records nothing new.
+	if err := os.WriteFile(filepath.Join(nets, "kind"), []byte("true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err = prepareHost(ctx, "podman", root, 3); err != nil || rec.Network != "kind" || !rec.LibModules {
+		t.Fatalf("prepareHost for a second lab: %+v, %v; the first lab's record must stay", rec, err)
+	}
+	// The first lab goes: the other lab's node still uses both.
+	if err := os.WriteFile(filepath.Join(nets, "kind.containers"), []byte("c0ffee\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := releaseHost(ctx, root, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(nets, "kind")); err != nil {
+		t.Error("a network in use was removed")
+	}
+	if _, err := os.Stat(libModules); err != nil {
+		t.Error("/lib/modules was removed while a kind cluster runs")
+	}
+	// The last one goes.
+	os.Remove(filepath.Join(nets, "kind.containers"))
+	if err := releaseHost(ctx, root, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(nets, "kind")); !os.IsNotExist(err) {
+		t.Errorf("the network the lab created is left: %v", err)
+	}
+	if _, err := os.Stat(libModules); !os.IsNotExist(err) {
+		t.Errorf("the /lib/modules the lab created is left: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, ownedFile)); !os.IsNotExist(err) {
+		t.Errorf("the record outlives what it recorded: %v", err)
+	}
+
+	// What the host had is the host's: a network and a folder found are
+	// never recorded, so never removed; nor is a folder filled since.
+	if err := os.WriteFile(filepath.Join(nets, "kind"), []byte("true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(libModules, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err = prepareHost(ctx, "podman", root, 3); err != nil || rec.Network != "" || rec.LibModules {
+		t.Fatalf("prepareHost on a host that has both: %+v, %v; want nothing recorded", rec, err)
+	}
+	if err := releaseHost(ctx, root, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(nets, "kind")); err != nil {
+		t.Error("the host's own network was removed")
+	}
+	if _, err := os.Stat(libModules); err != nil {
+		t.Error("the host's own /lib/modules was removed")
+	}
+}
+
+// podman's CNI networks resolve container names only with the dnsname
+// plugin: without it, or with a network made before it was installed, the
+// lab refuses before any node is made and says what to install or remove.
+func TestPodmanWithoutDNSIsRefused(t *testing.T) {
+	ctx := context.Background()
+	nets := fakeEngine(t)
+	cniPluginDirs = []string{t.TempDir()}
+	libModules = filepath.Join(t.TempDir(), "modules")
+	root := t.TempDir()
+	_, err := prepareHost(ctx, "podman", root, 3)
+	if err == nil || !strings.Contains(err.Error(), "golang-github-containernetworking-plugin-dnsname") {
+		t.Errorf("no dnsname plugin: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(nets, "kind"), []byte("false\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = prepareHost(ctx, "podman", root, 3)
+	if err == nil || !strings.Contains(err.Error(), "podman network rm kind") {
+		t.Errorf("a network without DNS: %v", err)
+	}
+	if _, err := os.Stat(libModules); !os.IsNotExist(err) {
+		t.Errorf("a refused lab made /lib/modules: %v", err)
+	}
+}
+
+// A cluster the host's inotify limit has no room for is refused before
+// any node is made, saying which limit and how to raise it.
+func TestInotifyRoom(t *testing.T) {
+	limit := inotifyLimit
+	t.Cleanup(func() { inotifyLimit = limit })
+	inotifyLimit = filepath.Join(t.TempDir(), "max_user_instances")
+	for max, ok := range map[string]bool{"100000": true, "8": false} {
+		if err := os.WriteFile(inotifyLimit, []byte(max+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		err := inotifyRoom(3)
+		if (err == nil) != ok || (err != nil && !strings.Contains(err.Error(), "fs.inotify.max_user_instances=512")) {
+			t.Errorf("limit %s: %v", max, err)
+		}
+	}
+}
