@@ -187,6 +187,17 @@ func TestLayers(t *testing.T) {
 			}
 		}
 	}
+	// The lab process's supervisor is given its control plane, not built
+	// with it: test:race runs its tests under the race detector, which
+	// would otherwise compile the API server, scheduler and controller
+	// manager with -race (most of a cold CI's race run).
+	for pkg, deps := range goListDeps(t, ".", mod+"internal/labserver") {
+		for _, d := range deps {
+			if d == mod+"internal/controlplane" || strings.HasPrefix(d, "k8s.io/kubernetes/cmd/") {
+				t.Errorf("%s reaches %s (through go list -deps): the control plane is passed to it (Options.StartControlPlane)", pkg, d)
+			}
+		}
+	}
 	for pkg, deps := range goListDeps(t, "drivers/conformance", "./...") {
 		for _, d := range deps {
 			if strings.HasPrefix(d, mod) && !strings.HasPrefix(d, mod+"drivers/conformance") {

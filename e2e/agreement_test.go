@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dralab/dralab/drivers/conformance/allocation"
@@ -128,11 +129,9 @@ func agreeBound(ctx context.Context, t *testing.T, s *allocation.Snapshot, taint
 // devices come from one node, and a pod's requests are all met there.
 func fitsOn(cands []allocation.Candidate, node string) bool {
 	free := map[string]int{} // claim/request/subrequest → free devices the node reaches
-	need := map[string]int{}
 	requests := map[string]bool{}
 	for _, c := range cands {
 		alt := c.Alternative()
-		need[alt] = c.Count
 		requests[c.Claim+"/"+c.Request] = false
 		if c.State == allocation.StateFree && (c.Node == "" || c.Node == node) {
 			free[alt]++
@@ -176,10 +175,10 @@ func fittingNode(cands []allocation.Candidate) string {
 var deviceReasons = []string{allocation.NoMatchingDevice, allocation.AllAllocated, allocation.Tainted, allocation.NotOnOneNode}
 
 // agreeBlocked: a pod the scheduler could not place, the plugin explains
-// as blocked. The scheduler's word may be a moment older than the state
-// (it tries again on the next change): a pod the plugin finds placeable is
-// read again a few seconds later, and only one still waiting, with the
-// plugin still finding it placeable, is a disagreement.
+// as blocked. The scheduler's word may be older than the state (it tries
+// again after a backoff): a pod the plugin finds placeable is read again
+// until the scheduler had its turn, and only one still waiting then is a
+// disagreement.
 func agreeBlocked(ctx context.Context, t *testing.T, client kubernetes.Interface, s *allocation.Snapshot, rows []allocation.Row, pod *v1.Pod) {
 	t.Helper()
 	code := ""
@@ -211,12 +210,21 @@ func agreeBlocked(ctx context.Context, t *testing.T, client kubernetes.Interface
 		}
 		return
 	}
-	// Placeable, or no reason: read again once the scheduler had its turn.
-	time.Sleep(3 * time.Second)
-	p, err := client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-	if err != nil || p.Spec.NodeName != "" || p.DeletionTimestamp != nil {
+	// Placeable, or no reason: read again until the scheduler had its
+	// turn. A pod it could not place waits its backoff (1 s, doubled on
+	// each try, at most 10 s) before it is tried again, and longer on a
+	// loaded machine.
+	err = wait.PollUntilContextTimeout(ctx, time.Second, schedulerRetry, false, func(ctx context.Context) (bool, error) {
+		p, err := client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		return err != nil || p.Spec.NodeName != "" || p.DeletionTimestamp != nil, nil
+	})
+	if err == nil {
 		return
 	}
-	t.Errorf("agreement: the scheduler leaves %s/%s unschedulable, but the plugin explains it with reason %q and finds %q fitting",
-		pod.Namespace, pod.Name, code, fitting)
+	t.Errorf("agreement: the scheduler leaves %s/%s unschedulable for %s, but the plugin explains it with reason %q and finds %q fitting",
+		pod.Namespace, pod.Name, schedulerRetry, code, fitting)
 }
+
+// schedulerRetry is how long a pod the plugin finds placeable may stay
+// unschedulable: the scheduler's longest backoff (10 s) and its try.
+const schedulerRetry = 20 * time.Second

@@ -3,11 +3,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,20 +31,27 @@ var commands = map[string][]string{
 // binary's header names its platform. It runs nothing it builds.
 func (Test) Platforms(ctx context.Context) error {
 	mg.Deps(Deps.Cross)
+	return crossBuild(ctx, ui.Stderr(), nil)
+}
+
+// crossBuild builds every command for each of build.CrossPlatforms into a
+// temporary directory, with prefix (a command and its arguments, such as
+// nice) before each go build, and says on u what it built.
+func crossBuild(ctx context.Context, u *ui.UI, prefix []string) error {
 	out, err := os.MkdirTemp("", "dralab-platforms-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(out)
-	p := ui.Stderr()
 	for _, pl := range build.CrossPlatforms {
 		dir := filepath.Join(out, pl.OS+"-"+pl.Arch)
 		start := time.Now()
-		done := p.Step(fmt.Sprintf("Building every command for %s (a first build compiles Kubernetes for it: minutes)", pl))
+		done := u.Step(fmt.Sprintf("Building every command for %s (a first build compiles Kubernetes for it: minutes)", pl))
 		var built []string
 		err := func() error {
 			for _, mod := range modules {
-				cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-ldflags", build.LDFlags(), "-o", dir + string(filepath.Separator)}, commands[mod]...)...)
+				args := slices.Concat(prefix, []string{"go", "build", "-ldflags", build.LDFlags(), "-o", dir + string(filepath.Separator)}, commands[mod])
+				cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 				cmd.Dir = mod
 				cmd.Env = append(os.Environ(), build.CrossEnv(pl)...)
 				if output, err := cmd.CombinedOutput(); err != nil {
@@ -66,7 +75,38 @@ func (Test) Platforms(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		p.Println(fmt.Sprintf("  %s in %s: %s", pl, time.Since(start).Round(time.Second), strings.Join(built, ", ")))
+		u.Println(fmt.Sprintf("  %s in %s: %s", pl, time.Since(start).Round(time.Second), strings.Join(built, ", ")))
 	}
 	return nil
+}
+
+// beside is a mage step run in the background at the lowest CPU priority,
+// its lines kept until it is joined.
+type beside struct {
+	out  bytes.Buffer
+	err  error
+	done chan struct{}
+}
+
+// crossBuildBeside starts the cross-builds of test:platforms beside what
+// test:all runs next. Their compiles (half an hour on a cold cache, two
+// minutes warm) yield the CPU to the tests (nice 19) and take what the
+// tests leave idle: an e2e run mostly waits on its labs.
+func crossBuildBeside(ctx context.Context) *beside {
+	b := &beside{done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		b.err = crossBuild(ctx, ui.New(&b.out), []string{"nice", "-n", "19"})
+	}()
+	return b
+}
+
+// join waits for the step and prints its lines.
+func (b *beside) join(title string) error {
+	start := time.Now()
+	<-b.done
+	u := ui.Stderr()
+	u.Println(fmt.Sprintf("%s (in the background; waited %s for it here):", title, time.Since(start).Round(time.Second)))
+	_, _ = os.Stderr.Write(b.out.Bytes())
+	return b.err
 }

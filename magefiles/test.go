@@ -15,7 +15,6 @@ import (
 	"strings"
 
 	"github.com/magefile/mage/mg"
-	"github.com/magefile/mage/sh"
 
 	"github.com/dralab/dralab/drivers/conformance/results"
 	"github.com/dralab/dralab/drivers/conformance/target"
@@ -94,11 +93,7 @@ func (Test) E2E(ctx context.Context) error {
 		env[scenarios.EnvDir] = scenarioDir
 		ui.Stderr().Println("Scenarios: " + scenarioDir)
 	}
-	dir := os.Getenv("ARTIFACTS")
-	if dir == "" {
-		return sh.RunWithV(env, "go", args...)
-	}
-	return goTestWithReports(ctx, env, args, dir, "e2e", "dralab e2e")
+	return goTestWithReports(ctx, env, args, ".", "e2e", "dralab e2e")
 }
 
 // scenarioFolder checks the folder DRALAB_SCENARIOS names, before anything
@@ -119,17 +114,23 @@ func scenarioFolder() (string, error) {
 	return abs, nil
 }
 
-// goTestWithReports runs go test with -json, showing its output as -v
-// would, and writes junit-<name>.xml and <name>.html into dir. A test
-// whose scenario left scenario-<name>.html in dir links to it. It fails
-// when the tests fail.
-func goTestWithReports(ctx context.Context, env map[string]string, args []string, dir, name, title string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
+// failureLines is how much of a failed test's output goTestWithReports
+// repeats after the run: its end, where it failed.
+const failureLines = 40
+
+// goTestWithReports runs go test with -json in module, showing its output
+// as -v would; after a failure it repeats the end of each failed test's
+// output. With $ARTIFACTS set it writes junit-<name>.xml and
+// <name>.html there; a test whose scenario left scenario-<name>.html there
+// links to it. It fails when the tests fail.
+func goTestWithReports(ctx context.Context, env map[string]string, args []string, module, name, title string) error {
 	args = slices.Insert(slices.Clone(args), 1, "-json")
 	var events bytes.Buffer
 	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = module
+	if mg.Verbose() || os.Getenv("CI") != "" {
+		ui.Stderr().Println(fmt.Sprintf("exec: go %s (in %s)", strings.Join(args, " "), module))
+	}
 	cmd.Env = os.Environ()
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -140,6 +141,21 @@ func goTestWithReports(ctx context.Context, env map[string]string, args []string
 	rep, err := results.Parse(&events)
 	if err != nil {
 		return errors.Join(runErr, err)
+	}
+	if tails := rep.FailureTails(failureLines); tails != "" {
+		// After everything the run printed: a log read by its head and
+		// tail, as CI's is, still shows what failed.
+		fmt.Fprintf(os.Stderr, "\n== What failed, once more (the end of each failed test's output):\n%s", tails)
+	}
+	dir := os.Getenv("ARTIFACTS")
+	if dir == "" {
+		if runErr == nil && rep.Failed() {
+			runErr = errors.New("tests failed")
+		}
+		return runErr
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
 	}
 	var xml bytes.Buffer
 	if err := rep.WriteXML(&xml, title); err != nil {
@@ -174,14 +190,16 @@ const kindTests = "^(TestKindLab|TestKindNVMLLab)$"
 
 // All installs the real node's host packages, Chromium (for the
 // dashboard's browser tests) and the linux/arm64 C cross-compiler, builds
-// the dralab binary once, vets both modules, cross-compiles every command
-// for linux/arm64 and darwin/arm64 (test:platforms), then runs every
-// test: the race detector's (test:race), every fuzz
-// target for a few seconds (test:fuzz), then unit, integration (each
-// starts its own embedded lab, one with a real node) and e2e, then
-// bench:why (kubectl dra's targets at 5,000 nodes), and last a one-minute
-// chaos soak (soak). The e2e tests of kind labs run last and alone. This
-// is what CI runs.
+// the dralab binary once, vets both modules, then runs every test: the
+// race detector's (test:race), every fuzz target for a few seconds
+// (test:fuzz), then unit, integration (each starts its own embedded lab,
+// one with a real node) and e2e, the e2e tests of kind labs last and
+// alone; then bench:why (kubectl dra's targets at 5,000 nodes), and last a
+// one-minute chaos soak (soak). From the race run to bench:why, every
+// command is cross-compiled for linux/arm64 and darwin/arm64
+// (test:platforms) in the background, at the lowest CPU priority: a cold
+// cache's half hour of compiling then fills what the tests leave idle.
+// This is what CI runs.
 func (Test) All(ctx context.Context) error {
 	mg.SerialDeps(Deps.Build, Deps.Realnode, Deps.Browser, Deps.Cross, Deps.Kind)
 	bin, err := buildDralab(ctx)
@@ -191,9 +209,14 @@ func (Test) All(ctx context.Context) error {
 	if err := goEach(nil, "vet", "./..."); err != nil {
 		return err
 	}
-	if err := (Test{}).Platforms(ctx); err != nil {
-		return err
-	}
+	// The cross-builds run beside the tests, at the lowest priority; they
+	// end with test:all on every path.
+	ctx, cancel := context.WithCancel(ctx)
+	cross := crossBuildBeside(ctx)
+	defer func() {
+		cancel()
+		<-cross.done
+	}()
 	if err := (Test{}).Race(); err != nil {
 		return err
 	}
@@ -210,13 +233,23 @@ func (Test) All(ctx context.Context) error {
 	// and beside the embedded labs the other packages run at the same
 	// time (go test -p), kube-proxy in the nodes could not start its file
 	// watcher, so the driver never reached the API server.
-	if err := goEach(env, append(args, "-skip", kindTests, "./...")...); err != nil {
+	for _, mod := range modules {
+		name := "all"
+		if mod != "." {
+			name += "-" + filepath.Base(mod)
+		}
+		if err := goTestWithReports(ctx, env, append(args, "-skip", kindTests, "./..."), mod, name, "dralab test:all ("+mod+")"); err != nil {
+			return err
+		}
+	}
+	if err := goTestWithReports(ctx, env, append(args, "-run", kindTests, "./e2e"), ".", "kind", "dralab test:all (kind labs)"); err != nil {
 		return err
 	}
-	if err := sh.RunWithV(env, "go", append(args, "-run", kindTests, "./e2e")...); err != nil {
+	if err := cross.join("test:platforms"); err != nil {
 		return err
 	}
-	// Alone, after the tests: a benchmark with targets.
+	// Alone, after the tests and the cross-builds: a benchmark with
+	// targets.
 	if err := (Bench{}).Why(); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"runtime/pprof"
@@ -8,6 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dralab/dralab/internal/controlplane"
+	"github.com/dralab/dralab/internal/controlplane/options"
 	"github.com/dralab/dralab/internal/labserver"
 	"github.com/dralab/dralab/internal/labstate"
 )
@@ -26,6 +29,15 @@ func startCPUProfile(file string) (func(), error) {
 		return nil, fmt.Errorf("%s: %w", envCPUProfile, err)
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// startControlPlane starts the lab's control plane in this process.
+func startControlPlane(ctx context.Context, o options.Options) (labserver.ControlPlane, error) {
+	cp, err := controlplane.Start(ctx, o)
+	if err != nil {
+		return nil, err // not a typed nil
+	}
+	return cp, nil
 }
 
 func newLabCommand() *cobra.Command {
@@ -49,9 +61,10 @@ func newLabCommand() *cobra.Command {
 				defer stop()
 			}
 			return labserver.Run(cmd.Context(), labserver.Options{
-				Dir:        labstate.Dir(stateDir),
-				Executable: exe,
-				Verbosity:  v,
+				Dir:               labstate.Dir(stateDir),
+				Executable:        exe,
+				Verbosity:         v,
+				StartControlPlane: startControlPlane,
 			})
 		},
 	}

@@ -37,43 +37,9 @@ import (
 	kcmoptions "k8s.io/kubernetes/cmd/kube-controller-manager/app/options"
 	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	scheduleroptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
-)
 
-// Options configures a control plane. Every path is absolute.
-type Options struct {
-	// Listener is the API server's listener, already bound to loopback.
-	Listener net.Listener
-	// EtcdDir is etcd's data directory; EtcdLog its log file.
-	EtcdDir string
-	EtcdLog string
-	// EtcdSocket is the unix socket etcd serves its clients on; it must
-	// lie in a directory only the lab's user may enter, since etcd asks
-	// its clients for no credentials.
-	EtcdSocket string
-	// PKI holds the certificates written by WritePKI.
-	PKI PKIFiles
-	// SchedulerKubeconfig and ControllerManagerKubeconfig are the
-	// components' own credentials.
-	SchedulerKubeconfig         string
-	ControllerManagerKubeconfig string
-	// SchedulerConfig is the scheduler's configuration file.
-	SchedulerConfig string
-	// ControllerManagerQPS is the controller manager's client QPS and
-	// burst; ClaimWorkers its resource claim controller's workers.
-	ControllerManagerQPS int32
-	ClaimWorkers         int32
-	// AdminKubeconfig is used to wait for the API to be ready.
-	AdminKubeconfig string
-	// FeatureGates is passed as --feature-gates, e.g. "A=true,B=false".
-	FeatureGates string
-	// RuntimeConfig is added to the API server's --runtime-config, after
-	// ServedResourceVersions (so that it may switch those off too).
-	RuntimeConfig string
-	// AuditPolicy and AuditLog, when set, make the API server write an
-	// audit log (JSON lines) of the requests the policy selects.
-	AuditPolicy string
-	AuditLog    string
-}
+	"github.com/dralab/dralab/internal/controlplane/options"
+)
 
 // ServedResourceVersions are the resource.k8s.io versions the API server
 // serves besides v1 (GA, the storage version): v1beta1 (1.32) and v1beta2
@@ -91,7 +57,7 @@ type ControlPlane struct {
 // Start starts etcd, the API server, the scheduler and the controller
 // manager, and returns once the API server serves the default namespace.
 // The components run until ctx is cancelled or Stop is called.
-func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
+func Start(ctx context.Context, opts options.Options) (*ControlPlane, error) {
 	logger := klog.FromContext(ctx)
 	if err := setFeatureGates(opts.FeatureGates); err != nil {
 		return nil, err
@@ -165,7 +131,7 @@ func setFeatureGates(gates string) error {
 	return err
 }
 
-func (cp *ControlPlane) startEtcd(opts Options) (string, error) {
+func (cp *ControlPlane) startEtcd(opts options.Options) (string, error) {
 	// Clients reach etcd through a unix socket in the lab's private state
 	// directory, not a loopback port any local user could open. A single
 	// member has no peers: it listens for none, and its advertised peer
@@ -199,7 +165,7 @@ func (cp *ControlPlane) startEtcd(opts Options) (string, error) {
 	}
 }
 
-func (cp *ControlPlane) startAPIServer(ctx context.Context, opts Options, etcdURL string) error {
+func (cp *ControlPlane) startAPIServer(ctx context.Context, opts options.Options, etcdURL string) error {
 	s := apiserveroptions.NewServerRunOptions()
 	fs := pflag.NewFlagSet("kube-apiserver", pflag.ContinueOnError)
 	for _, f := range s.Flags().FlagSets {
@@ -279,7 +245,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, opts Options, etcdUR
 	return nil
 }
 
-func (cp *ControlPlane) startScheduler(ctx context.Context, opts Options) error {
+func (cp *ControlPlane) startScheduler(ctx context.Context, opts options.Options) error {
 	o := scheduleroptions.NewOptions()
 	fs := pflag.NewFlagSet("kube-scheduler", pflag.ContinueOnError)
 	for _, f := range o.Flags.FlagSets {
@@ -300,7 +266,7 @@ func (cp *ControlPlane) startScheduler(ctx context.Context, opts Options) error 
 	return nil
 }
 
-func (cp *ControlPlane) startControllerManager(ctx context.Context, opts Options) error {
+func (cp *ControlPlane) startControllerManager(ctx context.Context, opts options.Options) error {
 	s, err := kcmoptions.NewKubeControllerManagerOptions()
 	if err != nil {
 		return fmt.Errorf("kube-controller-manager options: %w", err)
@@ -412,14 +378,4 @@ func loopbackKubelets(egressselector.NetworkContext) (utilnet.DialFunc, error) {
 		}
 		return d.DialContext(ctx, network, net.JoinHostPort("127.0.0.1", port))
 	}, nil
-}
-
-// PKIFiles are the certificate and key files the control plane serves and
-// authenticates with.
-type PKIFiles struct {
-	CACert, CAKey                       string
-	APIServerCert, APIServerKey         string
-	KubeletClientCert, KubeletClientKey string
-	// ServiceAccountKey signs and verifies service account tokens.
-	ServiceAccountKey string
 }

@@ -20,7 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/dralab/dralab/internal/atomicfile"
-	"github.com/dralab/dralab/internal/controlplane"
+	"github.com/dralab/dralab/internal/controlplane/options"
 	"github.com/dralab/dralab/internal/driverauth"
 	"github.com/dralab/dralab/internal/kubeclient"
 	"github.com/dralab/dralab/internal/labstate"
@@ -39,6 +39,19 @@ type Options struct {
 	Executable string
 	// Verbosity is passed to node processes.
 	Verbosity int
+	// StartControlPlane starts the lab's Kubernetes control plane: the
+	// dralab binary passes internal/controlplane's Start. It is given, not
+	// imported, so that this package builds without Kubernetes' own
+	// packages and test:race runs its tests without compiling them.
+	StartControlPlane func(context.Context, options.Options) (ControlPlane, error)
+}
+
+// ControlPlane is a running control plane (internal/controlplane's).
+type ControlPlane interface {
+	// Errors reports a component that stopped on its own.
+	Errors() <-chan error
+	// Stop stops the components and waits for them to end.
+	Stop()
 }
 
 // Run runs the lab until ctx ends, then stops nodes and the control plane.
@@ -49,6 +62,9 @@ type Options struct {
 // process stays only to watch its owner, so that the state it keeps for
 // debugging is deleted with it.
 func Run(ctx context.Context, o Options) error {
+	if o.StartControlPlane == nil {
+		return errors.New("labserver.Options.StartControlPlane is not set")
+	}
 	logger := klog.FromContext(ctx)
 	dir := o.Dir
 	self, release, err := dir.ClaimPID()
@@ -189,7 +205,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 	// Nodes start while the control plane does: their kubelets retry until
 	// the API answers, and their own start-up overlaps with it.
 	procs := newSupervisor(o)
-	var cp *controlplane.ControlPlane
+	var cp ControlPlane
 	// Drivers and nodes stop while the API server still answers, so that
 	// they unprepare and deregister against it; the control plane last.
 	defer func() {
@@ -235,7 +251,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		}
 	}
 
-	cp, err = controlplane.Start(ctx, controlplane.Options{
+	cp, err = o.StartControlPlane(ctx, options.Options{
 		Listener:                    listener,
 		EtcdDir:                     dir.Etcd(),
 		EtcdLog:                     dir.Log("etcd"),
@@ -336,7 +352,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 // a real node, the pods through the CRI while containerd still runs (which
 // tears down their networks), containerd, and what is left on the host.
 // What it could not undo on the host is returned as a *HostLeftError.
-func shutdown(ctx context.Context, procs *supervisor, dir labstate.Dir, cfg *config.Config, cp *controlplane.ControlPlane) error {
+func shutdown(ctx context.Context, procs *supervisor, dir labstate.Dir, cfg *config.Config, cp ControlPlane) error {
 	logger := klog.FromContext(ctx)
 	const grace = 10 * time.Second
 	bg := context.WithoutCancel(ctx)

@@ -11,7 +11,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/dralab/dralab/internal/atomicfile"
-	"github.com/dralab/dralab/internal/controlplane"
+	"github.com/dralab/dralab/internal/controlplane/options"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/internal/pki"
@@ -29,9 +29,9 @@ type identity struct {
 // the administrator, each control-plane component and each node. Every
 // identity gets its own certificate so that the API server's audit and the
 // Node authorizer see who is who.
-func writePKI(dir labstate.Dir, server, lab string, nodes []string) (controlplane.PKIFiles, error) {
+func writePKI(dir labstate.Dir, server, lab string, nodes []string) (options.PKIFiles, error) {
 	pkiDir := dir.PKI()
-	files := controlplane.PKIFiles{
+	files := options.PKIFiles{
 		CACert:            filepath.Join(pkiDir, "ca.crt"),
 		CAKey:             filepath.Join(pkiDir, "ca.key"),
 		APIServerCert:     filepath.Join(pkiDir, "apiserver.crt"),

@@ -361,3 +361,28 @@ func TestParseRecordedGoTestRuns(t *testing.T) {
 		t.Errorf("Started %v, Elapsed %v: want the first event's time and the packages' 3 s and more", r.Started, r.Elapsed)
 	}
 }
+
+func TestFailureTails(t *testing.T) {
+	r := parseFile(t, "testdata/conformance.json")
+	want := "--- FAIL: TestSanity/Unprepare (example.com/drv/conformance, 230ms)\n" +
+		"    sanity_test.go:40: unprepare left the CDI spec behind:\n" +
+		"        /var/run/cdi/gpu.dralab.dev-claim-1.json\n" +
+		"--- FAIL: TestCleanup (example.com/drv/conformance, 400ms)\n" +
+		"    cleanup_test.go:15: 2 ResourceClaims left in namespace conformance-1\n" +
+		"    cleanup_test.go:12: deleted 2 claims\n"
+	if got := r.FailureTails(40); got != want {
+		t.Errorf("FailureTails(40) =\n%s\nwant\n%s", got, want)
+	}
+	// Cut to its last line, a test's output says how much was left out.
+	if got := r.FailureTails(1); !strings.Contains(got, "    [1 lines before]\n        /var/run/cdi/gpu.dralab.dev-claim-1.json\n--- FAIL: TestCleanup") {
+		t.Errorf("FailureTails(1) =\n%s", got)
+	}
+	passed := parseString(t, `{"Action":"run","Package":"p","Test":"TestA"}
+{"Action":"output","Package":"p","Test":"TestA","Output":"    a_test.go:3: fine\n"}
+{"Action":"pass","Package":"p","Test":"TestA","Elapsed":0.1}
+{"Action":"pass","Package":"p","Elapsed":0.2}
+`)
+	if got := passed.FailureTails(40); got != "" {
+		t.Errorf("FailureTails of a run that passed = %q, want none", got)
+	}
+}

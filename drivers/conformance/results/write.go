@@ -100,3 +100,29 @@ func (r *Report) Summary() string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// FailureTails are, for each failed test in the order it started, a
+// "--- FAIL:" line with its name, package and time and the last lines of
+// its output (its message where it printed nothing); "" when none failed.
+func (r *Report) FailureTails(lines int) string {
+	var b strings.Builder
+	for _, c := range r.Cases {
+		if c.Status != Failed {
+			continue
+		}
+		fmt.Fprintf(&b, "--- FAIL: %s (%s, %s)\n", c.Name, c.Package, c.Elapsed)
+		out := strings.TrimRight(c.Output, "\n")
+		if strings.TrimSpace(out) == "" {
+			out = c.Message
+		}
+		l := strings.Split(out, "\n")
+		if len(l) > lines {
+			fmt.Fprintf(&b, "    [%d lines before]\n", len(l)-lines)
+			l = l[len(l)-lines:]
+		}
+		for _, line := range l {
+			fmt.Fprintf(&b, "    %s\n", line)
+		}
+	}
+	return b.String()
+}
