@@ -11,13 +11,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
+
+	"github.com/dralab/dralab/lab"
 )
 
 // dumpDiagnostics writes what explains a failure (pods, events, claims,
-// slices, classes, and the lab's logs, drivers' included, when the suite
-// started the lab) to $ARTIFACTS/<test>/, or to a temporary directory it
-// names in the test log.
-func dumpDiagnostics(ctx context.Context, t *testing.T, client kubernetes.Interface, namespace string) {
+// slices, classes, and the logs of l, drivers' included: the lab the test
+// ran on, nil for a cluster the suite did not start) to $ARTIFACTS/<test>/,
+// or to a temporary directory it names in the test log.
+func dumpDiagnostics(ctx context.Context, t *testing.T, l *lab.Lab, client kubernetes.Interface, namespace string) {
 	t.Helper()
 	var b strings.Builder
 	add := func(title string, obj any, err error) {
@@ -54,8 +56,8 @@ func dumpDiagnostics(ctx context.Context, t *testing.T, client kubernetes.Interf
 	dir = filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_"))
 	if err := os.MkdirAll(dir, 0o755); err == nil {
 		_ = os.WriteFile(filepath.Join(dir, "cluster.yaml"), []byte(b.String()), 0o644)
-		if theLab != nil {
-			_ = theLab.CollectLogs(ctx, filepath.Join(dir, "lab-logs"))
+		if l != nil {
+			_ = l.CollectLogs(ctx, filepath.Join(dir, "lab-logs"))
 		}
 		t.Logf("diagnostics written to %s", dir)
 	}

@@ -100,7 +100,7 @@ func gpuTeardown(ctx context.Context, t *testing.T, _ *envconf.Config) context.C
 		return ctx
 	}
 	if t.Failed() {
-		dumpDiagnostics(ctx, t, g.client, g.namespace)
+		dumpDiagnostics(ctx, t, theLab, g.client, g.namespace)
 	}
 	deleteNamespace(ctx, t, g.client, g.namespace)
 	return ctx

@@ -161,7 +161,7 @@ func TestKubeletPlugin(t *testing.T) {
 				return ctx
 			}
 			if t.Failed() {
-				dumpDiagnostics(ctx, t, s.client, s.namespace)
+				dumpDiagnostics(ctx, t, theLab, s.client, s.namespace)
 			}
 			deleteNamespace(ctx, t, s.client, s.namespace)
 			_ = s.client.ResourceV1().DeviceClasses().Delete(ctx, driver, metav1.DeleteOptions{})

@@ -116,7 +116,7 @@ func runScenario(ctx context.Context, t *testing.T, restConfig *rest.Config, l *
 		if !res.Passed() || t.Failed() {
 			client, err := kubernetes.NewForConfig(restConfig)
 			if err == nil {
-				dumpDiagnostics(ctx, t, client, res.Namespace)
+				dumpDiagnostics(ctx, t, l, client, res.Namespace)
 			}
 		}
 	}
