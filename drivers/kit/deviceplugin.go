@@ -3,6 +3,7 @@ package kit
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -46,8 +47,17 @@ type DevicePlugin struct {
 	// device files), which every container with a device gets.
 	nodeEdits ContainerEdits
 	server    *grpc.Server
+	// socket is the path the plugin serves on.
+	socket string
 	// registered: the kubelet accepted a registration.
 	registered atomic.Bool
+
+	// lisMu guards the listener: the registration loop replaces it while
+	// Stop may close it.
+	lisMu   sync.Mutex
+	lis     net.Listener
+	served  os.FileInfo
+	stopped bool
 
 	mu sync.Mutex
 	// faults are the failed devices, reported Unhealthy.
@@ -87,26 +97,80 @@ func StartDevicePlugin(ctx context.Context, opts DevicePluginOptions) (*DevicePl
 	if err := os.MkdirAll(opts.Dir, 0o750); err != nil {
 		return nil, err
 	}
-	socket := filepath.Join(opts.Dir, opts.Socket)
-	_ = os.Remove(socket)
-	l, err := net.Listen("unix", socket)
-	if err != nil {
-		return nil, fmt.Errorf("device plugin socket: %w", err)
-	}
+	p.socket = filepath.Join(opts.Dir, opts.Socket)
 	pluginapi.RegisterDevicePluginServer(p.server, p)
-	go func() { _ = p.server.Serve(l) }()
+	if err := p.listen(); err != nil {
+		return nil, err
+	}
 	go p.registerLoop(ctx)
 	return p, nil
 }
 
-// Stop stops serving.
-func (p *DevicePlugin) Stop() { p.server.Stop() }
+// Stop stops serving and removes the plugin's socket.
+func (p *DevicePlugin) Stop() {
+	p.lisMu.Lock()
+	defer p.lisMu.Unlock()
+	p.stopped = true
+	p.server.Stop()
+	if info, err := os.Stat(p.socket); err == nil && os.SameFile(info, p.served) {
+		_ = os.Remove(p.socket)
+	}
+}
+
+// listen serves the API on a new socket at the plugin's path, in place of
+// the one it served on, if any.
+func (p *DevicePlugin) listen() error {
+	p.lisMu.Lock()
+	defer p.lisMu.Unlock()
+	if p.stopped {
+		return errors.New("device plugin stopped")
+	}
+	if p.lis != nil {
+		_ = p.lis.Close()
+	}
+	_ = os.Remove(p.socket)
+	l, err := net.Listen("unix", p.socket)
+	if err != nil {
+		return fmt.Errorf("device plugin socket: %w", err)
+	}
+	// The file at the path may be another listener's by the time this one
+	// closes: Stop removes the socket if it is still this plugin's.
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	info, err := os.Stat(p.socket)
+	if err != nil {
+		_ = l.Close()
+		return fmt.Errorf("device plugin socket: %w", err)
+	}
+	p.lis, p.served = l, info
+	go func() { _ = p.server.Serve(l) }()
+	return nil
+}
+
+// lost reports whether the plugin's socket is no longer the file it
+// serves on: the kubelet's device manager removes every socket in its
+// directory when it starts, a plugin's too, so a plugin started before
+// the kubelet (as a lab starts its node's driver) or across a kubelet
+// restart must serve on a new socket before it registers.
+func (p *DevicePlugin) lost() bool {
+	p.lisMu.Lock()
+	defer p.lisMu.Unlock()
+	info, err := os.Stat(p.socket)
+	return !p.stopped && (err != nil || !os.SameFile(info, p.served))
+}
 
 func (p *DevicePlugin) registerLoop(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	kubelet := filepath.Join(p.opts.Dir, "kubelet.sock")
 	var registered os.FileInfo
 	for {
+		if p.lost() {
+			logger.Info("The device plugin's socket was removed (the kubelet's device manager started); serving on a new one", "socket", p.socket)
+			p.registered.Store(false)
+			registered = nil
+			if err := p.listen(); err != nil {
+				logger.Error(err, "Serving the device plugin again; will retry")
+			}
+		}
 		info, err := os.Stat(kubelet)
 		if err == nil && (registered == nil || !os.SameFile(info, registered)) {
 			if err := p.register(ctx, kubelet); err != nil {

@@ -35,7 +35,9 @@ func startDevicePlugin(t *testing.T, ctx context.Context, inv Inventory) (*Devic
 		t.Errorf("Ready with no kubelet = %v, want not registered", err)
 	}
 
-	// The kubelet comes up after the plugin, as after a kubelet restart.
+	// The kubelet comes up after the plugin, as in a lab, which starts a
+	// node's driver with its kubelet: the kubelet's device manager removes
+	// the plugin's socket, and the plugin serves on a new one.
 	registered := kittest.DeviceManager(t, dir)
 
 	var req *pluginapi.RegisterRequest
@@ -59,6 +61,43 @@ func startDevicePlugin(t *testing.T, ctx context.Context, inv Inventory) (*Devic
 	}
 	t.Cleanup(func() { conn.Close() })
 	return p, pluginapi.NewDevicePluginClient(conn)
+}
+
+// A kubelet restart removes the plugin's socket and makes a new
+// kubelet.sock: the plugin registers again, and the new kubelet reaches it
+// (the fake device manager dials the endpoint as the kubelet does). Before,
+// the plugin registered with a socket that no longer existed, for ever,
+// and the node counted none of its GPUs: the project CI's
+// TestFeaturesOnLab failure ("node count-l4 has 0 of its 2 GPUs
+// allocatable").
+func TestDevicePluginOutlivesKubeletRestarts(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p, _ := startDevicePlugin(t, ctx, testDevices(2))
+	dir := p.opts.Dir
+	for restart := 1; restart <= 2; restart++ {
+		registered := kittest.DeviceManager(t, dir)
+		select {
+		case req := <-registered:
+			if req.Endpoint != "test.sock" {
+				t.Errorf("restart %d: registered %+v", restart, req)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("restart %d: the plugin never registered with the restarted kubelet", restart)
+		}
+		for deadline := time.Now().Add(10 * time.Second); p.Ready(ctx) != nil; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("restart %d: registered, but Ready = %v after 10s", restart, p.Ready(ctx))
+			}
+		}
+	}
+	p.Stop()
+	if _, err := os.Stat(filepath.Join(dir, "test.sock")); !os.IsNotExist(err) {
+		t.Errorf("after Stop, the plugin's socket: %v, want it removed", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "kubelet.sock")); err != nil {
+		t.Errorf("after Stop, the kubelet's socket: %v, want it kept", err)
+	}
 }
 
 func TestDevicePluginCounts(t *testing.T) {
