@@ -27,7 +27,6 @@ import (
 	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
-	"github.com/dralab/dralab/lab/examples"
 	"github.com/dralab/dralab/lab/status"
 	"github.com/dralab/dralab/scenarios"
 )
@@ -78,11 +77,7 @@ func TestKindLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(root)
-	data, err := examples.FS.ReadFile(kindCI)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse("lab/examples/"+kindCI, data)
+	cfg, err := config.Example(kindCI)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,11 +185,7 @@ func TestKindNVMLLab(t *testing.T) {
 		t.Skip("runs where the suite starts its own lab (no KUBECONFIG): it brings up a kind lab of its own, not for a run against a cluster the user chose")
 	}
 	ctx := context.Background()
-	data, err := examples.FS.ReadFile("nvml-mock.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse("lab/examples/nvml-mock.yaml", data)
+	cfg, err := config.Example("nvml-mock.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

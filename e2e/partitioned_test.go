@@ -207,11 +207,7 @@ func startExampleLab(t *testing.T, file, labName string) (*lab.Lab, *rest.Config
 	if theLab == nil {
 		t.Skip("runs on an embedded lab of its own; against --kubeconfig, TestScenarios runs the scenarios the cluster has what they require for")
 	}
-	data, err := examples.FS.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse("lab/examples/"+file, data)
+	cfg, err := config.Example(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +248,7 @@ var matrixLabs = []struct {
 	// the PodGroup API on (for the conformance run's group claims), so
 	// the workload scenarios that fit its 10 H100s run: a group's claim
 	// and a gang sharing a claim.
-	{"nvml-mock.yaml", []string{"group-claim", "counting", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions", "gang-vs-partial", "topology", "gang-fallback", "gang-partitions", "gpu-nic-pair", "bandwidth-shares", "no-prepare", "derived-alignment", "list-numa", "host-memory", "device-metadata", "cpu-mapping", "compatibility-groups"}},
+	{"nvml-mock.yaml", []string{"counting", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions", "gang-vs-partial", "topology", "gang-fallback", "gang-partitions", "gpu-nic-pair", "bandwidth-shares", "no-prepare", "derived-alignment", "list-numa", "host-memory", "device-metadata", "cpu-mapping", "compatibility-groups"}},
 }
 
 // failedH100Unmet are the scenarios the default lab cannot run with one

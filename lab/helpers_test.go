@@ -18,17 +18,12 @@ import (
 	"github.com/dralab/dralab/internal/realnode"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
-	"github.com/dralab/dralab/lab/examples"
 )
 
 // exampleConfig is an example configuration under a test's lab name.
 func exampleConfig(t testing.TB, file, name string) *config.Config {
 	t.Helper()
-	data, err := examples.FS.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse(file, data)
+	cfg, err := config.Example(file)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/magefile/mage/mg"
 
 	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/internal/childproc"
 	"github.com/dralab/dralab/internal/ui"
 )
 
@@ -54,6 +55,9 @@ func crossBuild(ctx context.Context, u *ui.UI, prefix []string) error {
 				cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 				cmd.Dir = mod
 				cmd.Env = append(os.Environ(), build.CrossEnv(pl)...)
+				// In the background of test:all, the build ends with mage,
+				// even where mage is killed and its context never ends.
+				cmd.SysProcAttr = childproc.Attr()
 				if output, err := cmd.CombinedOutput(); err != nil {
 					return fmt.Errorf("%s (%s, in %s): %w\n%s", strings.Join(cmd.Args, " "), strings.Join(build.CrossEnv(pl), " "), mod, err, output)
 				}

@@ -15,7 +15,6 @@ import (
 	"github.com/dralab/dralab/internal/ui"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
-	"github.com/dralab/dralab/lab/examples"
 )
 
 // defaultSoak is how long soak churns unless SOAK says otherwise; CI's
@@ -60,7 +59,7 @@ func runSoak(ctx context.Context, d time.Duration) error {
 		source = f
 		o.Config, err = config.Load(f)
 	} else {
-		o.Config, err = soakExample()
+		o.Config, err = config.Example("soak.yaml")
 	}
 	if err != nil {
 		return err
@@ -86,13 +85,4 @@ func runSoak(ctx context.Context, d time.Duration) error {
 		u.Println("Report: " + file)
 	}
 	return runErr
-}
-
-// soakExample is the soak's own lab, lab/examples/soak.yaml.
-func soakExample() (*config.Config, error) {
-	data, err := examples.FS.ReadFile("soak.yaml")
-	if err != nil {
-		return nil, err
-	}
-	return config.Parse("lab/examples/soak.yaml", data)
 }

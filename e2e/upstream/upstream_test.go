@@ -48,7 +48,6 @@ import (
 
 	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/lab/config"
-	"github.com/dralab/dralab/lab/examples"
 )
 
 // controlPlane selects upstream's DRA specs that need no kubelet: every
@@ -135,11 +134,8 @@ func runOnLab(t *testing.T, ul upstreamLab) {
 	ctx := context.Background()
 	cfg := config.Default()
 	if ul.file != "" {
-		data, err := examples.FS.ReadFile(ul.file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cfg, err = config.Parse("lab/examples/"+ul.file, data); err != nil {
+		var err error
+		if cfg, err = config.Example(ul.file); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/internal/childproc"
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/internal/procid"
@@ -100,7 +101,7 @@ func (s *supervisor) spawn(ctx context.Context, p *process) error {
 	cmd := exec.Command(exe, p.args...)
 	cmd.Env = p.env
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = childAttr()
+	cmd.SysProcAttr = childproc.Attr() // a child never outlives its lab
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s of node %s: %w", p.role, p.node, err)
 	}

@@ -276,15 +276,21 @@ func (t *Topology) Labels() map[string]string {
 
 // Default returns the default lab: one node per GPU tier.
 func Default() *Config {
-	data, err := examples.FS.ReadFile(examples.DefaultFile)
+	cfg, err := Example(examples.DefaultFile)
 	if err != nil {
-		panic(err) // embedded at build time
-	}
-	cfg, err := Parse("lab/examples/"+examples.DefaultFile, data)
-	if err != nil {
-		panic(err) // the default is validated by tests
+		panic(err) // embedded at build time, and validated by tests
 	}
 	return cfg
+}
+
+// Example reads and validates an example lab of lab/examples by its file
+// name; its errors name the file by its path in the repository.
+func Example(file string) (*Config, error) {
+	data, err := examples.FS.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("no example lab %s in lab/examples: %w", file, err)
+	}
+	return Parse("lab/examples/"+file, data)
 }
 
 // Load reads and validates a configuration file. A driver's manifests are

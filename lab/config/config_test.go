@@ -18,10 +18,12 @@ func TestExamplesAreValid(t *testing.T) {
 		t.Fatalf("no examples: %v", err)
 	}
 	for _, name := range entries {
-		data, _ := examples.FS.ReadFile(name)
-		if _, err := Parse(name, data); err != nil {
+		if _, err := Example(name); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+	if _, err := Example("gpus.yaml"); err == nil || !strings.Contains(err.Error(), "no example lab gpus.yaml in lab/examples") {
+		t.Errorf("Example of a file that is not there = %v, want it named", err)
 	}
 }
 
@@ -375,11 +377,7 @@ func TestTopologyLabels(t *testing.T) {
 // example parses an example lab configuration.
 func example(t *testing.T, file string) *Config {
 	t.Helper()
-	data, err := examples.FS.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := Parse(file, data)
+	cfg, err := Example(file)
 	if err != nil {
 		t.Fatal(err)
 	}

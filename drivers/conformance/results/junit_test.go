@@ -374,7 +374,7 @@ func TestFailureTails(t *testing.T) {
 		t.Errorf("FailureTails(40) =\n%s\nwant\n%s", got, want)
 	}
 	// Cut to its last line, a test's output says how much was left out.
-	if got := r.FailureTails(1); !strings.Contains(got, "    [1 lines before]\n        /var/run/cdi/gpu.dralab.dev-claim-1.json\n--- FAIL: TestCleanup") {
+	if got := r.FailureTails(1); !strings.Contains(got, "    [1 line before]\n        /var/run/cdi/gpu.dralab.dev-claim-1.json\n--- FAIL: TestCleanup") {
 		t.Errorf("FailureTails(1) =\n%s", got)
 	}
 	passed := parseString(t, `{"Action":"run","Package":"p","Test":"TestA"}

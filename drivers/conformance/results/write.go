@@ -117,7 +117,11 @@ func (r *Report) FailureTails(lines int) string {
 		}
 		l := strings.Split(out, "\n")
 		if len(l) > lines {
-			fmt.Fprintf(&b, "    [%d lines before]\n", len(l)-lines)
+			if cut := len(l) - lines; cut == 1 {
+				b.WriteString("    [1 line before]\n")
+			} else {
+				fmt.Fprintf(&b, "    [%d lines before]\n", cut)
+			}
 			l = l[len(l)-lines:]
 		}
 		for _, line := range l {

@@ -16,7 +16,6 @@ import (
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/lab/config"
-	"github.com/dralab/dralab/lab/examples"
 )
 
 func TestRenderDefaultLab(t *testing.T) {
@@ -422,11 +421,7 @@ func TestNVMLMocksReachKind(t *testing.T) {
 // exampleLab reads an example lab of lab/examples for the kind backend.
 func exampleLab(t *testing.T, file string) *config.Config {
 	t.Helper()
-	data, err := examples.FS.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse("lab/examples/"+file, data)
+	cfg, err := config.Example(file)
 	if err != nil {
 		t.Fatal(err)
 	}
