@@ -31,7 +31,7 @@ func (Bench) Kind() error {
 // and the live heap, and fails above the plugin's targets (1 s, 300 MiB).
 // CI runs it.
 func (Bench) Why() error {
-	return sh.RunV("go", "-C", "drivers/conformance", "test", "./cmd/kubectl-dra", "-run", "^$", "-bench", "BenchmarkWhyAtScale", "-benchtime", "3x")
+	return sh.RunV("go", "-C", "drivers/conformance", "test", noVet, "./cmd/kubectl-dra", "-run", "^$", "-bench", "BenchmarkWhyAtScale", "-benchtime", "3x")
 }
 
 // Dashboard measures the dashboard on the default lab: page weight, time

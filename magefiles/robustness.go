@@ -148,7 +148,7 @@ func isFuzzSignature(t *ast.FuncType) bool {
 // testdata/fuzz, and its run fails.
 func runFuzzTarget(ctx context.Context, t fuzzTarget, fuzzTime, parallel string) error {
 	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-fuzz", "^"+t.name+"$", "-fuzztime", fuzzTime,
+	cmd := exec.CommandContext(ctx, "go", "test", noVet, "-run", "^$", "-fuzz", "^"+t.name+"$", "-fuzztime", fuzzTime,
 		"-fuzzminimizetime", "10s", "-parallel", parallel, t.pkg)
 	cmd.Dir = t.module
 	// One writer for both streams: exec copies them in one goroutine, so
@@ -192,5 +192,5 @@ var racePackages = []string{
 // leaves out the dashboard's Chromium tests, which would take minutes
 // under -race and run without it in test:all.
 func (Test) Race() error {
-	return sh.RunV("go", append([]string{"test", "-race", "-short", "-count=1"}, racePackages...)...)
+	return sh.RunV("go", append([]string{"test", noVet, "-race", "-short", "-count=1"}, racePackages...)...)
 }
