@@ -53,13 +53,14 @@ func runSoak(ctx context.Context, d time.Duration) error {
 		}
 		o.Seed = seed
 	}
-	source := "lab/examples/soak.yaml"
+	const example = "soak.yaml"
+	source := config.ExamplePath(example)
 	var err error
 	if f := os.Getenv(lab.EnvConfig); f != "" {
 		source = f
 		o.Config, err = config.Load(f)
 	} else {
-		o.Config, err = config.Example("soak.yaml")
+		o.Config, err = config.Example(example)
 	}
 	if err != nil {
 		return err

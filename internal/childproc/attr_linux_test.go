@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dralab/dralab/internal/procid"
 )
 
 // A child started with Attr ends when its parent is killed: the test
@@ -43,27 +45,17 @@ func TestChildEndsWithItsKilledParent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the parent said %q", line)
 	}
-	if !running(pid) {
-		t.Fatalf("the child %d is not running while its parent is", pid)
+	// The child's identity, recorded while it runs: its PID alone could be
+	// another process's by the time it is checked again.
+	child, err := procid.Of(pid)
+	if err != nil {
+		t.Fatalf("the child %d is not running while its parent is: %v", pid, err)
 	}
 	_ = parent.Process.Kill()
 	_ = parent.Wait()
-	for deadline := time.Now().Add(10 * time.Second); running(pid); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); child.Alive(); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the child %d still runs 10 s after its parent was killed", pid)
 		}
 	}
-}
-
-// running reports whether pid is a process that has not ended (a zombie
-// has ended: it waits only to be reaped).
-func running(pid int) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the command's closing parenthesis.
-	s := string(stat)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z'
 }

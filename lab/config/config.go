@@ -290,8 +290,12 @@ func Example(file string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("no example lab %s in lab/examples: %w", file, err)
 	}
-	return Parse("lab/examples/"+file, data)
+	return Parse(ExamplePath(file), data)
 }
+
+// ExamplePath is the path, from the repository's root, of the example lab
+// file: the name its errors give.
+func ExamplePath(file string) string { return "lab/examples/" + file }
 
 // Load reads and validates a configuration file. A driver's manifests are
 // relative to the file.
