@@ -52,9 +52,28 @@ var (
 	frontierScenarios = scenariosFor("frontier")
 )
 
-// testedLabs are the example labs a test runs their scenarios on: the
-// default lab (TestScenarios) and those above.
-var testedLabs = []string{"default", "partitioned", "fabric", "workloads", "gpu-nic", "frontier"}
+// testedLabs are the example labs a test runs their scenarios on, each
+// scenario required to run there: the default lab (TestScenarios), the
+// labs of a test of their own (runOnExampleLab), and the labs of
+// TestScenarioMatrix, which runs every scenario not listed as unmet there
+// (partitioned, fabric: a test of their own would start the same lab for
+// the same scenarios again).
+var testedLabs = []string{"default", "workloads", "gpu-nic", "frontier", "partitioned", "fabric"}
+
+// TestEveryTestedLabIsStarted checks testedLabs against the tests: each
+// is the default lab, one a test of its own starts, or one of the
+// matrix's.
+func TestEveryTestedLabIsStarted(t *testing.T) {
+	started := []string{"default", "workloads", "gpu-nic", "frontier"} // TestScenarios, and the tests of their own
+	for _, m := range matrixLabs {
+		started = append(started, strings.TrimSuffix(m.file, ".yaml"))
+	}
+	for _, lab := range testedLabs {
+		if !slices.Contains(started, lab) {
+			t.Errorf("lab/examples/%s.yaml is listed as tested, but no test starts it", lab)
+		}
+	}
+}
 
 // scenariosFor names the built-in scenarios written for an example lab.
 func scenariosFor(lab string) []string {
@@ -161,20 +180,6 @@ func TestFrontierScenarios(t *testing.T) {
 	t.Run("an extended resource cannot be backed by a GPU with host-memory overhead in 1.37", func(t *testing.T) {
 		checkExtendedResourceOverhead(t, l)
 	})
-}
-
-// TestPartitionedScenarios starts its own lab from
-// lab/examples/partitioned.yaml (a MIG H100 and a shared L4), runs the
-// scenarios of split and shared GPUs on it, one after another, and deletes
-// it. It runs only where the suite starts embedded labs.
-func TestPartitionedScenarios(t *testing.T) {
-	runOnExampleLab(t, "partitioned.yaml", "dralab-e2e-partitioned", partitionedScenarios)
-}
-
-// TestFabricScenarios does the same with lab/examples/fabric.yaml (two
-// fabric-attached H100s) for the scenarios of binding conditions.
-func TestFabricScenarios(t *testing.T) {
-	runOnExampleLab(t, "fabric.yaml", "dralab-e2e-fabric", fabricScenarios)
 }
 
 // runOnExampleLab starts a lab of an example configuration, runs the named

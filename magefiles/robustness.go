@@ -171,19 +171,24 @@ func coordinatorDeadline(output string) bool {
 		strings.Count(output, "--- FAIL:") == 1
 }
 
-// racePackages are the packages with concurrency of their own, which
-// test:race runs under the race detector: the driver kit (gRPC servers,
+// raceOnly are the packages with concurrency of their own whose every
+// test runs in test:race's -short run: the driver kit (gRPC servers,
 // health streams, concurrent prepares; its tests also run the conformance
 // sanity layer, which prepares in parallel and restarts drivers, against
-// kit drivers), the scenario runner, the dashboard (informers and
-// server-sent events) and the lab's process supervisor (internal/labserver,
-// which restarts the nodes' and drivers' processes).
-var racePackages = []string{
+// kit drivers), the scenario runner and the lab's process supervisor
+// (internal/labserver, which restarts the nodes' and drivers' processes).
+// test:all leaves them out of its plain run: it would run the same tests
+// again, without the race detector.
+var raceOnly = []string{
 	"./drivers/kit/...",
 	"./scenarios/...",
-	"./internal/dashboard/...",
 	"./internal/labserver/...",
 }
+
+// racePackages are the packages test:race runs under the race detector:
+// raceOnly, and the dashboard (informers and server-sent events), whose
+// Chromium tests -short leaves to test:all's plain run.
+var racePackages = append(slices.Clone(raceOnly), "./internal/dashboard/...")
 
 // Race runs the tests of the packages with concurrency of their own under
 // the race detector (go test -race -short): drivers/kit (with the

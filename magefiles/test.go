@@ -202,34 +202,35 @@ const noVet = "-vet=off"
 // leave go test's own vet out, noVet), then runs every test: the
 // race detector's (test:race), every fuzz target for a few seconds
 // (test:fuzz), then unit, integration (each starts its own embedded lab,
-// one with a real node) and e2e, the e2e tests of kind labs last and
-// alone; then bench:why (kubectl dra's targets at 5,000 nodes), and last a
-// one-minute chaos soak (soak). From the race run to bench:why, every
-// command is cross-compiled for linux/arm64 and darwin/arm64
-// (test:platforms) in the background, at the lowest CPU priority: a cold
-// cache's half hour of compiling then fills what the tests leave idle.
-// This is what CI runs.
+// one with a real node) and e2e, the packages test:race ran whole left
+// out (raceOnly), the e2e tests of kind labs last and alone; then
+// bench:why (kubectl dra's targets at 5,000 nodes), and last a one-minute
+// chaos soak (soak). Every command is checked for linux/arm64 and
+// darwin/arm64 (test:platforms) after go vet. It ends, passed or failed,
+// with the seconds of each phase. This is what CI runs.
 func (Test) All(ctx context.Context) error {
-	mg.SerialDeps(Deps.Build, Deps.Realnode, Deps.Browser, Deps.Cross, Deps.Kind)
-	bin, err := buildDralab(ctx)
-	if err != nil {
+	ph := ui.NewPhases()
+	defer writePhases(ph)
+	if err := ph.Run("host packages (deps:build, realnode, browser, cross, kind)", func() error {
+		mg.SerialDeps(Deps.Build, Deps.Realnode, Deps.Browser, Deps.Cross, Deps.Kind)
+		return nil
+	}); err != nil {
 		return err
 	}
-	if err := goEach(nil, "vet", "./..."); err != nil {
+	var bin string
+	if err := ph.Run("dralab, dralab-driver", func() (err error) { bin, err = buildDralab(ctx); return err }); err != nil {
 		return err
 	}
-	// The cross-builds run beside the tests, at the lowest priority; they
-	// end with test:all on every path.
-	ctx, cancel := context.WithCancel(ctx)
-	cross := crossBuildBeside(ctx)
-	defer func() {
-		cancel()
-		<-cross.done
-	}()
-	if err := (Test{}).Race(); err != nil {
+	if err := ph.Run("go vet (both modules)", func() error { return goEach(nil, "vet", "./...") }); err != nil {
 		return err
 	}
-	if err := (Test{}).Fuzz(ctx); err != nil {
+	if err := ph.Run("test:platforms (linux/arm64, darwin/arm64)", func() error { return crossCheck(ctx, ui.Stderr()) }); err != nil {
+		return err
+	}
+	if err := ph.Run("test:race", Test{}.Race); err != nil {
+		return err
+	}
+	if err := ph.Run("test:fuzz", func() error { return Test{}.Fuzz(ctx) }); err != nil {
 		return err
 	}
 	env := map[string]string{build.EnvBinary: bin}
@@ -247,22 +248,92 @@ func (Test) All(ctx context.Context) error {
 		if mod != "." {
 			name += "-" + filepath.Base(mod)
 		}
-		if err := goTestWithReports(ctx, env, append(args, "-skip", kindTests, "./..."), mod, name, "dralab test:all ("+mod+")"); err != nil {
+		pkgs, err := packagesBut(mod, raceOnly)
+		if err != nil {
+			return err
+		}
+		if err := ph.Run("go test "+mod+" (but the kind labs and raceOnly)", func() error {
+			return goTestWithReports(ctx, env, slices.Concat(args, []string{"-skip", kindTests}, pkgs), mod, name, "dralab test:all ("+mod+")")
+		}); err != nil {
 			return err
 		}
 	}
-	if err := goTestWithReports(ctx, env, append(args, "-run", kindTests, "./e2e"), ".", "kind", "dralab test:all (kind labs)"); err != nil {
+	if err := ph.Run("go test ./e2e (the kind labs)", func() error {
+		return goTestWithReports(ctx, env, append(args, "-run", kindTests, "./e2e"), ".", "kind", "dralab test:all (kind labs)")
+	}); err != nil {
 		return err
 	}
-	if err := cross.join("test:platforms"); err != nil {
+	// Alone, after the tests: a benchmark with targets.
+	if err := ph.Run("bench:why", Bench{}.Why); err != nil {
 		return err
 	}
-	// Alone, after the tests and the cross-builds: a benchmark with
-	// targets.
-	if err := (Bench{}).Why(); err != nil {
+	return ph.Run("soak", func() error { return runSoak(ctx, ciSoak) })
+}
+
+// Quick is a change's loop, minutes where test:all takes most of an hour:
+// go vet and the unit tests (go test -short) of both modules, then every
+// scenario on one embedded lab of the default configuration (the e2e
+// suite's TestScenarios, the scenarios that need another lab skipped as
+// the suite lists them). Unchanged packages' unit tests come from go's
+// test cache. It ends with the seconds of each phase.
+func (Test) Quick(ctx context.Context) error {
+	ph := ui.NewPhases()
+	defer writePhases(ph)
+	var bin string
+	if err := ph.Run("dralab, dralab-driver", func() (err error) { bin, err = buildDralab(ctx); return err }); err != nil {
 		return err
 	}
-	return runSoak(ctx, ciSoak)
+	if err := ph.Run("go vet (both modules)", func() error { return goEach(nil, "vet", "./...") }); err != nil {
+		return err
+	}
+	if err := ph.Run("go test -short (both modules)", func() error { return goEach(nil, "test", noVet, "-short", "./...") }); err != nil {
+		return err
+	}
+	return ph.Run("the scenarios on one embedded lab", func() error {
+		args := []string{"test", noVet, "-count=1", "-timeout=20m", "-run", "^TestScenarios$", "./e2e"}
+		if os.Getenv("CI") != "" {
+			args = append(args, "-v")
+		}
+		return goTestWithReports(ctx, map[string]string{build.EnvBinary: bin}, args, ".", "quick", "dralab test:quick")
+	})
+}
+
+// writePhases prints where a long target's time went, at its end whether
+// it passed or failed.
+func writePhases(ph *ui.Phases) {
+	fmt.Fprintln(os.Stderr, "\n== Where the time went (seconds per phase):")
+	_ = ph.Write(os.Stderr)
+}
+
+// packagesBut lists the packages of the module in dir, but those that
+// patterns name.
+func packagesBut(dir string, patterns []string) ([]string, error) {
+	list := func(patterns ...string) ([]string, error) {
+		cmd := exec.Command("go", append([]string{"list"}, patterns...)...)
+		cmd.Dir = dir
+		out, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("go list %s (in %s): %w", strings.Join(patterns, " "), dir, err)
+		}
+		return strings.Fields(string(out)), nil
+	}
+	all, err := list("./...")
+	if err != nil {
+		return nil, err
+	}
+	var but []string
+	for _, p := range patterns {
+		// A pattern of the other module matches nothing here.
+		if _, err := os.Stat(filepath.Join(dir, strings.TrimSuffix(p, "/..."))); err != nil {
+			continue
+		}
+		named, err := list(p)
+		if err != nil {
+			return nil, err
+		}
+		but = append(but, named...)
+	}
+	return slices.DeleteFunc(all, func(p string) bool { return slices.Contains(but, p) }), nil
 }
 
 // buildDralab builds the dralab and driver binaries, showing the step.

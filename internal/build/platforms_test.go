@@ -1,40 +1,11 @@
 package build
 
 import (
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
 )
-
-func TestCheckBinary(t *testing.T) {
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := Platform{runtime.GOOS, runtime.GOARCH}
-	if err := CheckBinary(self, host); err != nil {
-		t.Errorf("CheckBinary(the test binary, %s) = %v", host, err)
-	}
-	for _, p := range append([]Platform{{"windows", "amd64"}}, CrossPlatforms...) {
-		if p == host {
-			continue
-		}
-		err := CheckBinary(self, p)
-		if err == nil || !strings.Contains(err.Error(), "not "+p.String()) {
-			t.Errorf("CheckBinary(a %s binary, %s) = %v; want it to say it is not one", host, p, err)
-		}
-	}
-	text := filepath.Join(t.TempDir(), "script")
-	if err := os.WriteFile(text, []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := CheckBinary(text, host); err == nil || !strings.Contains(err.Error(), "neither an ELF nor a Mach-O") {
-		t.Errorf("CheckBinary(a script) = %v; want it refused", err)
-	}
-}
 
 func TestCrossEnv(t *testing.T) {
 	mac := CrossEnv(Platform{"darwin", "arm64"})

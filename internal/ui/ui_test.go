@@ -63,3 +63,38 @@ func TestLiveStepInCI(t *testing.T) {
 		t.Errorf("updates an interval apart are each printed:\n%s", got)
 	}
 }
+
+// A run's phases are listed in order with their seconds, a failed one and
+// one that never ended named as such, and the whole run's total last.
+func TestPhasesSayWhereTheTimeWent(t *testing.T) {
+	p := NewPhases()
+	if err := p.Run("vet", func() error { time.Sleep(20 * time.Millisecond); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	endCross := p.Start("cross-builds", true)
+	if err := p.Run("tests", func() error { return errors.New("boom") }); err == nil {
+		t.Fatal("Run lost the phase's error")
+	}
+	p.Start("soak", false) // never ended: the run stopped before
+	var out bytes.Buffer
+	if err := p.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	endCross(nil) // too late for the summary above
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	want := []string{
+		"0 s  vet",
+		"-  cross-builds (not ended, in the background, beside the phases after it)",
+		"0 s  tests (failed)",
+		"-  soak (not ended)",
+		"s  in all",
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), out.String())
+	}
+	for i, w := range want {
+		if !strings.HasSuffix(lines[i], w) {
+			t.Errorf("line %d = %q, want it to end %q", i, lines[i], w)
+		}
+	}
+}
