@@ -3,7 +3,11 @@ package lab_test
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/procfs"
 
 	"github.com/dralab/dralab/internal/labstate"
 	"github.com/dralab/dralab/lab"
@@ -11,7 +15,12 @@ import (
 )
 
 // BenchmarkUp measures the default lab from Up to every node Ready, with
-// the dralab binary already built (a warm build), and reports the lab's
+// the dralab binary already built (a warm build): in all, and its two
+// steps (the lab process until its control plane serves and its drivers
+// run; then every node Ready with its devices published), and the CPU
+// seconds the lab's processes spent to get there (on a machine of 2
+// cores, a start is bound by the CPU once they near twice its seconds).
+// It reports the lab's
 // memory once every node is Ready, per role (the lab process with the
 // control plane, a node, a GPU driver) and in total, two ways: PSS, each
 // process's share of the pages it maps, so that the binary's pages, which
@@ -30,11 +39,23 @@ func BenchmarkUp(b *testing.B) {
 	defer os.RemoveAll(root)
 	cfg := config.Default()
 	cfg.Name = "bench"
-	l, err := lab.New(lab.WithConfig(cfg), lab.WithStateRoot(root), lab.WithBinary(bin), lab.WithOwner(os.Getpid()))
+	steps := map[string]time.Duration{}
+	progress := func(step string) func(error) {
+		start := time.Now()
+		return func(error) {
+			for prefix, metric := range map[string]string{"Starting control plane": "s-lab-process", "Waiting for": "s-nodes-ready"} {
+				if strings.HasPrefix(step, prefix) {
+					steps[metric] += time.Since(start)
+				}
+			}
+		}
+	}
+	l, err := lab.New(lab.WithConfig(cfg), lab.WithStateRoot(root), lab.WithBinary(bin), lab.WithOwner(os.Getpid()), lab.WithProgress(progress))
 	if err != nil {
 		b.Fatal(err)
 	}
 	var sum struct{ cp, node, driver, total memory }
+	var cpu float64
 	b.ResetTimer()
 	for range b.N {
 		if _, err := l.Up(ctx); err != nil {
@@ -48,6 +69,10 @@ func BenchmarkUp(b *testing.B) {
 		s, err := labstate.Dir(st.StateDir).ReadStatus()
 		if err != nil {
 			b.Fatal(err)
+		}
+		cpu += cpuSeconds(b, s.PID)
+		for _, p := range s.Processes {
+			cpu += cpuSeconds(b, p.PID)
 		}
 		cp := memoryOf(b, s.PID)
 		sum.cp.add(cp, 1)
@@ -76,6 +101,10 @@ func BenchmarkUp(b *testing.B) {
 	}
 	b.StopTimer()
 	n := float64(b.N)
+	for metric, d := range steps {
+		b.ReportMetric(d.Seconds()/n, metric)
+	}
+	b.ReportMetric(cpu/n, "cpu-s")
 	for _, m := range []struct {
 		name string
 		m    memory
@@ -83,6 +112,19 @@ func BenchmarkUp(b *testing.B) {
 		b.ReportMetric(m.m.pss/n, "MiB-pss-"+m.name)
 		b.ReportMetric(m.m.rss/n, "MiB-rss-"+m.name)
 	}
+}
+
+// cpuSeconds is the CPU time (user and system) a process has spent.
+func cpuSeconds(tb testing.TB, pid int) float64 {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	st, err := p.Stat()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return st.CPUTime()
 }
 
 // memory is a process's PSS and RSS, in MiB.

@@ -76,15 +76,16 @@ func Start(ctx context.Context, opts options.Options) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	logger.V(1).Info("etcd ready", "url", etcdURL, "elapsed", time.Since(start))
+	logger.Info("etcd ready", "url", etcdURL, "elapsed", time.Since(start))
 
 	if err := cp.startAPIServer(ctx, opts, etcdURL); err != nil {
 		return nil, err
 	}
+	logger.Info("kube-apiserver prepared, starting to serve", "elapsed", time.Since(start))
 	if err := waitForAPI(ctx, opts.AdminKubeconfig, cp.errs); err != nil {
 		return nil, err
 	}
-	logger.V(1).Info("kube-apiserver ready", "elapsed", time.Since(start))
+	logger.Info("kube-apiserver ready", "elapsed", time.Since(start))
 
 	if err := cp.startScheduler(ctx, opts); err != nil {
 		return nil, err
@@ -92,7 +93,7 @@ func Start(ctx context.Context, opts options.Options) (*ControlPlane, error) {
 	if err := cp.startControllerManager(ctx, opts); err != nil {
 		return nil, err
 	}
-	logger.V(1).Info("control plane started", "elapsed", time.Since(start))
+	logger.Info("control plane started", "elapsed", time.Since(start))
 	ok = true
 	return cp, nil
 }

@@ -127,6 +127,7 @@ func watchOwner(owner procid.ID, gone chan<- struct{}, cancel context.CancelFunc
 
 func run(ctx context.Context, o Options, self procid.ID) (err error) {
 	logger := klog.FromContext(ctx)
+	clock := newStartClock()
 	dir := o.Dir
 	cfg, err := config.Load(dir.Config())
 	if err != nil {
@@ -179,6 +180,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 	}
 	server = "https://" + listener.Addr().String()
 	status.APIServer = server
+	clock.step("configuration")
 
 	var nodeNames []string
 	for _, n := range cfg.Nodes {
@@ -201,6 +203,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		listener.Close()
 		return fmt.Errorf("writing the audit policy: %w", err)
 	}
+	clock.step("certificates")
 
 	// Nodes start while the control plane does: their kubelets retry until
 	// the API answers, and their own start-up overlaps with it.
@@ -250,6 +253,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 			return err
 		}
 	}
+	clock.step("nodes started")
 
 	cp, err = o.StartControlPlane(ctx, options.Options{
 		Listener:                    listener,
@@ -272,6 +276,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		cp = nil
 		return fmt.Errorf("starting the control plane: %w", err)
 	}
+	clock.step("control plane")
 
 	admin, err := kubeclient.New(dir.Kubeconfig())
 	if err != nil {
@@ -288,6 +293,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 			return err
 		}
 	}
+	clock.step("driver access and DeviceClasses")
 	for _, n := range cfg.Nodes {
 		for _, d := range driversOf(dir, cfg, n) {
 			if err := issueDriverToken(ctx, admin, d, n.Name); err != nil {
@@ -325,10 +331,11 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		return fmt.Errorf("starting the dashboard: %w", err)
 	}
 
+	clock.step("drivers started")
 	status.Phase, status.CameUp = labstate.PhaseRunning, true
 	status.Processes = procs.statuses()
 	report()
-	logger.Info("Lab running", "apiServer", server)
+	logger.Info("Lab running", append([]any{"apiServer", server}, clock.steps...)...)
 
 	for {
 		select {
@@ -344,6 +351,22 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 			report()
 		}
 	}
+}
+
+// startClock times the steps of the lab's start, for the "Lab running"
+// line of its log: where a slow start spent its seconds.
+type startClock struct {
+	last  time.Time
+	steps []any // step, duration, step, duration, ...
+}
+
+func newStartClock() *startClock { return &startClock{last: time.Now()} }
+
+// step ends the step named and starts the next.
+func (c *startClock) step(name string) {
+	now := time.Now()
+	c.steps = append(c.steps, name, now.Sub(c.last).Round(time.Millisecond).String())
+	c.last = now
 }
 
 // shutdown stops the lab's processes in order: drivers, kubelets, the
