@@ -12,7 +12,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/magefile/mage/mg"
 
@@ -93,7 +95,7 @@ func (Test) E2E(ctx context.Context) error {
 		env[scenarios.EnvDir] = scenarioDir
 		ui.Stderr().Println("Scenarios: " + scenarioDir)
 	}
-	return goTestWithReports(ctx, env, args, ".", "e2e", "dralab e2e")
+	return goTestWithReports(ctx, os.Stdout, env, args, ".", "e2e", "dralab e2e")
 }
 
 // scenarioFolder checks the folder DRALAB_SCENARIOS names, before anything
@@ -119,39 +121,40 @@ func scenarioFolder() (string, error) {
 const failureLines = 40
 
 // goTestWithReports runs go test with -json in module, showing its output
-// as -v would; after a failure it repeats the end of each failed test's
-// output. With $ARTIFACTS set it writes junit-<name>.xml and
+// on out as -v would; after a failure it repeats the end of each failed
+// test's output. With $ARTIFACTS set it writes junit-<name>.xml and
 // <name>.html there; a test whose scenario left scenario-<name>.html there
 // links to it. It fails when the tests fail.
-func goTestWithReports(ctx context.Context, env map[string]string, args []string, module, name, title string) error {
+func goTestWithReports(ctx context.Context, out io.Writer, env map[string]string, args []string, module, name, title string) error {
 	args = slices.Insert(slices.Clone(args), 1, "-json")
 	var events bytes.Buffer
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = module
 	if mg.Verbose() || os.Getenv("CI") != "" {
-		ui.Stderr().Println(fmt.Sprintf("exec: go %s (in %s)", strings.Join(args, " "), module))
+		fmt.Fprintf(out, "exec: go %s (in %s)\n", strings.Join(args, " "), module)
 	}
 	cmd.Env = os.Environ()
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	cmd.Stdout = io.MultiWriter(&events, results.Echo(os.Stdout))
-	cmd.Stderr = os.Stderr
+	cmd.Stdout = io.MultiWriter(&events, results.Echo(out))
+	cmd.Stderr = out
 	runErr := cmd.Run()
 	rep, err := results.Parse(&events)
 	if err != nil {
 		return errors.Join(runErr, err)
 	}
-	if tails := rep.FailureTails(failureLines); tails != "" {
+	tails := rep.FailureTails(failureLines)
+	if tails != "" {
 		// After everything the run printed: a log read by its head and
 		// tail, as CI's is, still shows what failed.
-		fmt.Fprintf(os.Stderr, "\n== What failed, once more (the end of each failed test's output):\n%s", tails)
+		fmt.Fprintf(out, "\n== What failed, once more (the end of each failed test's output):\n%s", tails)
+	}
+	if runErr != nil || rep.Failed() {
+		runErr = &testsFailed{title: title, tails: tails, err: runErr}
 	}
 	dir := os.Getenv("ARTIFACTS")
 	if dir == "" {
-		if runErr == nil && rep.Failed() {
-			runErr = errors.New("tests failed")
-		}
 		return runErr
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -178,11 +181,22 @@ func goTestWithReports(ctx context.Context, env map[string]string, args []string
 	if err := rep.WriteHTMLFile(page, title, links); err != nil {
 		return err
 	}
-	ui.Stderr().Println("Reports: " + page + ", " + filepath.Join(dir, "junit-"+name+".xml"))
-	if runErr == nil && rep.Failed() {
-		runErr = errors.New("tests failed")
-	}
+	fmt.Fprintln(out, "Reports: "+page+", "+filepath.Join(dir, "junit-"+name+".xml"))
 	return runErr
+}
+
+// testsFailed is a go test run that failed, with the end of each failed
+// test's output.
+type testsFailed struct {
+	title, tails string
+	err          error // go test's own, if any
+}
+
+func (e *testsFailed) Error() string {
+	if e.err != nil {
+		return e.title + ": tests failed (" + e.err.Error() + ")"
+	}
+	return e.title + ": tests failed"
 }
 
 // kindTests are the e2e tests that bring up kind labs.
@@ -199,15 +213,16 @@ const noVet = "-vet=off"
 // All installs the real node's host packages, Chromium (for the
 // dashboard's browser tests) and the linux/arm64 C cross-compiler, builds
 // the dralab binary once, vets both modules (once: the test runs after it
-// leave go test's own vet out, noVet), then runs every test: the
-// race detector's (test:race), every fuzz target for a few seconds
+// leave go test's own vet out, noVet), checks every command for
+// linux/arm64 and darwin/arm64 (test:platforms), then runs every test:
+// the race detector's (test:race), every fuzz target for a few seconds
 // (test:fuzz), then unit, integration (each starts its own embedded lab,
-// one with a real node) and e2e, the packages test:race ran whole left
-// out (raceOnly), the e2e tests of kind labs last and alone; then
-// bench:why (kubectl dra's targets at 5,000 nodes), and last a one-minute
-// chaos soak (soak). Every command is checked for linux/arm64 and
-// darwin/arm64 (test:platforms) after go vet. It ends, passed or failed,
-// with the seconds of each phase. This is what CI runs.
+// one with a real node) and e2e, in two stages of runs side by side
+// (testStages: the packages test:race ran whole left out, raceOnly; the
+// kind labs beside the e2e packages where the host allows, never beside
+// the real node); then bench:why (kubectl dra's targets at 5,000 nodes),
+// and last a one-minute chaos soak (soak). It ends, passed or failed, with
+// the seconds of each phase. This is what CI runs.
 func (Test) All(ctx context.Context) error {
 	ph := ui.NewPhases()
 	defer writePhases(ph)
@@ -233,35 +248,14 @@ func (Test) All(ctx context.Context) error {
 	if err := ph.Run("test:fuzz", func() error { return Test{}.Fuzz(ctx) }); err != nil {
 		return err
 	}
-	env := map[string]string{build.EnvBinary: bin}
-	args := []string{"test", noVet, "-count=1", "-timeout=60m"}
-	if os.Getenv("CI") != "" {
-		args = append(args, "-v")
-	}
-	// The kind labs run alone, after every other test: a kind node takes
-	// about 18 of the host's inotify instances (128 per user by default),
-	// and beside the embedded labs the other packages run at the same
-	// time (go test -p), kube-proxy in the nodes could not start its file
-	// watcher, so the driver never reached the API server.
-	for _, mod := range modules {
-		name := "all"
-		if mod != "." {
-			name += "-" + filepath.Base(mod)
-		}
-		pkgs, err := packagesBut(mod, raceOnly)
-		if err != nil {
-			return err
-		}
-		if err := ph.Run("go test "+mod+" (but the kind labs and raceOnly)", func() error {
-			return goTestWithReports(ctx, env, slices.Concat(args, []string{"-skip", kindTests}, pkgs), mod, name, "dralab test:all ("+mod+")")
-		}); err != nil {
-			return err
-		}
-	}
-	if err := ph.Run("go test ./e2e (the kind labs)", func() error {
-		return goTestWithReports(ctx, env, append(args, "-run", kindTests, "./e2e"), ".", "kind", "dralab test:all (kind labs)")
-	}); err != nil {
+	stages, err := testStages(build.EnvBinary + "=" + bin)
+	if err != nil {
 		return err
+	}
+	for i, stage := range stages {
+		if err := runStage(ctx, ph, i+1, stage); err != nil {
+			return err
+		}
 	}
 	// Alone, after the tests: a benchmark with targets.
 	if err := ph.Run("bench:why", Bench{}.Why); err != nil {
@@ -294,7 +288,7 @@ func (Test) Quick(ctx context.Context) error {
 		if os.Getenv("CI") != "" {
 			args = append(args, "-v")
 		}
-		return goTestWithReports(ctx, map[string]string{build.EnvBinary: bin}, args, ".", "quick", "dralab test:quick")
+		return goTestWithReports(ctx, os.Stdout, map[string]string{build.EnvBinary: bin}, args, ".", "quick", "dralab test:quick")
 	})
 }
 
@@ -334,6 +328,139 @@ func packagesBut(dir string, patterns []string) ([]string, error) {
 		but = append(but, named...)
 	}
 	return slices.DeleteFunc(all, func(p string) bool { return slices.Contains(but, p) }), nil
+}
+
+// realNodeTests are the lab package's tests of a real node, which compare
+// the host's iptables, network namespaces and mounts before and after their
+// lab: nothing else may change them meanwhile, as a kind lab's engine does.
+const realNodeTests = "^(TestRealNode|TestChartOnRealNode)$"
+
+// kindInotify is how many inotify instances per user (root's) a host needs
+// for test:all to run the kind labs beside the e2e packages' embedded labs:
+// a kind node takes about 18, an embedded lab's process 8 and each of its
+// nodes 3. kind's own advice for hosts of several clusters is the same
+// figure; .ci/run raises the limit to it.
+const kindInotify = 512
+
+// testRun is one go test invocation of test:all.
+type testRun struct {
+	name, title, module string
+	// args follow go test's common flags: -run or -skip, and packages.
+	args []string
+	env  []string // KEY=VALUE
+}
+
+// testStages are test:all's go test runs after race and fuzzing, stage
+// by stage; the runs of a stage run at once. The tests mostly wait on
+// their labs (the CPU was 50–80 % idle with two packages at a time), so
+// they run side by side, but never a kind lab beside a real node:
+//
+//  1. both modules' packages but the e2e ones and raceOnly, the lab
+//     package in two runs, its real node's tests in one;
+//  2. the e2e packages (e2e, e2e/conformance, e2e/upstream, all three at
+//     once) and, where the host allows kindInotify inotify instances, the
+//     kind labs beside them; elsewhere the kind labs run alone after.
+func testStages(env ...string) ([][]testRun, error) {
+	common := []string{"-count=1", "-timeout=60m"}
+	if os.Getenv("CI") != "" {
+		common = append(common, "-v")
+	}
+	root, err := packagesBut(".", slices.Concat(raceOnly, []string{"./e2e/...", "./lab"}))
+	if err != nil {
+		return nil, err
+	}
+	light, err := packagesBut("drivers/conformance", raceOnly)
+	if err != nil {
+		return nil, err
+	}
+	run := func(name, title, module string, args ...string) testRun {
+		return testRun{name: name, title: "dralab test:all (" + title + ")", module: module, args: slices.Concat(common, args), env: env}
+	}
+	first := []testRun{
+		run("lab", "the lab package", ".", "-skip", realNodeTests, "./lab"),
+		run("realnode", "the real node", ".", "-run", realNodeTests, "./lab"),
+		run("all", ". but lab and e2e", ".", root...),
+		run("all-conformance", "drivers/conformance", "drivers/conformance", light...),
+	}
+	second := []testRun{run("e2e", "the e2e packages", ".", "-p=3", "-skip", kindTests, "./e2e", "./e2e/conformance", "./e2e/upstream")}
+	kind := run("kind", "kind labs", ".", "-run", kindTests, "./e2e")
+	if limit, err := inotifyInstances(); err == nil && limit >= kindInotify {
+		return [][]testRun{first, append(second, kind)}, nil
+	}
+	kind.title += ", alone: fs.inotify.max_user_instances is under " + strconv.Itoa(kindInotify)
+	return [][]testRun{first, second, {kind}}, nil
+}
+
+// inotifyInstances reads the host's limit of inotify instances per user.
+func inotifyInstances() (int, error) {
+	b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_instances")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// runStage runs a stage's go test runs at once: the first shows its output
+// as it comes, the others write theirs to a file each (under $ARTIFACTS,
+// else a temporary folder), printed once every run of the stage has ended;
+// then the end of each failed test's output again, so that a failed stage's
+// log ends with what failed. It returns the runs' errors.
+func runStage(ctx context.Context, ph *ui.Phases, n int, stage []testRun) error {
+	errs := make([]error, len(stage))
+	logs := make([]*os.File, len(stage))
+	defer func() {
+		for _, f := range logs {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for i, r := range stage {
+		end := ph.Start(fmt.Sprintf("stage %d: go test %s", n, strings.TrimPrefix(r.title, "dralab test:all ")), i > 0)
+		env := map[string]string{}
+		for _, kv := range r.env {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+		out := io.Writer(os.Stdout)
+		if i > 0 {
+			dir := os.Getenv("ARTIFACTS")
+			if dir == "" {
+				dir = os.TempDir()
+			}
+			f, err := os.Create(filepath.Join(dir, "go-test-"+r.name+".log"))
+			if err != nil {
+				end(err)
+				errs[i] = err
+				continue
+			}
+			logs[i], out = f, f
+			ui.Stderr().Println(fmt.Sprintf("Stage %d: %s runs beside; its output goes to %s, printed here when the stage ends", n, r.title, f.Name()))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = goTestWithReports(ctx, out, env, slices.Concat([]string{"test", noVet}, r.args), r.module, r.name, r.title)
+			end(errs[i])
+		}()
+	}
+	wg.Wait()
+	for i, f := range logs {
+		if f == nil {
+			continue
+		}
+		fmt.Fprintf(os.Stdout, "\n== %s (stage %d, beside): its output\n", stage[i].title, n)
+		if _, err := f.Seek(0, io.SeekStart); err == nil {
+			_, _ = io.Copy(os.Stdout, f)
+		}
+	}
+	for _, err := range errs {
+		if failed := (*testsFailed)(nil); errors.As(err, &failed) && failed.tails != "" && len(stage) > 1 {
+			fmt.Fprintf(os.Stdout, "\n== What failed in %s, once more:\n%s", failed.title, failed.tails)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // buildDralab builds the dralab and driver binaries, showing the step.
