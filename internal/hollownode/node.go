@@ -17,6 +17,7 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	kubeletscheme "k8s.io/kubernetes/pkg/kubelet/apis/config/scheme"
 	"maps"
+	"net/http"
 	"os"
 	"time"
 
@@ -105,6 +106,7 @@ func Run(ctx context.Context, o Options) error {
 	clientConfig.UserAgent = "dralab-hollow-kubelet/" + o.Name
 	clientConfig.ContentType = "application/vnd.kubernetes.protobuf"
 	clientConfig.QPS, clientConfig.Burst = o.QPS, o.Burst
+	clientConfig.Wrap(func(rt http.RoundTripper) http.RoundTripper { return newReadyGate(rt, clientConfig.Host) })
 	client, err := clientset.NewForConfig(clientConfig)
 	if err != nil {
 		return err

@@ -18,5 +18,11 @@ func New(kubeconfig string) (*kubernetes.Clientset, error) {
 		return nil, fmt.Errorf("lab kubeconfig: %w", err)
 	}
 	restConfig.Timeout = 5 * time.Second
+	// client-go's default, 5 requests a second with bursts of 10, is
+	// meant for controllers of a shared cluster. The lab's own few clients
+	// make their bursts at its start (the drivers' access and tokens, the
+	// readiness polls of Up, two requests each 100 ms) and waited on that
+	// limiter for about a second of a lab's start.
+	restConfig.QPS, restConfig.Burst = 50, 100
 	return kubernetes.NewForConfig(restConfig)
 }

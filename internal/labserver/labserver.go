@@ -320,6 +320,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		}
 	}
 
+	clock.step("drivers started")
 	keeper := &tokenKeeper{client: admin, dir: dir, cfg: cfg, now: time.Now}
 	tick := time.NewTicker(driverauth.TokenCheck)
 	defer tick.Stop()
@@ -331,7 +332,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		return fmt.Errorf("starting the dashboard: %w", err)
 	}
 
-	clock.step("drivers started")
+	clock.step("attach controller and dashboard")
 	status.Phase, status.CameUp = labstate.PhaseRunning, true
 	status.Processes = procs.statuses()
 	report()
