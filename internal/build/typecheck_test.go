@@ -15,7 +15,7 @@ import (
 func TestTypeCheckSeesThePlatformsCode(t *testing.T) {
 	dir := t.TempDir()
 	files := map[string]string{
-		"go.mod": "module example.com/tc\n\ngo 1.26\n",
+		"go.mod":  "module example.com/tc\n\ngo 1.26\n",
 		"main.go": "package main\n\nimport \"example.com/tc/lib\"\n\nfunc main() { lib.F() }\n",
 		// syscall.Gettid is Linux's only.
 		"lib/lib.go": "package lib\n\nimport \"syscall\"\n\nfunc F() { _ = syscall.Gettid }\n",
