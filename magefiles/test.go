@@ -216,7 +216,8 @@ const noVet = "-vet=off"
 // leave go test's own vet out, noVet), checks every command for
 // linux/arm64 and darwin/arm64 (test:platforms), then runs every test:
 // the race detector's (test:race), every fuzz target for a few seconds
-// (test:fuzz), then unit, integration (each starts its own embedded lab,
+// (test:fuzz), builds the kind labs' node image (kind:nodeImage), then
+// unit, integration (each starts its own embedded lab,
 // one with a real node) and e2e, in two stages of runs side by side
 // (testStages: the packages test:race ran whole left out, raceOnly; the
 // kind labs beside the e2e packages where the host allows, never beside
@@ -246,6 +247,12 @@ func (Test) All(ctx context.Context) error {
 		return err
 	}
 	if err := ph.Run("test:fuzz", func() error { return Test{}.Fuzz(ctx) }); err != nil {
+		return err
+	}
+	// Built before the tests, not inside TestKindLab beside the e2e
+	// packages' labs: on a cold cache it compiles Kubernetes' commands
+	// and makes a root filesystem (minutes of both cores).
+	if err := ph.Run("kind:nodeImage", func() error { return Kind{}.NodeImage(ctx) }); err != nil {
 		return err
 	}
 	stages, err := testStages(build.EnvBinary + "=" + bin)
