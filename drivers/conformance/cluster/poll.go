@@ -33,6 +33,11 @@ func poll(ctx context.Context, timeout time.Duration, what string, cond func(con
 	)
 	err := wait.PollUntilContextTimeout(ctx, pollInterval, timeout, true, func(ctx context.Context) (bool, error) {
 		s, done, err := cond(ctx)
+		if err != nil && ctx.Err() != nil {
+			// The wait ended during this look: what it saw was cut
+			// short (a log not read), and its error is the wait's own.
+			return false, nil
+		}
 		if s != "" {
 			seen = s
 		}
