@@ -37,14 +37,11 @@ func (Test) Platforms(ctx context.Context) error {
 	return crossCheck(ctx, ui.Stderr())
 }
 
-// cgoPackages are the packages of the commands' imports with C code of
-// their own: go-nvml's, which the GPU driver's NVML inventory calls.
-// crossCheck compiles them for linux/arm64 through the cross C compiler,
-// which cgo also uses to link a test program of their imports.
-var cgoPackages = []string{"github.com/NVIDIA/go-nvml/pkg/dl", "github.com/NVIDIA/go-nvml/pkg/nvml"}
-
 // crossCheck checks every command for each of build.CrossPlatforms and
-// says on u what it checked.
+// says on u what it checked. The packages the type-check finds with C code
+// (go-nvml's, which the GPU driver's NVML inventory calls) it compiles for
+// the platform through its C compiler, which cgo also uses to link a
+// program of their imports.
 func crossCheck(ctx context.Context, u *ui.UI) error {
 	for _, pl := range build.CrossPlatforms {
 		start := time.Now()
@@ -52,21 +49,22 @@ func crossCheck(ctx context.Context, u *ui.UI) error {
 		var checked []string
 		err := func() error {
 			for _, mod := range modules {
-				n, err := build.TypeCheck(ctx, mod, pl, commands[mod]...)
+				c, err := build.TypeCheck(ctx, mod, pl, commands[mod]...)
 				if err != nil {
 					return err
 				}
-				checked = append(checked, fmt.Sprintf("%d packages in %s", n, mod))
+				checked = append(checked, fmt.Sprintf("%d packages in %s", c.Packages, mod))
+				if len(c.Cgo) == 0 {
+					continue
+				}
+				cmd := exec.CommandContext(ctx, "go", append([]string{"build"}, c.Cgo...)...)
+				cmd.Dir = mod
+				cmd.Env = append(os.Environ(), build.CrossEnv(pl)...)
+				if output, err := cmd.CombinedOutput(); err != nil {
+					return fmt.Errorf("%s (%s, in %s): %w\n%s", strings.Join(cmd.Args, " "), strings.Join(build.CrossEnv(pl), " "), mod, err, output)
+				}
+				checked = append(checked, "cgo compiled: "+strings.Join(c.Cgo, ", "))
 			}
-			if pl.OS != "linux" {
-				return nil
-			}
-			cmd := exec.CommandContext(ctx, "go", append([]string{"build"}, cgoPackages...)...)
-			cmd.Env = append(os.Environ(), build.CrossEnv(pl)...)
-			if output, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("%s (%s): %w\n%s", strings.Join(cmd.Args, " "), strings.Join(build.CrossEnv(pl), " "), err, output)
-			}
-			checked = append(checked, "cgo compiled: "+strings.Join(cgoPackages, ", "))
 			return nil
 		}()
 		done(err)

@@ -255,7 +255,7 @@ func (Test) All(ctx context.Context) error {
 	if err := ph.Run("kind:nodeImage", func() error { return Kind{}.NodeImage(ctx) }); err != nil {
 		return err
 	}
-	stages, err := testStages(build.EnvBinary + "=" + bin)
+	stages, err := testStages(map[string]string{build.EnvBinary: bin})
 	if err != nil {
 		return err
 	}
@@ -354,7 +354,7 @@ type testRun struct {
 	name, title, module string
 	// args follow go test's common flags: -run or -skip, and packages.
 	args []string
-	env  []string // KEY=VALUE
+	env  map[string]string
 }
 
 // testStages are test:all's go test runs after race and fuzzing, stage
@@ -367,7 +367,7 @@ type testRun struct {
 //  2. the e2e packages (e2e, e2e/conformance, e2e/upstream, all three at
 //     once) and, where the host allows kindInotify inotify instances, the
 //     kind labs beside them; elsewhere the kind labs run alone after.
-func testStages(env ...string) ([][]testRun, error) {
+func testStages(env map[string]string) ([][]testRun, error) {
 	common := []string{"-count=1", "-timeout=60m"}
 	if os.Getenv("CI") != "" {
 		common = append(common, "-v")
@@ -425,11 +425,6 @@ func runStage(ctx context.Context, ph *ui.Phases, n int, stage []testRun) error 
 	var wg sync.WaitGroup
 	for i, r := range stage {
 		end := ph.Start(fmt.Sprintf("stage %d: go test %s", n, strings.TrimPrefix(r.title, "dralab test:all ")), i > 0)
-		env := map[string]string{}
-		for _, kv := range r.env {
-			k, v, _ := strings.Cut(kv, "=")
-			env[k] = v
-		}
 		out := io.Writer(os.Stdout)
 		if i > 0 {
 			dir := os.Getenv("ARTIFACTS")
@@ -448,7 +443,7 @@ func runStage(ctx context.Context, ph *ui.Phases, n int, stage []testRun) error 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = goTestWithReports(ctx, out, env, slices.Concat([]string{"test", noVet}, r.args), r.module, r.name, r.title)
+			errs[i] = goTestWithReports(ctx, out, r.env, slices.Concat([]string{"test", noVet}, r.args), r.module, r.name, r.title)
 			end(errs[i])
 		}()
 	}

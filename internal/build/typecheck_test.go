@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -21,6 +22,8 @@ func TestTypeCheckSeesThePlatformsCode(t *testing.T) {
 		"lib/lib.go": "package lib\n\nimport \"syscall\"\n\nfunc F() { _ = syscall.Gettid }\n",
 		// Built on darwin only, and wrong there.
 		"lib/mac.go": "//go:build darwin\n\npackage lib\n\nvar macOnly int = \"not an int\"\n",
+		// C code where cgo is on (linux, as CrossEnv has it).
+		"lib/c_linux.go": "package lib\n\n// static int two(void) { return 2; }\nimport \"C\"\n\nvar Two = int(C.two())\n",
 	}
 	if err := os.Mkdir(filepath.Join(dir, "lib"), 0o755); err != nil {
 		t.Fatal(err)
@@ -31,12 +34,16 @@ func TestTypeCheckSeesThePlatformsCode(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	n, err := TypeCheck(ctx, dir, Platform{"linux", "amd64"}, ".")
+	c, err := TypeCheck(ctx, dir, Platform{"linux", "amd64"}, ".")
 	if err != nil {
 		t.Fatalf("linux/amd64: %v", err)
 	}
-	if n < 10 {
-		t.Errorf("linux/amd64: checked %d packages; the standard library's should be among them", n)
+	if c.Packages < 10 {
+		t.Errorf("linux/amd64: checked %d packages; the standard library's should be among them", c.Packages)
+	}
+	// The standard library's cgo (runtime/cgo, net) is not listed.
+	if !slices.Equal(c.Cgo, []string{"example.com/tc/lib"}) {
+		t.Errorf("linux/amd64: packages with C code %v, want [example.com/tc/lib]", c.Cgo)
 	}
 	_, err = TypeCheck(ctx, dir, Platform{"darwin", "arm64"}, ".")
 	if err == nil {

@@ -37,8 +37,9 @@ func (p *Phases) Run(name string, f func() error) error {
 	return err
 }
 
-// Start starts the phase name; the returned func ends it. A phase beside
-// the others (a background build) is marked so: its time overlaps theirs.
+// Start starts the phase name; the returned func ends it. A phase run
+// beside others (one of several test runs at once) is marked so: its time
+// overlaps theirs.
 func (p *Phases) Start(name string, beside bool) (end func(error)) {
 	start := time.Now()
 	p.mu.Lock()
@@ -72,7 +73,7 @@ func (p *Phases) Write(w io.Writer) error {
 			notes = append(notes, "failed")
 		}
 		if r.beside {
-			notes = append(notes, "in the background, beside the phases after it")
+			notes = append(notes, "run beside others")
 		}
 		line := fmt.Sprintf("%8s  %s", secs, r.name)
 		if len(notes) > 0 {

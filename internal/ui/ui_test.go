@@ -84,7 +84,7 @@ func TestPhasesSayWhereTheTimeWent(t *testing.T) {
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 	want := []string{
 		"0 s  vet",
-		"-  cross-builds (not ended, in the background, beside the phases after it)",
+		"-  cross-builds (not ended, run beside others)",
 		"0 s  tests (failed)",
 		"-  soak (not ended)",
 		"s  in all",
