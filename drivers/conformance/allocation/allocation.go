@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/conformance/devices"
@@ -138,9 +139,15 @@ type Snapshot struct {
 	// (resource.group), read as none.
 	NotServed []string
 
+	// Features are the allocator features the cluster enables; nil:
+	// DefaultFeatures.
+	Features *structured.Features
+
 	// matchCache keeps the devices each alternative matches, found once
 	// a snapshot of NewSnapshot (whose objects do not change).
 	matchCache *matchCache
+	// alloc is the allocator over the snapshot, made at its first use.
+	alloc *allocatorOnce
 }
 
 // claimKey keys Snapshot.Claims: namespace/name.

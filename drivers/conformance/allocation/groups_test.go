@@ -19,7 +19,7 @@ import (
 func TestWhyGroup(t *testing.T) {
 	ctx := context.Background()
 	pool := func(node string, devs ...string) resourceapi.ResourceSlice {
-		sl := resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: drv, NodeName: ptr.To(node), Pool: resourceapi.ResourcePool{Name: node}}}
+		sl := resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: drv, NodeName: ptr.To(node), Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1}}}
 		for _, d := range devs {
 			sl.Spec.Devices = append(sl.Spec.Devices, resourceapi.Device{Name: d})
 		}

@@ -25,7 +25,7 @@ func TestReadPages(t *testing.T) {
 	var all []resourceapi.ResourceSlice
 	for i := range 8 {
 		all = append(all, resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s%d", i)},
-			Spec: resourceapi.ResourceSliceSpec{Driver: drv, Pool: resourceapi.ResourcePool{Name: fmt.Sprintf("p%d", i)}}})
+			Spec: resourceapi.ResourceSliceSpec{Driver: drv, Pool: resourceapi.ResourcePool{Name: fmt.Sprintf("p%d", i), ResourceSliceCount: 1}}})
 	}
 	client := fake.NewClientset()
 	var asked []string

@@ -39,10 +39,10 @@ func snapshot(devices []resourceapi.Device, claims ...resourceapi.ResourceClaim)
 		AllClaims: claims,
 		Classes:   map[string]*resourceapi.DeviceClass{"any": class},
 		Slices: []resourceapi.ResourceSlice{
-			{Spec: resourceapi.ResourceSliceSpec{Driver: drv, Pool: resourceapi.ResourcePool{Name: "n"}, SharedCounters: []resourceapi.CounterSet{{
+			{Spec: resourceapi.ResourceSliceSpec{Driver: drv, Pool: resourceapi.ResourcePool{Name: "n", ResourceSliceCount: 2}, SharedCounters: []resourceapi.CounterSet{{
 				Name: "gpu-0-counters", Counters: map[string]resourceapi.Counter{"slice-0": {Value: resource.MustParse("1")}, "slice-1": {Value: resource.MustParse("1")}},
 			}}}},
-			{Spec: resourceapi.ResourceSliceSpec{Driver: drv, Pool: resourceapi.ResourcePool{Name: "n"}, Devices: devices}},
+			{Spec: resourceapi.ResourceSliceSpec{Driver: drv, Pool: resourceapi.ResourcePool{Name: "n", ResourceSliceCount: 2}, Devices: devices}},
 		},
 	}
 }

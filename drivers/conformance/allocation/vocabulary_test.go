@@ -26,7 +26,7 @@ func TestRowsInAVocabulary(t *testing.T) {
 		}
 		return d
 	}
-	slice := resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: drv, Pool: resourceapi.ResourcePool{Name: "n"},
+	slice := resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: drv, Pool: resourceapi.ResourcePool{Name: "n", ResourceSliceCount: 1},
 		NodeName: ptr.To("n"), Devices: []resourceapi.Device{dev("gpu-0-mig-1g", "mig", "1g.10gb"), dev("gpu-1-ts-0", "time-slice", "")}}}
 	claim := func(name, device string) resourceapi.ResourceClaim {
 		return resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}, Status: resourceapi.ResourceClaimStatus{

@@ -15,6 +15,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/conformance/devices"
@@ -47,10 +48,37 @@ const (
 
 type deviceRef struct {
 	driver, pool string
-	// node is the node of a node-local slice; "" for a device any node
+	// node is the node of a node-local device (its slice's nodeName, or
+	// its own under perDeviceNodeSelection); "" for a device several nodes
 	// may reach (allNodes or a node selector).
-	node string
-	dev  *resourceapi.Device
+	node  string
+	dev   *resourceapi.Device
+	slice *resourceapi.ResourceSlice
+}
+
+// newDeviceRef refers to a device of a slice.
+func newDeviceRef(sl *resourceapi.ResourceSlice, dev *resourceapi.Device) deviceRef {
+	node := ptr.Deref(sl.Spec.NodeName, "")
+	if ptr.Deref(sl.Spec.PerDeviceNodeSelection, false) {
+		node = ptr.Deref(dev.NodeName, "")
+	}
+	return deviceRef{driver: sl.Spec.Driver, pool: sl.Spec.Pool.Name, node: node, dev: dev, slice: sl}
+}
+
+// reaches tells whether the device is reachable from node, as the
+// allocator matches a slice's (or, under perDeviceNodeSelection, the
+// device's) nodeName, allNodes or nodeSelector.
+func (d deviceRef) reaches(node *v1.Node) bool {
+	if d.slice == nil {
+		return d.node == "" || d.node == node.Name
+	}
+	spec := &d.slice.Spec
+	name, all, sel := ptr.Deref(spec.NodeName, ""), ptr.Deref(spec.AllNodes, false), spec.NodeSelector
+	if ptr.Deref(spec.PerDeviceNodeSelection, false) {
+		name, all, sel = ptr.Deref(d.dev.NodeName, ""), ptr.Deref(d.dev.AllNodes, false), d.dev.NodeSelector
+	}
+	ok, err := structured.NodeMatches(DefaultFeatures, node, name, all, sel)
+	return ok && err == nil
 }
 
 func (d deviceRef) String() string { return d.pool + "/" + d.dev.Name }
@@ -69,6 +97,11 @@ type alternative struct {
 	// match is the attribute a matchAttribute constraint of the claim
 	// makes the request's devices share; "" for none.
 	match resourceapi.FullyQualifiedName
+	// derived are the request's derived attributes, which a constraint
+	// may compare.
+	derived []resourceapi.DeviceDerivedAttribute
+	// all: allocationMode All, every matching device a node reaches.
+	all bool
 }
 
 // why explains a pod the scheduler could not place: for each unallocated
@@ -83,14 +116,45 @@ func (s *Snapshot) why(ctx context.Context, pod *v1.Pod) (string, string, error)
 	// is explained on its own.
 	case err != nil || !grouped || s.PodGroups == nil:
 		return code, msg, err
+	case code == NotDRA:
+		// Its devices are there: what holds it may be its group.
+		return s.whyGroup(ctx, pod, g, msg)
 	case code != "":
 		return code, g.String() + ": " + msg, nil
 	}
 	return s.whyGroup(ctx, pod, g, msg)
 }
 
-// whyPod explains a pod on its own, as if it were in no group.
+// whyPod explains a pod on its own, as if it were in no group: the
+// allocator's verdict on every node decides whether DRA holds it; the
+// device model says why.
 func (s *Snapshot) whyPod(ctx context.Context, pod *v1.Pod) (string, string, error) {
+	v, err := s.podVerdict(ctx, pod)
+	if err != nil {
+		return "", "", err
+	}
+	if v != nil {
+		if code, msg, ok := v.outsideDRA(schedulingMessage(pod)); ok {
+			if code == NotDRA || code == Insufficient {
+				// The scheduler's other DRA check: what the devices add
+				// to a node's CPU and memory.
+				c, m, err := s.whyNodeResources(ctx, pod, schedulingMessage(pod), s.AllocatedDevices())
+				if err != nil || c != "" {
+					return c, m, err
+				}
+			}
+			return code, msg, nil
+		}
+	}
+	code, msg, err := s.whyModel(ctx, pod)
+	if err != nil || v == nil {
+		return code, msg, err
+	}
+	return s.agree(v, code, msg)
+}
+
+// whyModel is the device model's explanation of a pod.
+func (s *Snapshot) whyModel(ctx context.Context, pod *v1.Pod) (string, string, error) {
 	message := schedulingMessage(pod)
 	holders := s.AllocatedDevices()
 	if len(pod.Spec.ResourceClaims) == 0 {
@@ -133,6 +197,7 @@ func alternatives(req resourceapi.DeviceRequest) []alternative {
 		if req.Exactly.Capacity != nil {
 			alt.capacity = req.Exactly.Capacity.Requests
 		}
+		alt.derived = req.Exactly.DerivedAttributes
 		return []alternative{alt}
 	}
 	var alts []alternative
@@ -141,13 +206,15 @@ func alternatives(req resourceapi.DeviceRequest) []alternative {
 		if sub.Capacity != nil {
 			alt.capacity = sub.Capacity.Requests
 		}
+		alt.derived = sub.DerivedAttributes
 		alts = append(alts, alt)
 	}
 	return alts
 }
 
 func newAlternative(name, class string, selectors []resourceapi.DeviceSelector, mode resourceapi.DeviceAllocationMode, count int64, admin *bool, tolerations []resourceapi.DeviceToleration) alternative {
-	a := alternative{name: name, class: class, selectors: selectors, count: 1, adminAccess: admin != nil && *admin, tolerations: tolerations}
+	a := alternative{name: name, class: class, selectors: selectors, count: 1, adminAccess: admin != nil && *admin, tolerations: tolerations,
+		all: mode == resourceapi.DeviceAllocationModeAll}
 	if mode != resourceapi.DeviceAllocationModeAll && count > 1 {
 		a.count = int(count)
 	}
@@ -155,18 +222,12 @@ func newAlternative(name, class string, selectors []resourceapi.DeviceSelector, 
 }
 
 // extendedRequests are a pod's extended resources that a DeviceClass
-// serves, by its extendedResourceName or its implicit name.
+// serves (extendedResources), as alternatives in the resource's name.
 func (s *Snapshot) extendedRequests(pod *v1.Pod) []alternative {
+	ext := s.extendedResources(pod)
 	var out []alternative
-	for _, c := range pod.Spec.Containers {
-		for name, q := range c.Resources.Limits {
-			for _, class := range s.Classes {
-				explicit := class.Spec.ExtendedResourceName != nil && *class.Spec.ExtendedResourceName == string(name)
-				if explicit || string(name) == resourceapi.ResourceDeviceClassPrefix+class.Name {
-					out = append(out, alternative{name: string(name), class: class.Name, count: int(q.Value())})
-				}
-			}
-		}
+	for _, name := range slices.Sorted(maps.Keys(ext)) {
+		out = append(out, alternative{name: string(name), class: ext[name].class, count: int(ext[name].count)})
 	}
 	return out
 }
@@ -237,7 +298,14 @@ func (s *Snapshot) whyTogether(ctx context.Context, claim *resourceapi.ResourceC
 			sd := side{request: name, count: alt.count, free: map[string][]string{}, busy: map[string][]string{}, pools: map[string]bool{}}
 			sd.candidates = len(candidates)
 			for _, d := range candidates {
-				sd.pools[d.pool] = true
+				// Places are nodes (a device's pool where several
+				// nodes reach it): two drivers' pools on one node
+				// meet there.
+				where := d.node
+				if where == "" {
+					where = d.pool
+				}
+				sd.pools[where] = true
 				// What the constraint sees: the request's derived
 				// attribute, evaluated as the allocator does, else the
 				// device's; a list is in the place of each of its values.
@@ -249,7 +317,7 @@ func (s *Snapshot) whyTogether(ctx context.Context, claim *resourceapi.ResourceC
 				sd.attributed++
 				state, detail := s.classify(d, alt, claim.Namespace, holders)
 				for _, v := range values {
-					place := d.pool + " " + v
+					place := where + " " + v
 					places[place] = true
 					switch state {
 					case available:
@@ -321,24 +389,40 @@ func (s *Snapshot) whyTogether(ctx context.Context, claim *resourceapi.ResourceC
 // sharing groups devices by node (pool) and the value of an attribute,
 // and returns the largest group's size and a description of the groups;
 // a device without the attribute is a group of its own.
-func sharing(devs []deviceRef, attr resourceapi.FullyQualifiedName) (int, string) {
+func sharing(ctx context.Context, devs []deviceRef, attr resourceapi.FullyQualifiedName, derived []resourceapi.DeviceDerivedAttribute) (int, string) {
 	groups := map[string][]string{}
+	missing := 0
 	for _, d := range devs {
-		v := "no " + string(attr)
-		if a, ok := devices.Attribute(d.driver, d.dev.Attributes, string(attr)); ok {
-			v = a
+		// What the constraint compares, as for several requests: the
+		// request's derived attribute, else the device's; a list stands
+		// in the group of each of its values; a device without it meets
+		// no constraint over it.
+		a, ok := constraintAttribute(ctx, derived, d.driver, d.dev, attr)
+		values := attributeValues(a)
+		if !ok || len(values) == 0 {
+			missing++
+			continue
 		}
-		k := d.pool + " " + v
-		groups[k] = append(groups[k], d.dev.Name)
+		place := d.node
+		if place == "" {
+			place = d.pool
+		}
+		for _, v := range values {
+			k := place + " " + v
+			groups[k] = append(groups[k], d.dev.Name)
+		}
 	}
 	largest := 0
 	var parts []string
 	for _, k := range slices.Sorted(maps.Keys(groups)) {
 		largest = max(largest, len(groups[k]))
-		pool, v, _ := strings.Cut(k, " ")
-		parts = append(parts, fmt.Sprintf("%s: %s on %s", pool, strings.Join(groups[k], ", "), v))
+		place, v, _ := strings.Cut(k, " ")
+		parts = append(parts, fmt.Sprintf("%s: %s on %s", place, strings.Join(groups[k], ", "), v))
 	}
-	return largest, strings.Join(parts, "; ")
+	if missing > 0 {
+		parts = append(parts, fmt.Sprintf("%d without %s", missing, attr))
+	}
+	return largest, strings.Join(limitList(parts, 8), "; ")
 }
 
 // deviceState is whether a request could have a device now, and why not.
@@ -419,6 +503,9 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 		// apartNodes: alternatives with enough free devices in the
 		// cluster, but not on one node.
 		apartNodes []string
+		// allMode: allocationMode All alternatives with a device not
+		// free on every node.
+		allMode []string
 	)
 	for _, alt := range alts {
 		classes = append(classes, alt.class)
@@ -455,8 +542,17 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 				free = append(free, c)
 			}
 		}
+		if alt.all {
+			// allocationMode All takes every matching device a node
+			// reaches: one held or tainted there blocks the node.
+			if s.allFreeOnANode(candidates, free) {
+				return "", "", nil
+			}
+			allMode = append(allMode, alt.name)
+			continue
+		}
 		if len(free) >= alt.count && alt.match != "" && alt.count > 1 {
-			largest, groups := sharing(free, alt.match)
+			largest, groups := sharing(ctx, free, alt.match, alt.derived)
 			if largest >= alt.count {
 				return "", "", nil
 			}
@@ -465,7 +561,7 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 		}
 		// A claim's devices are on one node: enough free in the cluster
 		// is not enough on any node.
-		most, perNode := onOneNode(free)
+		most, perNode := s.onOneNode(free)
 		if most >= alt.count {
 			return "", "", nil // this alternative fits as far as devices go
 		}
@@ -485,7 +581,23 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 	case !anyMatch && len(never) > 0:
 		return NoMatchingDevice, fmt.Sprintf("%s: no matching device can ever hold it: %s", what, strings.Join(never, "; ")), nil
 	case !anyMatch:
+		if pools := s.incompleteMatches(ctx, alts); len(pools) > 0 {
+			return PoolIncomplete, fmt.Sprintf("%s: the matching devices are in pools the allocator takes nothing from until all their slices are published: %s", what, strings.Join(pools, "; ")), nil
+		}
 		return NoMatchingDevice, fmt.Sprintf("%s: no device in the cluster matches class %s and its selectors", what, strings.Join(dedupe(classes), " or ")), nil
+	case len(allMode) > 0 && len(allocated)+len(taint) > 0:
+		sort.Strings(allocated)
+		sort.Strings(taint)
+		code, parts := AllAllocated, []string{}
+		if len(allocated) > 0 {
+			parts = append(parts, "allocated: "+strings.Join(allocated, ", "))
+		} else {
+			code = Tainted
+		}
+		if len(taint) > 0 {
+			parts = append(parts, "tainted, and not tolerated: "+strings.Join(taint, ", "))
+		}
+		return code, fmt.Sprintf("%s: allocationMode All takes every matching device of a node, and on every node some are not free: %s", what, strings.Join(parts, "; ")), nil
 	case len(constrained) > 0:
 		return ConstraintUnmet, fmt.Sprintf("%s: %s", what, strings.Join(constrained, "; ")), nil
 	case len(apartNodes) > 0:
@@ -515,23 +627,114 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 	case len(allocated) > 0:
 		sort.Strings(allocated)
 		return AllAllocated, fmt.Sprintf("%s: all %d matching devices are allocated: %s", what, len(allocated), strings.Join(allocated, ", ")), nil
-	default:
+	case len(taint) > 0:
 		sort.Strings(taint)
 		return Tainted, fmt.Sprintf("%s: the free matching devices are tainted, and not tolerated: %s", what, strings.Join(taint, ", ")), nil
+	default:
+		return TooFew, fmt.Sprintf("%s: fewer devices match than it needs, held or not: %s", what, strings.Join(short, "; ")), nil
 	}
 }
 
-// onOneNode says how many of the free devices one node can reach at most
-// (its own and those any node reaches), and, in words, how many each node
-// has: "n1 4, n2 4".
-func onOneNode(free []deviceRef) (int, string) {
+// TooFew: fewer devices match a request than it asks for, allocated or
+// not: freeing devices would not help.
+const TooFew = "TooFew"
+
+// allFreeOnANode tells whether some node reaches matching devices and all
+// of those it reaches are free: what an allocationMode All request needs.
+func (s *Snapshot) allFreeOnANode(candidates, free []deviceRef) bool {
+	isFree := map[*resourceapi.Device]bool{}
+	for _, f := range free {
+		isFree[f.dev] = true
+	}
+	reaches := func(d deviceRef, node string) bool {
+		if d.node != "" {
+			return d.node == node
+		}
+		n := s.Nodes[node]
+		return n == nil || d.reaches(n)
+	}
+	nodes := map[string]bool{}
+	for _, c := range candidates {
+		switch {
+		case c.node != "":
+			nodes[c.node] = true
+		default:
+			for name, n := range s.Nodes {
+				if c.reaches(n) {
+					nodes[name] = true
+				}
+			}
+		}
+	}
+	if len(nodes) == 0 {
+		// Devices for any node, the nodes unread: all must be free.
+		return len(candidates) > 0 && len(free) == len(candidates)
+	}
+	for node := range nodes {
+		ok := true
+		for _, c := range candidates {
+			if reaches(c, node) && !isFree[c.dev] {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// incompleteMatches names the incomplete pools with devices that match
+// one of the alternatives, with how many of their slices are published.
+func (s *Snapshot) incompleteMatches(ctx context.Context, alts []alternative) []string {
+	pools := s.IncompletePools()
+	if len(pools) == 0 {
+		return nil
+	}
+	var out []string
+	for _, p := range pools {
+		var in []*resourceapi.ResourceSlice
+		for i := range s.Slices {
+			sl := &s.Slices[i]
+			if sl.Spec.Driver == p.Driver && sl.Spec.Pool.Name == p.Name && sl.Spec.Pool.Generation == p.Generation {
+				in = append(in, sl)
+			}
+		}
+		for _, alt := range alts {
+			class := s.Classes[alt.class]
+			if class == nil {
+				continue
+			}
+			if refs, err := s.match(ctx, slices.Concat(class.Spec.Selectors, alt.selectors), in); err == nil && len(refs) > 0 {
+				out = append(out, p.String())
+				break
+			}
+		}
+	}
+	return out
+}
+
+// onOneNode says how many of the free devices one node can reach at most,
+// and, in words, how many each node reaches: "n1 4, n2 4". Where the
+// snapshot has its nodes, each device counts on the nodes it reaches (a
+// rack's devices on the rack's nodes); without them, a device several
+// nodes reach counts on every node.
+func (s *Snapshot) onOneNode(free []deviceRef) (int, string) {
 	perNode, anywhere := map[string]int{}, 0
 	for _, d := range free {
-		if d.node == "" {
+		switch {
+		case d.node != "":
+			perNode[d.node]++
+		case len(s.Nodes) > 0:
+			for name, n := range s.Nodes {
+				if d.reaches(n) {
+					perNode[name]++
+				}
+			}
+		default:
 			anywhere++
-			continue
 		}
-		perNode[d.node]++
 	}
 	most := 0
 	var words []string
@@ -542,7 +745,7 @@ func onOneNode(free []deviceRef) (int, string) {
 	if anywhere > 0 {
 		words = append(words, fmt.Sprintf("reachable from any node %d", anywhere))
 	}
-	return most + anywhere, strings.Join(words, ", ")
+	return most + anywhere, strings.Join(limitList(words, 8), ", ")
 }
 
 // blockingTaints are the taints of a device that tolerations do not
@@ -607,14 +810,17 @@ func (s *Snapshot) matching(ctx context.Context, alt alternative) ([]deviceRef, 
 	}
 	c := s.matchCache
 	if c == nil {
-		return s.match(ctx, selectors)
+		return s.match(ctx, selectors, s.currentSlices())
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if m, ok := c.found[key]; ok {
 		return m.refs, m.err
 	}
-	refs, err := s.match(ctx, selectors)
+	// Only the slices the allocator reads: the newest generation of each
+	// pool, of pools wholly published (IncompletePools says which are
+	// not).
+	refs, err := s.match(ctx, selectors, s.currentSlices())
 	c.found[key] = matched{refs, err}
 	return refs, err
 }
@@ -637,7 +843,7 @@ type matched struct {
 
 // match lists the published devices every selector matches, each selector
 // compiled once.
-func (s *Snapshot) match(ctx context.Context, selectors []resourceapi.DeviceSelector) ([]deviceRef, error) {
+func (s *Snapshot) match(ctx context.Context, selectors []resourceapi.DeviceSelector, current []*resourceapi.ResourceSlice) ([]deviceRef, error) {
 	compiled, exprs, compileErr := compileAll(selectors)
 	if compileErr != nil {
 		// A selector that does not compile is the claim's or the class's
@@ -645,7 +851,7 @@ func (s *Snapshot) match(ctx context.Context, selectors []resourceapi.DeviceSele
 		// no device, there is nothing to say.
 		for i := range s.Slices {
 			if sl := &s.Slices[i]; len(sl.Spec.Devices) > 0 {
-				compileErr.device = deviceRef{driver: sl.Spec.Driver, pool: sl.Spec.Pool.Name, node: ptr.Deref(sl.Spec.NodeName, ""), dev: &sl.Spec.Devices[0]}
+				compileErr.device = newDeviceRef(sl, &sl.Spec.Devices[0])
 				return nil, compileErr
 			}
 		}
@@ -654,17 +860,16 @@ func (s *Snapshot) match(ctx context.Context, selectors []resourceapi.DeviceSele
 	// The slices in as many parts as there are processors, each matched
 	// on its own (a compiled program may be evaluated concurrently), the
 	// parts' devices then joined in the slices' order.
-	parts := min(runtime.GOMAXPROCS(0), max(1, len(s.Slices)/64))
+	parts := min(runtime.GOMAXPROCS(0), max(1, len(current)/64))
 	found := make([][]deviceRef, parts)
 	errs := make([]error, parts)
 	var wg sync.WaitGroup
 	for p := range parts {
 		wg.Go(func() {
-			for i := p * len(s.Slices) / parts; i < (p+1)*len(s.Slices)/parts; i++ {
-				sl := &s.Slices[i]
+			for _, sl := range current[p*len(current)/parts : (p+1)*len(current)/parts] {
 				for j := range sl.Spec.Devices {
 					d := &sl.Spec.Devices[j]
-					ref := deviceRef{driver: sl.Spec.Driver, pool: sl.Spec.Pool.Name, node: ptr.Deref(sl.Spec.NodeName, ""), dev: d}
+					ref := newDeviceRef(sl, d)
 					ok, err := matchesAll(ctx, compiled, exprs, ref)
 					if err != nil {
 						errs[p] = err
@@ -719,7 +924,7 @@ func (s *Snapshot) InClass(ctx context.Context, class string, sl *resourceapi.Re
 	if compileErr != nil {
 		return false
 	}
-	ok, err := matchesAll(ctx, compiled, exprs, deviceRef{driver: sl.Spec.Driver, pool: sl.Spec.Pool.Name, node: ptr.Deref(sl.Spec.NodeName, ""), dev: dev})
+	ok, err := matchesAll(ctx, compiled, exprs, newDeviceRef(sl, dev))
 	return ok && err == nil
 }
 

@@ -140,7 +140,7 @@ func TestWhyTogether(t *testing.T) {
 	}
 	build := func(nics []resourceapi.Device, claims ...resourceapi.ResourceClaim) *Snapshot {
 		s := snapshot([]resourceapi.Device{root(resourceapi.Device{Name: "gpu-0"}, "pci0000:15"), root(resourceapi.Device{Name: "gpu-1"}, "pci0000:15"), root(resourceapi.Device{Name: "gpu-2"}, "pci0000:37")}, claims...)
-		s.Slices = append(s.Slices, resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: nicDriver, Pool: resourceapi.ResourcePool{Name: "n"}, Devices: nics}})
+		s.Slices = append(s.Slices, resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: nicDriver, Pool: resourceapi.ResourcePool{Name: "n", ResourceSliceCount: 1}, Devices: nics}})
 		s.Classes["gpu"] = &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu"}, Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + drv + `"`}}}}}
 		s.Classes["nic"] = &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "nic"}, Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + nicDriver + `"`}}}}}
 		return s
@@ -158,7 +158,7 @@ func TestWhyTogether(t *testing.T) {
 	// gpu-2 free under pci0000:37, which has no NIC; a free NIC on node
 	// m, which has no GPU: named once, not root by root.
 	s := build([]resourceapi.Device{nic("nic-0", "pci0000:15"), nic("nic-1", "pci0000:15")}, pairOn("pair-0", "gpu-0", "nic-0"), pairOn("pair-1", "gpu-9", "nic-1"))
-	s.Slices = append(s.Slices, resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: nicDriver, Pool: resourceapi.ResourcePool{Name: "m"}, Devices: []resourceapi.Device{nic("nic-0", "pci0000:15")}}})
+	s.Slices = append(s.Slices, resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: nicDriver, Pool: resourceapi.ResourcePool{Name: "m", ResourceSliceCount: 1}, Devices: []resourceapi.Device{nic("nic-0", "pci0000:15")}}})
 	code, msg, err := s.whyTogether(ctx, claim, s.AllocatedDevices())
 	for _, want := range []string{
 		"requests gpu and nic must share resource.kubernetes.io/pcieRoot on one node",
@@ -193,7 +193,7 @@ func TestWhyTogether(t *testing.T) {
 func TestWhyNotOnOneNode(t *testing.T) {
 	var slices []resourceapi.ResourceSlice
 	for _, node := range []string{"n1", "n2"} {
-		sl := resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: drv, NodeName: ptr.To(node), Pool: resourceapi.ResourcePool{Name: node}}}
+		sl := resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: drv, NodeName: ptr.To(node), Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1}}}
 		for _, d := range []string{"gpu-0", "gpu-1", "gpu-2", "gpu-3"} {
 			sl.Spec.Devices = append(sl.Spec.Devices, withTier(resourceapi.Device{Name: d}, "h100"))
 		}
@@ -246,7 +246,7 @@ func TestWhyTogetherDerived(t *testing.T) {
 	gpu := resourceapi.Device{Name: "gpu-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"numa": {IntValue: ptr.To[int64](0)}}}
 	nic := resourceapi.Device{Name: "nic-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"resource.kubernetes.io/numaNode": {IntValues: []int64{0, 1}}}}
 	s := snapshot([]resourceapi.Device{gpu})
-	s.Slices = append(s.Slices, resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: nicDriver, Pool: resourceapi.ResourcePool{Name: "n"}, Devices: []resourceapi.Device{nic}}})
+	s.Slices = append(s.Slices, resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: nicDriver, Pool: resourceapi.ResourcePool{Name: "n", ResourceSliceCount: 1}, Devices: []resourceapi.Device{nic}}})
 	s.Classes["gpu"] = &resourceapi.DeviceClass{Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + drv + `"`}}}}}
 	s.Classes["nic"] = &resourceapi.DeviceClass{Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + nicDriver + `"`}}}}}
 	claim := func(gpuExpr string) *resourceapi.ResourceClaim {

@@ -83,7 +83,7 @@ func TestExclusive(t *testing.T) {
 }
 
 func TestCapacity(t *testing.T) {
-	l4 := resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: gpu.DriverName, Pool: resourceapi.ResourcePool{Name: "n1"},
+	l4 := resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: gpu.DriverName, Pool: resourceapi.ResourcePool{Name: "n1", ResourceSliceCount: 1},
 		Devices: []resourceapi.Device{{Name: "gpu-0", AllowMultipleAllocations: ptr.To(true),
 			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{gpu.CapacityMemory: {Value: resource.MustParse("23034Mi")}}}}}}
 	o := &observation{slices: []resourceapi.ResourceSlice{l4}, claims: []resourceapi.ResourceClaim{allocated("1", "n1", "n1/gpu-0#a")}}
@@ -101,9 +101,9 @@ func TestCapacity(t *testing.T) {
 		return map[string]resourceapi.Counter{"memory-slice-0": {Value: *resource.NewQuantity(n, resource.DecimalSI)}}
 	}
 	mig := []resourceapi.ResourceSlice{
-		{Spec: resourceapi.ResourceSliceSpec{Driver: gpu.DriverName, Pool: resourceapi.ResourcePool{Name: "m"},
+		{Spec: resourceapi.ResourceSliceSpec{Driver: gpu.DriverName, Pool: resourceapi.ResourcePool{Name: "m", ResourceSliceCount: 2},
 			SharedCounters: []resourceapi.CounterSet{{Name: "gpu-0-counters", Counters: counter(1)}}}},
-		{Spec: resourceapi.ResourceSliceSpec{Driver: gpu.DriverName, Pool: resourceapi.ResourcePool{Name: "m"}, Devices: []resourceapi.Device{
+		{Spec: resourceapi.ResourceSliceSpec{Driver: gpu.DriverName, Pool: resourceapi.ResourcePool{Name: "m", ResourceSliceCount: 2}, Devices: []resourceapi.Device{
 			{Name: "gpu-0-mig-1g", ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: "gpu-0-counters", Counters: counter(1)}}},
 			{Name: "gpu-0-whole", ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: "gpu-0-counters", Counters: counter(1)}}},
 		}}},
