@@ -21,6 +21,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	resourcev1beta2 "k8s.io/api/resource/v1beta2"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -140,8 +141,9 @@ type Snapshot struct {
 	NotServed []string
 
 	// Features are the allocator features the cluster enables; nil:
-	// DefaultFeatures.
-	Features *structured.Features
+	// DefaultFeatures. FeaturesFrom says where Read found them.
+	Features     *structured.Features
+	FeaturesFrom string
 
 	// matchCache keeps the devices each alternative matches, found once
 	// a snapshot of NewSnapshot (whose objects do not change).
@@ -203,7 +205,13 @@ func Read(ctx context.Context, client kubernetes.Interface, namespace string, v 
 		})
 	})
 	if apierrors.IsNotFound(err) {
-		notServed = append(notServed, "devicetaintrules.resource.k8s.io")
+		// Before 1.37, DeviceTaintRules were served at v1beta2 only.
+		rules, err = readOlderTaintRules(ctx, client)
+		if apierrors.IsNotFound(err) {
+			notServed = append(notServed, "devicetaintrules.resource.k8s.io")
+		} else if err != nil {
+			return nil, err
+		}
 	} else if err != nil {
 		return nil, err
 	}
@@ -216,6 +224,13 @@ func Read(ctx context.Context, client kubernetes.Interface, namespace string, v 
 	}
 	snap := NewSnapshot(v, namespace, pods, claims, slices, classes, rules, nodes)
 	snap.NotServed = notServed
+	features, err := ReadFeatures(ctx, client)
+	snap.Features = &features
+	if err != nil {
+		snap.FeaturesFrom = "Kubernetes 1.37's defaults (" + err.Error() + ")"
+	} else {
+		snap.FeaturesFrom = "the API server's feature gates"
+	}
 	if namespace != metav1.NamespaceAll {
 		bound, err := listAll(ctx, "pods", metav1.ListOptions{FieldSelector: "spec.nodeName!="}, func(ctx context.Context, o metav1.ListOptions) ([]v1.Pod, string, error) {
 			l, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
@@ -772,4 +787,28 @@ func lessName(a, b string) bool {
 		return len(a) < len(b)
 	}
 	return a < b
+}
+
+// readOlderTaintRules lists DeviceTaintRules at resource.k8s.io/v1beta2,
+// the version Kubernetes 1.33–1.36 serve them at, read as v1 (the fields
+// the allocator reads have the same names and meaning).
+func readOlderTaintRules(ctx context.Context, client kubernetes.Interface) ([]resourceapi.DeviceTaintRule, error) {
+	old, err := listAll(ctx, "devicetaintrules", metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]resourcev1beta2.DeviceTaintRule, string, error) {
+		l, err := client.ResourceV1beta2().DeviceTaintRules().List(ctx, o)
+		return itemsOf(l, err, func(l *resourcev1beta2.DeviceTaintRuleList) ([]resourcev1beta2.DeviceTaintRule, metav1.ListMeta) {
+			return l.Items, l.ListMeta
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(old)
+	if err != nil {
+		return nil, fmt.Errorf("reading v1beta2 DeviceTaintRules as v1: %w", err)
+	}
+	var rules []resourceapi.DeviceTaintRule
+	if err := json.Unmarshal(raw, &rules); err != nil {
+		return nil, fmt.Errorf("reading v1beta2 DeviceTaintRules as v1: %w", err)
+	}
+	return rules, nil
 }

@@ -75,10 +75,12 @@ type Candidate struct {
 	Subrequest string `json:"subrequest,omitempty"`
 	// Count is how many devices the alternative asks for, on one node.
 	Count int `json:"count"`
-	// Node is the node of the device's slice; "" for a device any node
-	// reaches.
-	Node   string `json:"node,omitempty"`
-	Device string `json:"device"`
+	// Node is the node of a node-local device; "" for a device several
+	// nodes reach: Reaches are those nodes where a node selector picks
+	// them (none for a device every node reaches).
+	Node    string   `json:"node,omitempty"`
+	Reaches []string `json:"reaches,omitempty"`
+	Device  string   `json:"device"`
 	// State is one of the State constants; Detail the allocator's reason
 	// in words, naming what holds it.
 	State   string   `json:"state"`
@@ -121,7 +123,7 @@ func (s *Snapshot) Candidates(ctx context.Context, pod *v1.Pod) ([]Candidate, er
 		for _, c := range found {
 			state, detail := s.classify(c, alt, pod.Namespace, holders)
 			key := c.driver + "/" + c.String()
-			out = append(out, Candidate{Claim: claim, Request: request, Subrequest: sub, Count: alt.count, Node: c.node,
+			out = append(out, Candidate{Claim: claim, Request: request, Subrequest: sub, Count: alt.count, Node: c.node, Reaches: s.reachedBy(c),
 				Device: key, State: stateNames[state], Detail: detail, Holders: held[key]})
 		}
 		return nil
@@ -169,20 +171,28 @@ func FreePerNode(cands []Candidate) map[string]map[string]int {
 		if out[alt] == nil {
 			out[alt] = map[string]int{}
 		}
-		if c.Node != "" {
-			nodes[c.Node] = true
-			if _, ok := out[alt][c.Node]; !ok {
-				out[alt][c.Node] = 0
+		for _, n := range append([]string{c.Node}, c.Reaches...) {
+			if n == "" {
+				continue
+			}
+			nodes[n] = true
+			if _, ok := out[alt][n]; !ok {
+				out[alt][n] = 0
 			}
 		}
 		if c.State != StateFree {
 			continue
 		}
-		if c.Node == "" {
+		switch {
+		case c.Node != "":
+			out[alt][c.Node]++
+		case len(c.Reaches) > 0:
+			for _, n := range c.Reaches {
+				out[alt][n]++
+			}
+		default:
 			anywhere[alt]++
-			continue
 		}
-		out[alt][c.Node]++
 	}
 	for alt, n := range anywhere {
 		for node := range nodes {
@@ -192,6 +202,31 @@ func FreePerNode(cands []Candidate) map[string]map[string]int {
 			out[alt][""] = n
 		}
 	}
+	return out
+}
+
+// reachedBy are the nodes of the snapshot a device that a node selector
+// places reaches; none for a node-local device, one every node reaches,
+// or a snapshot without nodes.
+func (s *Snapshot) reachedBy(d deviceRef) []string {
+	if d.node != "" || d.slice == nil || len(s.Nodes) == 0 {
+		return nil
+	}
+	spec := &d.slice.Spec
+	all := ptr.Deref(spec.AllNodes, false)
+	if ptr.Deref(spec.PerDeviceNodeSelection, false) {
+		all = ptr.Deref(d.dev.AllNodes, false)
+	}
+	if all {
+		return nil
+	}
+	var out []string
+	for name, n := range s.Nodes {
+		if d.reaches(n) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
 	return out
 }
 

@@ -159,3 +159,22 @@ func TestShapes(t *testing.T) {
 		}
 	}
 }
+
+// A rack's devices count as free on the rack's nodes only: the per-node
+// counts of a pod's candidates leave out the nodes the slice's node
+// selector does not pick.
+func TestFreePerNodeCountsWhereDevicesReach(t *testing.T) {
+	s := readShape(t, "testdata/shapes/02-rack-node-selector.yaml").snapshot()
+	i := slices.IndexFunc(s.Pods, func(p v1.Pod) bool { return p.Name == "anywhere" })
+	cands, err := s.Candidates(context.Background(), &s.Pods[i])
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := FreePerNode(cands)
+	if got := free["anywhere/accel/"]; len(got) != 2 || got["a1"] != 2 || got["a2"] != 2 {
+		t.Errorf("free per node %v, want a1 2 and a2 2, b1 none", free)
+	}
+	if len(cands) != 2 || !slices.Equal(cands[0].Reaches, []string{"a1", "a2"}) {
+		t.Errorf("candidates %+v, want two reaching a1 and a2", cands)
+	}
+}

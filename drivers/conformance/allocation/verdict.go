@@ -14,6 +14,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	resourcehelper "k8s.io/component-helpers/resource"
 	schedulingcorev1 "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -103,34 +105,34 @@ func WithGates(f structured.Features, gates map[string]bool) (structured.Feature
 
 // NodeVerdict is the allocator's answer for one node.
 type NodeVerdict struct {
-	Node string
+	Node string `json:"node"`
 	// Fits: the allocator found devices for every claim the pod still
 	// needs there.
-	Fits bool
+	Fits bool `json:"fits"`
 	// Err is the allocator's error on the node ("" when it answered).
-	Err string
+	Err string `json:"error,omitempty"`
 	// Outside are what keeps the pod off the node outside DRA, each as
 	// its reason code and the object it names: a taint's key=value:effect,
 	// "nodeSelector", "unschedulable", "NotReady".
-	Outside []Blocker
+	Outside []Blocker `json:"outside,omitempty"`
 }
 
 // Blocker is one thing that keeps a pod off a node.
 type Blocker struct {
-	Code string
-	What string
+	Code string `json:"code"`
+	What string `json:"what"`
 }
 
 // Verdict is the allocator's answer for a pod on every node.
 type Verdict struct {
 	// Err is the allocator's error for the pod as a whole (a selector's
 	// runtime error): the scheduler gives up the pod, not one node.
-	Err string
+	Err string `json:"error,omitempty"`
 	// Claims are the claims the allocator was asked for (namespace/name;
 	// "extended resources" for the claim the scheduler would make for
 	// extended resources a DeviceClass serves).
-	Claims []string
-	Nodes  []NodeVerdict
+	Claims []string      `json:"claims"`
+	Nodes  []NodeVerdict `json:"nodes"`
 }
 
 // Fits are the nodes the allocator places the claims on.
@@ -706,4 +708,59 @@ func limitList(items []string, n int) []string {
 		return items
 	}
 	return append(slices.Clip(items[:n]), fmt.Sprintf("and %d more", len(items)-n))
+}
+
+// ReadFeatures reads the allocator features a cluster enables from its API
+// server's feature gates (the kubernetes_feature_enabled metric of
+// /metrics, which the scheduler's gates follow unless set apart), over
+// DefaultFeatures. It returns DefaultFeatures and the reason where the
+// metrics cannot be read (a user without get on /metrics).
+func ReadFeatures(ctx context.Context, client kubernetes.Interface) (structured.Features, error) {
+	rc := client.CoreV1().RESTClient()
+	if c, ok := rc.(*rest.RESTClient); rc == nil || (ok && c == nil) {
+		return DefaultFeatures, errors.New("the client reaches no API server's /metrics")
+	}
+	raw, err := rc.Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return DefaultFeatures, fmt.Errorf("reading the API server's feature gates from /metrics: %w", err)
+	}
+	gates := featureGatesFromMetrics(raw)
+	if len(gates) == 0 {
+		return DefaultFeatures, errors.New("the API server's /metrics has no kubernetes_feature_enabled")
+	}
+	f := DefaultFeatures
+	for name, on := range gates {
+		if field, ok := FeatureGates[name]; ok {
+			*field(&f) = on
+		}
+	}
+	// Binding conditions need the device status too, as the scheduler
+	// switches them.
+	if on, ok := gates["DRAResourceClaimDeviceStatus"]; ok && !on {
+		f.DeviceBindingAndStatus = false
+	}
+	return f, nil
+}
+
+// featureGatesFromMetrics reads the kubernetes_feature_enabled samples of
+// a Prometheus text exposition: gate name → enabled.
+func featureGatesFromMetrics(raw []byte) map[string]bool {
+	const metric = "kubernetes_feature_enabled{"
+	gates := map[string]bool{}
+	for line := range strings.Lines(string(raw)) {
+		rest, ok := strings.CutPrefix(line, metric)
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		for l := range strings.SplitSeq(labels, ",") {
+			if name, ok := strings.CutPrefix(l, `name="`); ok {
+				gates[strings.TrimSuffix(name, `"`)] = strings.TrimSpace(value) == "1"
+			}
+		}
+	}
+	return gates
 }

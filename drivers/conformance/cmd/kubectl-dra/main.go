@@ -23,12 +23,15 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/dralab/dralab/drivers/conformance/allocation"
 )
 
 func main() {
@@ -44,6 +47,7 @@ type options struct {
 	allNamespaces                  bool
 	output                         string
 	node                           string
+	featureGates                   string
 }
 
 // connector makes the client of the cluster the options name, and says
@@ -75,6 +79,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, connect c
 	fs.StringVar(&o.output, "output", "table", "table, wide, json or yaml")
 	fs.StringVar(&o.output, "o", "table", "the output (short for --output)")
 	fs.StringVar(&o.node, "node", "", "devices: only this node's")
+	fs.StringVar(&o.featureGates, "feature-gates", "", "the allocator's DRA gates where they differ from the API server's (Gate=true,Gate=false)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
@@ -114,6 +119,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, connect c
 		return 2
 	}
 
+	gates, err := parseGates(o.featureGates)
+	if err != nil {
+		fmt.Fprintln(stderr, "kubectl dra: --feature-gates:", err)
+		return 2
+	}
 	client, namespace, err := connect(&o)
 	if err != nil {
 		fmt.Fprintln(stderr, "kubectl dra:", err)
@@ -122,7 +132,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, connect c
 	if o.allNamespaces {
 		namespace = ""
 	}
-	r := reader{client: client, namespace: namespace, output: o.output, stdout: stdout, stderr: stderr}
+	r := reader{client: client, namespace: namespace, output: o.output, stdout: stdout, stderr: stderr, gates: gates}
 	switch verb {
 	case "why":
 		err = r.why(ctx, operands[0])
@@ -136,6 +146,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, connect c
 		return 1
 	}
 	return 0
+}
+
+// parseGates reads Gate=true,Gate=false, of the gates that switch the
+// allocator's features.
+func parseGates(s string) (map[string]bool, error) {
+	if s == "" {
+		return nil, nil
+	}
+	gates := map[string]bool{}
+	for _, kv := range strings.Split(s, ",") {
+		name, value, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		on, err := strconv.ParseBool(value)
+		if !ok || name == "" || err != nil {
+			return nil, fmt.Errorf("%q: want Gate=true or Gate=false", kv)
+		}
+		gates[name] = on
+	}
+	if _, err := allocation.WithGates(allocation.DefaultFeatures, gates); err != nil {
+		return nil, err
+	}
+	return gates, nil
 }
 
 func validOutput(o string) bool {

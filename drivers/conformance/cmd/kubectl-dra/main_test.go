@@ -147,6 +147,10 @@ func TestWhyNamesTheHolders(t *testing.T) {
 	if len(e.Pods) != 1 || len(e.Pods[0].Candidates) != 8 || e.Pods[0].ReasonCode != "AllAllocated" {
 		t.Fatalf("-o json: %+v", e)
 	}
+	// The allocator's verdict: no node holds the claim.
+	if v := e.Pods[0].Verdict; v == nil || len(v.Nodes) != 3 || len(v.Fits()) != 0 || v.Nodes[0].Node != "gpu-a100" {
+		t.Errorf("-o json: verdict %+v, want the three nodes, none fitting", v)
+	}
 	for _, c := range e.Pods[0].Candidates {
 		if c.State != "Allocated" || len(c.Holders) != 1 || len(c.Holders[0].Pods) != 1 || c.Holders[0].Subrequest != c.Subrequest {
 			t.Errorf("candidate %+v: want Allocated, held by one pod through the same subrequest", c)
@@ -263,6 +267,8 @@ func TestBadInputAndClusters(t *testing.T) {
 		{[]string{"why", "podgroup/gang"}, 1, `podgroup "gang" not found`},
 		{[]string{"why", "deployment/web"}, 1, `unknown kind "deployment"`},
 		{[]string{"why"}, 2, "why: takes 1 argument(s), got 0"},
+		{[]string{"why", "fallback-8", "--feature-gates", "DRAFoo=true"}, 2, `feature gate "DRAFoo" does not switch the allocator; those that do: DRAAdminAccess`},
+		{[]string{"why", "fallback-8", "--feature-gates", "DRAListTypeAttributes"}, 2, `"DRAListTypeAttributes": want Gate=true or Gate=false`},
 		{[]string{"whence"}, 2, `unknown command "whence"`},
 		{[]string{"devices", "-o", "xml"}, 2, `--output "xml"`},
 	} {
@@ -293,7 +299,8 @@ func TestBadInputAndClusters(t *testing.T) {
 	older.PrependReactor("list", "devicetaintrules", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewNotFound(schema.GroupResource{Group: "resource.k8s.io", Resource: "devicetaintrules"}, "")
 	})
-	if out, errOut, code := kubectlDRA(t, older, "devices"); code != 0 || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "does not serve devicetaintrules.resource.k8s.io") || !strings.Contains(out, "gpu-h100") {
+	if out, errOut, code := kubectlDRA(t, older, "devices"); code != 0 || strings.Count(errOut, "\n") != 2 || !strings.Contains(errOut, "does not serve devicetaintrules.resource.k8s.io") ||
+		!strings.Contains(errOut, "the allocator's features are Kubernetes 1.37's defaults") || !strings.Contains(out, "gpu-h100") {
 		t.Errorf("a cluster without DeviceTaintRules: exit %d: %q %q", code, out, errOut)
 	}
 

@@ -27,6 +27,8 @@ type reader struct {
 	namespace      string
 	output         string
 	stdout, stderr io.Writer
+	// gates switch the allocator's features over what the cluster says.
+	gates map[string]bool
 }
 
 // ErrNoDRA means the cluster serves no resource.k8s.io/v1.
@@ -43,6 +45,15 @@ func (r *reader) snapshot(ctx context.Context) (*allocation.Snapshot, error) {
 	s, err := allocation.Read(ctx, r.client, r.namespace, allocation.Vocabulary{})
 	if err != nil {
 		return nil, err
+	}
+	if len(r.gates) > 0 {
+		f, err := allocation.WithGates(*s.Features, r.gates)
+		if err != nil {
+			return nil, fmt.Errorf("--feature-gates: %w", err)
+		}
+		s.Features, s.FeaturesFrom = &f, s.FeaturesFrom+", then --feature-gates"
+	} else if !strings.HasPrefix(s.FeaturesFrom, "the API server") {
+		fmt.Fprintf(r.stderr, "note: the allocator's features are %s; --feature-gates says otherwise\n", s.FeaturesFrom)
 	}
 	for _, res := range s.NotServed {
 		fmt.Fprintf(r.stderr, "note: the cluster does not serve %s: read as none\n", res)
@@ -90,6 +101,10 @@ type PodExplanation struct {
 	// by node (a claim's devices come from one node).
 	Candidates  []allocation.Candidate    `json:"candidates,omitempty"`
 	FreePerNode map[string]map[string]int `json:"freePerNode,omitempty"`
+	// Verdict is the allocator's answer on every node for the claims the
+	// pod still needs: where they fit, the allocator's errors, and what
+	// outside DRA keeps the pod off each node.
+	Verdict *allocation.Verdict `json:"verdict,omitempty"`
 }
 
 // PodDevice is a device a pod's claim was allocated.
@@ -263,6 +278,11 @@ func explainPod(ctx context.Context, s *allocation.Snapshot, pod *v1.Pod) (*PodE
 	}
 	pe.Candidates = cands
 	pe.FreePerNode = allocation.FreePerNode(cands)
+	if len(s.Nodes) > 0 {
+		if pe.Verdict, err = s.Verdict(ctx, pod); err != nil {
+			return nil, err
+		}
+	}
 	return pe, nil
 }
 

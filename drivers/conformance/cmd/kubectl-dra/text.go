@@ -56,6 +56,9 @@ func writePod(w io.Writer, p PodExplanation, wide bool) {
 		}
 		fmt.Fprintf(w, "  Why: %s\n", why)
 	}
+	if v := p.Verdict; v != nil {
+		writeVerdict(w, v, wide)
+	}
 	if len(p.Candidates) == 0 {
 		return
 	}
@@ -220,4 +223,42 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// writeVerdict says on how many nodes the allocator places the pod's
+// claims, which, and what keeps the pod off those it may not use.
+func writeVerdict(w io.Writer, v *allocation.Verdict, wide bool) {
+	fits := v.Fits()
+	line := fmt.Sprintf("  Allocator: the claims fit on %d of %d nodes", len(fits), len(v.Nodes))
+	if len(fits) > 0 {
+		shown := fits
+		if !wide && len(shown) > maxNodes {
+			shown = shown[:maxNodes]
+		}
+		line += " (" + strings.Join(shown, ", ")
+		if len(shown) < len(fits) {
+			line += fmt.Sprintf(", … %d more", len(fits)-len(shown))
+		}
+		line += ")"
+	}
+	if v.Err != "" {
+		line += "; it fails for the pod: " + v.Err
+	}
+	fmt.Fprintln(w, line)
+	shown := 0
+	for _, n := range v.Nodes {
+		if !n.Fits || len(n.Outside) == 0 {
+			continue
+		}
+		if !wide && shown == maxNodes {
+			fmt.Fprintln(w, "    … (-o wide lists every node)")
+			break
+		}
+		var whats []string
+		for _, b := range n.Outside {
+			whats = append(whats, b.What)
+		}
+		fmt.Fprintf(w, "    %s: %s\n", n.Node, strings.Join(whats, "; "))
+		shown++
+	}
 }
