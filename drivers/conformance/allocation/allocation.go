@@ -148,8 +148,10 @@ type Snapshot struct {
 	// matchCache keeps the devices each alternative matches, found once
 	// a snapshot of NewSnapshot (whose objects do not change).
 	matchCache *matchCache
-	// alloc is the allocator over the snapshot, made at its first use.
+	// alloc is the allocator over the snapshot, made at its first use;
+	// idx its index.
 	alloc *allocatorOnce
+	idx   *index
 }
 
 // claimKey keys Snapshot.Claims: namespace/name.
@@ -163,10 +165,7 @@ func claimKey(namespace, name string) string { return namespace + "/" + name }
 // the snapshot's NotServed.
 func Read(ctx context.Context, client kubernetes.Interface, namespace string, v Vocabulary) (*Snapshot, error) {
 	r := client.ResourceV1()
-	pods, err := listAll(ctx, "pods", metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]v1.Pod, string, error) {
-		l, err := client.CoreV1().Pods(namespace).List(ctx, o)
-		return itemsOf(l, err, func(l *v1.PodList) ([]v1.Pod, metav1.ListMeta) { return l.Items, l.ListMeta })
-	})
+	pods, bound, err := readPods(ctx, client, namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -232,19 +231,46 @@ func Read(ctx context.Context, client kubernetes.Interface, namespace string, v 
 		snap.FeaturesFrom = "the API server's feature gates"
 	}
 	if namespace != metav1.NamespaceAll {
-		bound, err := listAll(ctx, "pods", metav1.ListOptions{FieldSelector: "spec.nodeName!="}, func(ctx context.Context, o metav1.ListOptions) ([]v1.Pod, string, error) {
-			l, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
-			return itemsOf(l, err, func(l *v1.PodList) ([]v1.Pod, metav1.ListMeta) { return l.Items, l.ListMeta })
-		})
-		if err != nil {
-			return nil, fmt.Errorf("bound pods: %w", err)
-		}
 		snap.Bound = bound
 	}
 	if err := snap.ReadPodGroups(ctx, client, namespace); err != nil {
 		return nil, err
 	}
 	return snap, nil
+}
+
+// readPods lists the pods Read needs, each once: every namespace's (all
+// of them bound to nodes); for one namespace, every namespace's bound pods
+// (what holds nodes' resources) and the namespace's waiting ones, the
+// namespace's pods being those and its bound ones.
+func readPods(ctx context.Context, client kubernetes.Interface, namespace string) (pods, bound []v1.Pod, err error) {
+	list := func(namespace, selector string, keep func(*v1.Pod) bool) ([]v1.Pod, error) {
+		got, err := listAll(ctx, "pods", metav1.ListOptions{FieldSelector: selector}, func(ctx context.Context, o metav1.ListOptions) ([]v1.Pod, string, error) {
+			l, err := client.CoreV1().Pods(namespace).List(ctx, o)
+			return itemsOf(l, err, func(l *v1.PodList) ([]v1.Pod, metav1.ListMeta) { return l.Items, l.ListMeta })
+		})
+		// The selector said it; a server (or a fake) that ignores it
+		// must not make a pod count twice.
+		return slices.DeleteFunc(got, func(p v1.Pod) bool { return !keep(&p) }), err
+	}
+	if namespace == metav1.NamespaceAll {
+		pods, err = list(metav1.NamespaceAll, "", func(*v1.Pod) bool { return true })
+		return pods, nil, err
+	}
+	bound, err = list(metav1.NamespaceAll, "spec.nodeName!=", func(p *v1.Pod) bool { return p.Spec.NodeName != "" })
+	if err != nil {
+		return nil, nil, fmt.Errorf("bound pods: %w", err)
+	}
+	pods, err = list(namespace, "spec.nodeName=", func(p *v1.Pod) bool { return p.Spec.NodeName == "" })
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range bound {
+		if bound[i].Namespace == namespace {
+			pods = append(pods, bound[i])
+		}
+	}
+	return pods, bound, nil
 }
 
 // PageSize is how many objects Read asks for at a time.
@@ -265,6 +291,13 @@ func listAll[T any](ctx context.Context, resource string, opts metav1.ListOption
 		}
 		if err != nil {
 			return nil, fmt.Errorf("listing %s: %w", resource, err)
+		}
+		// Nothing here reads managed fields, a large part of a pod: each
+		// page's are let go as it is read.
+		for i := range items {
+			if o, ok := any(&items[i]).(metav1.Object); ok {
+				o.SetManagedFields(nil)
+			}
 		}
 		out = append(out, items...)
 		if next == "" {
@@ -509,18 +542,7 @@ func claimName(pod *v1.Pod, pc v1.PodResourceClaim) string {
 }
 
 func (s *Snapshot) device(driver, pool, name string) *resourceapi.Device {
-	for i := range s.Slices {
-		sl := &s.Slices[i]
-		if sl.Spec.Driver != driver || sl.Spec.Pool.Name != pool {
-			continue
-		}
-		for j := range sl.Spec.Devices {
-			if sl.Spec.Devices[j].Name == name {
-				return &sl.Spec.Devices[j]
-			}
-		}
-	}
-	return nil
+	return s.index().devices[deviceKey{driver, pool, name}]
 }
 
 // consumed is what a share consumes of its device: its memory (a GPU's

@@ -93,8 +93,8 @@ func TestReadOlderTaintRules(t *testing.T) {
 	if got := s.DeviceTaints(drv, "n", "gpu-0"); len(got) != 0 {
 		t.Errorf("no slice publishes gpu-0, yet it has taints %v", got)
 	}
-	s.Slices = []resourceapi.ResourceSlice{{Spec: resourceapi.ResourceSliceSpec{Driver: drv, Pool: resourceapi.ResourcePool{Name: "n", ResourceSliceCount: 1},
-		Devices: []resourceapi.Device{{Name: "gpu-0"}}}}}
+	s = NewSnapshot(Vocabulary{}, "", s.Pods, s.AllClaims, []resourceapi.ResourceSlice{{Spec: resourceapi.ResourceSliceSpec{Driver: drv,
+		Pool: resourceapi.ResourcePool{Name: "n", ResourceSliceCount: 1}, Devices: []resourceapi.Device{{Name: "gpu-0"}}}}}, nil, s.TaintRules, nil)
 	if got := s.DeviceTaints(drv, "n", "gpu-0"); fmt.Sprint(got) != "[example.com/maintenance:NoSchedule]" {
 		t.Errorf("gpu-0's taints %v, want the rule's", got)
 	}

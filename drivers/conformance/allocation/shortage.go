@@ -253,18 +253,7 @@ func shareOf(capacity resourceapi.DeviceCapacity, requests map[resourceapi.Quali
 
 // counterSet finds a pool's published counter set.
 func (s *Snapshot) counterSet(driver, pool, name string) map[string]resourceapi.Counter {
-	for i := range s.Slices {
-		sl := &s.Slices[i]
-		if sl.Spec.Driver != driver || sl.Spec.Pool.Name != pool {
-			continue
-		}
-		for _, cs := range sl.Spec.SharedCounters {
-			if cs.Name == name {
-				return cs.Counters
-			}
-		}
-	}
-	return nil
+	return s.index().counters[deviceKey{driver, pool, name}]
 }
 
 // state is the snapshot as the one reader of free devices
@@ -285,16 +274,16 @@ func (s *Snapshot) eachAllocated(f func(claim string, r resourceapi.DeviceReques
 // eachOnCounterSet calls f for each allocated device of c's pool that
 // consumes counter set set, with its claim and what it consumes there.
 func (s *Snapshot) eachOnCounterSet(c deviceRef, set string, f func(claim string, dev *resourceapi.Device, cons resourceapi.DeviceCounterConsumption)) {
-	s.eachAllocated(func(claim string, r resourceapi.DeviceRequestAllocationResult, dev *resourceapi.Device) {
-		if r.Driver != c.driver || r.Pool != c.pool || dev == nil {
-			return
+	for _, a := range s.index().allocated[poolKey{c.driver, c.pool}] {
+		if a.dev == nil {
+			continue
 		}
-		for _, cons := range dev.ConsumesCounters {
+		for _, cons := range a.dev.ConsumesCounters {
 			if cons.CounterSet == set {
-				f(claim, dev, cons)
+				f(a.claim, a.dev, cons)
 			}
 		}
-	})
+	}
 }
 
 // FreePartitions counts, per partition profile (a MIG profile, as the

@@ -185,6 +185,9 @@ type allocatorOnce struct {
 	features structured.Features
 	alloc    structured.Allocator
 	err      error
+	// verdicts are the verdicts given, by pod (namespace/name): the
+	// reason and the listing of a pod ask once.
+	verdicts sync.Map
 }
 
 // allocInit guards the making of a snapshot's allocatorOnce.
@@ -279,6 +282,18 @@ func (s *Snapshot) Verdict(ctx context.Context, pod *v1.Pod) (*Verdict, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the allocator: %w", err)
 	}
+	key := claimKey(pod.Namespace, pod.Name)
+	if v, ok := s.alloc.verdicts.Load(key); ok {
+		return v.(*Verdict), nil
+	}
+	v, err := s.verdict(ctx, alloc, features, pod)
+	if err == nil && v != nil {
+		s.alloc.verdicts.Store(key, v)
+	}
+	return v, err
+}
+
+func (s *Snapshot) verdict(ctx context.Context, alloc structured.Allocator, features structured.Features, pod *v1.Pod) (*Verdict, error) {
 	var (
 		claims []*resourceapi.ResourceClaim
 		names  []string
@@ -541,20 +556,30 @@ func (v *Verdict) outsideDRA(message string) (string, string, bool) {
 		}
 		return NotDRA, what, true
 	}
-	// The reason is that of the nodes nearest to use (the fewest
-	// blockers), the code most of them have; on a tie, a cordon or a
-	// node not ready before a taint, a taint before the pod's own
-	// selector.
+	// The nodes the pod asks for (those its nodeSelector and affinity
+	// leave in) say the reason where there are any: a taint, a cordon, a
+	// node not Ready; of those, the nodes nearest to use (the fewest
+	// blockers), the code most of them have, a cordon or a node not Ready
+	// before a taint on a tie. Else the pod's own selection keeps it off
+	// every node the claims fit.
+	var wanted, unwanted []string
 	fewest := -1
 	for _, n := range v.Nodes {
-		if n.Fits && (fewest < 0 || len(n.Outside) < fewest) {
+		if !n.Fits {
+			continue
+		}
+		if slices.ContainsFunc(n.Outside, func(b Blocker) bool { return b.Code == NodeSelector }) {
+			unwanted = append(unwanted, n.Node)
+			continue
+		}
+		if fewest < 0 || len(n.Outside) < fewest {
 			fewest = len(n.Outside)
 		}
 	}
 	count := map[string]int{}
 	var parts []string
 	for _, n := range v.Nodes {
-		if !n.Fits {
+		if !n.Fits || slices.Contains(unwanted, n.Node) {
 			continue
 		}
 		var whats []string
@@ -564,13 +589,20 @@ func (v *Verdict) outsideDRA(message string) (string, string, bool) {
 			}
 			whats = append(whats, b.What)
 		}
+		wanted = append(wanted, n.Node)
 		parts = append(parts, n.Node+": "+strings.Join(whats, ", "))
 	}
-	code := ""
-	for _, c := range []string{NodeUnschedulable, NodeNotReady, NodeTaint, NodeSelector} {
-		if count[c] > count[code] {
-			code = c
+	code := NodeSelector
+	if len(wanted) > 0 {
+		code = ""
+		for _, c := range []string{NodeUnschedulable, NodeNotReady, NodeTaint} {
+			if count[c] > count[code] {
+				code = c
+			}
 		}
+	}
+	if len(unwanted) > 0 {
+		parts = append(parts, "left out by the pod's nodeSelector or node affinity: "+listNodes(unwanted))
 	}
 	return code, fmt.Sprintf("the allocator places its devices only on nodes the pod may not use: %s", strings.Join(limitList(parts, 8), "; ")), true
 }
