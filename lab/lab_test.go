@@ -192,6 +192,7 @@ func TestUpReuseDown(t *testing.T) {
 	assertPrivate(t, labstate.Dir(st.StateDir).EtcdSocket())
 	assertDriversMayWriteClaimStatus(ctx, t, labstate.Dir(st.StateDir).Node("n1"))
 	assertServesOlderResourceVersions(ctx, t, l.Kubeconfig())
+	assertBootstrapPolicyIsKubernetes(ctx, t, l.Kubeconfig())
 	assertInitContainersComplete(ctx, t, l.Kubeconfig())
 	assertTaintRuleSelectors(ctx, t, l.Kubeconfig())
 	assertObservability(ctx, t, l)

@@ -230,12 +230,16 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, opts options.Options
 		return fmt.Errorf("kube-apiserver config: %w", err)
 	}
 	config.KubeAPIs.Extra.KubeletClientConfig.Lookup = loopbackKubelets
+	config.KubeAPIs.ControlPlane.Generic.DisabledPostStartHooks.Insert(replacedHooks...)
 	completedConfig, err := config.Complete()
 	if err != nil {
 		return fmt.Errorf("kube-apiserver config: %w", err)
 	}
 	server, err := apiserverapp.CreateServerChain(completedConfig)
 	if err != nil {
+		return fmt.Errorf("kube-apiserver: %w", err)
+	}
+	if err := addBootstrapHooks(server.GenericAPIServer); err != nil {
 		return fmt.Errorf("kube-apiserver: %w", err)
 	}
 	prepared, err := server.PrepareRun()
