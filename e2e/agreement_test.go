@@ -2,9 +2,9 @@ package e2e
 
 import (
 	"context"
-	"errors"
-	"maps"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,112 +108,80 @@ func agreeBound(ctx context.Context, t *testing.T, s *allocation.Snapshot, taint
 		nodes = append(nodes, *n)
 	}
 	then := allocation.NewSnapshot(allocation.Vocabulary{}, pod.Namespace, pods, claims, s.Slices, classes, s.TaintRules, nodes)
+	then.Features = s.Features
 	then.Bound = slices.DeleteFunc(slices.Clone(s.Bound), func(p v1.Pod) bool { return p.Namespace == pod.Namespace && p.Name == pod.Name })
-	cands, err := then.Candidates(ctx, before)
-	if errors.Is(err, allocation.ErrNoPendingClaims) {
+	v, err := then.Verdict(ctx, before)
+	if err != nil || v == nil {
+		t.Errorf("agreement: %s/%s: the allocator on the state before: %v, %v", pod.Namespace, pod.Name, v, err)
 		return
 	}
-	if err != nil {
-		t.Errorf("agreement: %s/%s: %v", pod.Namespace, pod.Name, err)
-		return
-	}
-	if !fitsOn(cands, pod.Spec.NodeName) {
-		t.Errorf("agreement: the scheduler bound %s/%s to %s, but in the plugin's reading of the state before, not every request of its claims has an alternative that fits there (free per node: %v)",
-			pod.Namespace, pod.Name, pod.Spec.NodeName, allocation.FreePerNode(cands))
+	if !slices.Contains(v.Fits(), pod.Spec.NodeName) {
+		t.Errorf("agreement: the scheduler bound %s/%s to %s, but the allocator, on the state before, places its claims on %v only (%+v)",
+			pod.Namespace, pod.Name, pod.Spec.NodeName, v.Fits(), v.Nodes)
 	}
 }
 
-// fitsOn tells whether every request of the candidates (claim/request) has
-// an alternative with enough free devices that the node reaches: its own
-// and those any node reaches ("" for a node: those alone). A claim's
-// devices come from one node, and a pod's requests are all met there.
-func fitsOn(cands []allocation.Candidate, node string) bool {
-	free := map[string]int{} // claim/request/subrequest → free devices the node reaches
-	requests := map[string]bool{}
-	for _, c := range cands {
-		alt := c.Alternative()
-		requests[c.Claim+"/"+c.Request] = false
-		if c.State == allocation.StateFree && (c.Node == "" || c.Node == node) {
-			free[alt]++
-		}
-	}
-	for _, c := range cands {
-		if free[c.Alternative()] >= c.Count {
-			requests[c.Claim+"/"+c.Request] = true
-		}
-	}
-	for _, ok := range requests {
-		if !ok {
-			return false
-		}
-	}
-	return len(requests) > 0
-}
+// deviceReasons are the reasons about devices: the allocator must place
+// the pod's claims on no node the pod may use.
+var deviceReasons = []string{allocation.NoMatchingDevice, allocation.AllAllocated, allocation.Tainted, allocation.NotOnOneNode,
+	allocation.ConstraintUnmet, allocation.TooFew, allocation.PoolIncomplete, allocation.CounterExhausted, allocation.CapacityExhausted,
+	allocation.IncompatibleGroups, allocation.SelectorError, allocation.AllocatorError, allocation.Unexplained}
 
-// fittingNode is a node on which every request of the candidates fits
-// (fitsOn); "any node" when devices no node owns are enough; "" for none.
-func fittingNode(cands []allocation.Candidate) string {
-	nodes := map[string]bool{}
-	for _, c := range cands {
-		if c.Node != "" {
-			nodes[c.Node] = true
-		}
-	}
-	for _, node := range slices.Sorted(maps.Keys(nodes)) {
-		if fitsOn(cands, node) {
-			return node
-		}
-	}
-	if fitsOn(cands, "") {
-		return "any node"
-	}
-	return ""
-}
+// nodeReasons are the reasons outside DRA: the allocator places the claims
+// on some node, and on none the pod may use.
+var nodeReasons = []string{allocation.NodeTaint, allocation.NodeSelector, allocation.NodeUnschedulable, allocation.NodeNotReady}
 
-// deviceReasons are the reasons about devices, which the candidates must
-// bear out: no alternative fits on one node.
-var deviceReasons = []string{allocation.NoMatchingDevice, allocation.AllAllocated, allocation.Tainted, allocation.NotOnOneNode}
-
-// agreeBlocked: a pod the scheduler could not place, the plugin explains
-// as blocked. The scheduler's word may be older than the state (it tries
-// again after a backoff): a pod the plugin finds placeable is read again
-// until the scheduler had its turn, and only one still waiting then is a
-// disagreement.
+// agreeBlocked: a pod the scheduler could not place, the plugin explains,
+// and the allocator's verdict bears the reason out: a reason about devices
+// where the allocator places the claims on no node the pod may use, a
+// reason about nodes where it places them only on nodes the pod may not
+// use, and each reason's blocking object where the reason names one (the
+// holder of a device, a taint). The scheduler's word may be older than the
+// state (it tries again after a backoff): a pod the allocator places on a
+// node it may use is read again until the scheduler had its turn, and only
+// one still waiting then is a disagreement.
 func agreeBlocked(ctx context.Context, t *testing.T, client kubernetes.Interface, s *allocation.Snapshot, rows []allocation.Row, pod *v1.Pod) {
 	t.Helper()
-	code := ""
+	code, msg := "", ""
 	for _, r := range rows {
 		if r.Namespace == pod.Namespace && r.Pod == pod.Name {
-			code = r.ReasonCode
+			code, msg = r.ReasonCode, r.Reason
 		}
 	}
-	if code != "" && code != allocation.NotRetried && !slices.Contains(deviceReasons, code) {
-		return // node resources, gangs, counters, capacity: explained, and not by free devices alone
-	}
-	cands, err := s.Candidates(ctx, pod)
-	if errors.Is(err, allocation.ErrNoPendingClaims) {
-		return
-	}
+	v, err := s.Verdict(ctx, pod)
 	if err != nil {
 		t.Errorf("agreement: %s/%s: %v", pod.Namespace, pod.Name, err)
 		return
 	}
-	fitting := fittingNode(cands)
-	if code != "" && fitting == "" {
-		return
+	if v == nil || len(v.Claims) == 0 {
+		return // no claim made yet, or none left to allocate
 	}
-	if code == allocation.NotRetried {
-		// The plugin says the scheduler's refusal is stale: a node has
-		// room now. Its devices must fit somewhere too.
-		if fitting == "" {
-			t.Errorf("agreement: the plugin explains %s/%s as %s (room now), but finds no node where every request of its claims fits", pod.Namespace, pod.Name, code)
+	where := func() string { return fmt.Sprintf("fits on %v, usable %v", v.Fits(), v.Usable()) }
+	switch {
+	case slices.Contains(deviceReasons, code):
+		if len(v.Usable()) > 0 {
+			t.Errorf("agreement: %s/%s is explained as %s (%s), but the allocator %s", pod.Namespace, pod.Name, code, msg, where())
+		}
+		checkNamed(t, s, pod, code, msg)
+		return
+	case slices.Contains(nodeReasons, code):
+		if len(v.Fits()) == 0 || len(v.Usable()) > 0 {
+			t.Errorf("agreement: %s/%s is explained as %s (%s), but the allocator %s", pod.Namespace, pod.Name, code, msg, where())
 		}
 		return
+	case code != "" && code != allocation.NotRetried && code != allocation.NotDRA && code != allocation.Insufficient:
+		return // node resources, gangs: explained, and not by the allocator alone
 	}
-	// Placeable, or no reason: read again until the scheduler had its
-	// turn. A pod it could not place waits its backoff (1 s, doubled on
-	// each try, at most 10 s) before it is tried again, and longer on a
-	// loaded machine.
+	if len(v.Usable()) == 0 {
+		t.Errorf("agreement: %s/%s is explained as %q (%s), yet the allocator places its claims on no node it may use (%s)", pod.Namespace, pod.Name, code, msg, where())
+		return
+	}
+	// Placeable: read again until the scheduler had its turn. A pod it
+	// could not place waits its backoff (1 s, doubled on each try, at most
+	// 10 s) before it is tried again, and longer on a loaded machine.
+	if code == allocation.Insufficient || code == allocation.NotRetried {
+		return // the node's CPU or memory, or a refusal the scheduler does not retry
+	}
 	err = wait.PollUntilContextTimeout(ctx, time.Second, schedulerRetry, false, func(ctx context.Context) (bool, error) {
 		p, err := client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 		return err != nil || p.Spec.NodeName != "" || p.DeletionTimestamp != nil, nil
@@ -221,8 +189,34 @@ func agreeBlocked(ctx context.Context, t *testing.T, client kubernetes.Interface
 	if err == nil {
 		return
 	}
-	t.Errorf("agreement: the scheduler leaves %s/%s unschedulable for %s, but the plugin explains it with reason %q and finds %q fitting",
-		pod.Namespace, pod.Name, schedulerRetry, code, fitting)
+	t.Errorf("agreement: the scheduler leaves %s/%s unschedulable for %s, but the plugin explains it with reason %q and the allocator %s",
+		pod.Namespace, pod.Name, schedulerRetry, code, where())
+}
+
+// checkNamed: a reason that blames a holder names a claim that holds a
+// device; one that blames a taint names a taint a device has.
+func checkNamed(t *testing.T, s *allocation.Snapshot, pod *v1.Pod, code, msg string) {
+	t.Helper()
+	switch code {
+	case allocation.AllAllocated, allocation.CounterExhausted:
+		for _, c := range s.AllClaims {
+			if c.Status.Allocation != nil && len(c.Status.Allocation.Devices.Results) > 0 && strings.Contains(msg, c.Name) {
+				return
+			}
+		}
+		t.Errorf("agreement: %s/%s is explained as %s, naming no claim that holds a device: %s", pod.Namespace, pod.Name, code, msg)
+	case allocation.Tainted:
+		for _, sl := range s.Slices {
+			for _, d := range sl.Spec.Devices {
+				for _, taint := range s.DeviceTaints(sl.Spec.Driver, sl.Spec.Pool.Name, d.Name) {
+					if key, _, _ := strings.Cut(taint, ":"); strings.Contains(msg, strings.SplitN(key, "=", 2)[0]) {
+						return
+					}
+				}
+			}
+		}
+		t.Errorf("agreement: %s/%s is explained as %s, naming no taint a device has: %s", pod.Namespace, pod.Name, code, msg)
+	}
 }
 
 // schedulerRetry is how long a pod the plugin finds placeable may stay

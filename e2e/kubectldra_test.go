@@ -63,11 +63,16 @@ func TestKubectlDRA(t *testing.T) {
 		t.Helper()
 		cmd := exec.CommandContext(ctx, "kubectl", append([]string{"dra"}, args...)...)
 		cmd.Env = env
-		out, err := cmd.CombinedOutput()
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
 		if err != nil {
-			t.Fatalf("kubectl dra %s: %v\n%s", strings.Join(args, " "), err, out)
+			t.Fatalf("kubectl dra %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
 		}
-		t.Logf("kubectl dra %s:\n%s", strings.Join(args, " "), out)
+		t.Logf("kubectl dra %s:\n%s%s", strings.Join(args, " "), stderr.String(), out)
+		if strings.Contains(stderr.String(), "defaults") {
+			t.Errorf("kubectl dra %s did not read the lab's feature gates: %s", strings.Join(args, " "), stderr.String())
+		}
 		return string(out)
 	}
 

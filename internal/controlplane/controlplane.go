@@ -26,6 +26,7 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/server/egressselector"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/apiserver/pkg/util/compatibility"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -127,7 +128,14 @@ func setFeatureGates(gates string) error {
 				return
 			}
 		}
-		err = compatibility.DefaultComponentGlobalsRegistry.Set()
+		if err = compatibility.DefaultComponentGlobalsRegistry.Set(); err != nil {
+			return
+		}
+		// As kube-apiserver's command does: the gates and the version in
+		// its /metrics (kubernetes_feature_enabled), where tools such as
+		// kubectl dra read which allocator features the cluster has.
+		utilfeature.DefaultMutableFeatureGate.AddMetrics()
+		compatibility.DefaultComponentGlobalsRegistry.AddMetrics()
 	})
 	return err
 }
