@@ -19,6 +19,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"golang.org/x/sync/errgroup"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	resourcev1beta2 "k8s.io/api/resource/v1beta2"
@@ -131,8 +132,12 @@ type Snapshot struct {
 	TaintRules []resourceapi.DeviceTaintRule
 	Nodes      map[string]*v1.Node
 	// Bound are every namespace's pods bound to a node: what the node's
-	// resources are held by.
+	// resources are held by. A snapshot Read for one namespace has none
+	// at first: it lists the pods of a node where it needs them (boundOn).
 	Bound []v1.Pod
+	// boundOn lists the pods bound to a node (every node's: ""), every
+	// namespace's; nil where Bound has them all.
+	boundOn func(ctx context.Context, node string) ([]v1.Pod, error)
 	// PodGroups are the namespace's, by namespace/name; none where the
 	// API server does not serve them.
 	PodGroups map[string]*schedulingv1beta1.PodGroup
@@ -165,60 +170,83 @@ func claimKey(namespace, name string) string { return namespace + "/" + name }
 // the snapshot's NotServed.
 func Read(ctx context.Context, client kubernetes.Interface, namespace string, v Vocabulary) (*Snapshot, error) {
 	r := client.ResourceV1()
-	pods, bound, err := readPods(ctx, client, namespace)
-	if err != nil {
-		return nil, err
-	}
-	claims, err := listAll(ctx, "resourceclaims", metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]resourceapi.ResourceClaim, string, error) {
-		l, err := r.ResourceClaims(metav1.NamespaceAll).List(ctx, o)
-		return itemsOf(l, err, func(l *resourceapi.ResourceClaimList) ([]resourceapi.ResourceClaim, metav1.ListMeta) {
-			return l.Items, l.ListMeta
-		})
+	var (
+		pods      []v1.Pod
+		claims    []resourceapi.ResourceClaim
+		slices    []resourceapi.ResourceSlice
+		classes   []resourceapi.DeviceClass
+		rules     []resourceapi.DeviceTaintRule
+		nodes     []v1.Node
+		notServed []string
+	)
+	// The lists at once: each decodes as its pages come, the slices (the
+	// most) beside the rest.
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) {
+		pods, err = readPods(gctx, client, namespace, "")
+		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	slices, err := listAll(ctx, "resourceslices", metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]resourceapi.ResourceSlice, string, error) {
-		l, err := r.ResourceSlices().List(ctx, o)
-		return itemsOf(l, err, func(l *resourceapi.ResourceSliceList) ([]resourceapi.ResourceSlice, metav1.ListMeta) {
-			return l.Items, l.ListMeta
+	g.Go(func() (err error) {
+		claims, err = listAll(gctx, "resourceclaims", metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]resourceapi.ResourceClaim, string, error) {
+			l, err := r.ResourceClaims(metav1.NamespaceAll).List(ctx, o)
+			return itemsOf(l, err, func(l *resourceapi.ResourceClaimList) ([]resourceapi.ResourceClaim, metav1.ListMeta) {
+				return l.Items, l.ListMeta
+			})
 		})
+		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	classes, err := listAll(ctx, "deviceclasses", metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]resourceapi.DeviceClass, string, error) {
-		l, err := r.DeviceClasses().List(ctx, o)
-		return itemsOf(l, err, func(l *resourceapi.DeviceClassList) ([]resourceapi.DeviceClass, metav1.ListMeta) {
-			return l.Items, l.ListMeta
+	g.Go(func() (err error) {
+		counters := counterMaps{}
+		slices, err = listAll(gctx, "resourceslices", metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]resourceapi.ResourceSlice, string, error) {
+			l, err := r.ResourceSlices().List(ctx, o)
+			return itemsOf(l, err, func(l *resourceapi.ResourceSliceList) ([]resourceapi.ResourceSlice, metav1.ListMeta) {
+				counters.shareCounters(l.Items)
+				return l.Items, l.ListMeta
+			})
 		})
+		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	var notServed []string
-	rules, err := listAll(ctx, "devicetaintrules", metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]resourceapi.DeviceTaintRule, string, error) {
-		l, err := r.DeviceTaintRules().List(ctx, o)
-		return itemsOf(l, err, func(l *resourceapi.DeviceTaintRuleList) ([]resourceapi.DeviceTaintRule, metav1.ListMeta) {
-			return l.Items, l.ListMeta
+	g.Go(func() (err error) {
+		classes, err = listAll(gctx, "deviceclasses", metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]resourceapi.DeviceClass, string, error) {
+			l, err := r.DeviceClasses().List(ctx, o)
+			return itemsOf(l, err, func(l *resourceapi.DeviceClassList) ([]resourceapi.DeviceClass, metav1.ListMeta) {
+				return l.Items, l.ListMeta
+			})
 		})
-	})
-	if apierrors.IsNotFound(err) {
-		// Before 1.37, DeviceTaintRules were served at v1beta2 only.
-		rules, err = readOlderTaintRules(ctx, client)
-		if apierrors.IsNotFound(err) {
-			notServed = append(notServed, "devicetaintrules.resource.k8s.io")
-		} else if err != nil {
-			return nil, err
+		if err != nil {
+			return err
 		}
-	} else if err != nil {
-		return nil, err
-	}
-	nodes, err := listAll(ctx, "nodes", metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]v1.Node, string, error) {
-		l, err := client.CoreV1().Nodes().List(ctx, o)
-		return itemsOf(l, err, func(l *v1.NodeList) ([]v1.Node, metav1.ListMeta) { return l.Items, l.ListMeta })
+		rules, err = listAll(gctx, "devicetaintrules", metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]resourceapi.DeviceTaintRule, string, error) {
+			l, err := r.DeviceTaintRules().List(ctx, o)
+			return itemsOf(l, err, func(l *resourceapi.DeviceTaintRuleList) ([]resourceapi.DeviceTaintRule, metav1.ListMeta) {
+				return l.Items, l.ListMeta
+			})
+		})
+		if apierrors.IsNotFound(err) {
+			// Before 1.37, DeviceTaintRules were served at v1beta2 only.
+			rules, err = readOlderTaintRules(gctx, client)
+			if apierrors.IsNotFound(err) {
+				notServed = append(notServed, "devicetaintrules.resource.k8s.io")
+				return nil
+			}
+		}
+		return err
 	})
-	if err != nil {
+	g.Go(func() (err error) {
+		nodes, err = listAll(gctx, "nodes", metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]v1.Node, string, error) {
+			l, err := client.CoreV1().Nodes().List(ctx, o)
+			return itemsOf(l, err, func(l *v1.NodeList) ([]v1.Node, metav1.ListMeta) {
+				for i := range l.Items {
+					// A node's images (dozens of names each) are nothing an
+					// allocation reads.
+					l.Items[i].Status.Images = nil
+				}
+				return l.Items, l.ListMeta
+			})
+		})
+		return err
+	})
+	if err := g.Wait(); err != nil {
 		return nil, err
 	}
 	snap := NewSnapshot(v, namespace, pods, claims, slices, classes, rules, nodes)
@@ -231,7 +259,9 @@ func Read(ctx context.Context, client kubernetes.Interface, namespace string, v 
 		snap.FeaturesFrom = "the API server's feature gates"
 	}
 	if namespace != metav1.NamespaceAll {
-		snap.Bound = bound
+		// The other namespaces' pods hold a node's CPUs and memory: read
+		// where a node's are in question, not the cluster's every pod.
+		snap.boundOn = boundReader(client)
 	}
 	if err := snap.ReadPodGroups(ctx, client, namespace); err != nil {
 		return nil, err
@@ -239,38 +269,31 @@ func Read(ctx context.Context, client kubernetes.Interface, namespace string, v 
 	return snap, nil
 }
 
-// readPods lists the pods Read needs, each once: every namespace's (all
-// of them bound to nodes); for one namespace, every namespace's bound pods
-// (what holds nodes' resources) and the namespace's waiting ones, the
-// namespace's pods being those and its bound ones.
-func readPods(ctx context.Context, client kubernetes.Interface, namespace string) (pods, bound []v1.Pod, err error) {
-	list := func(namespace, selector string, keep func(*v1.Pod) bool) ([]v1.Pod, error) {
-		got, err := listAll(ctx, "pods", metav1.ListOptions{FieldSelector: selector}, func(ctx context.Context, o metav1.ListOptions) ([]v1.Pod, string, error) {
-			l, err := client.CoreV1().Pods(namespace).List(ctx, o)
-			return itemsOf(l, err, func(l *v1.PodList) ([]v1.Pod, metav1.ListMeta) { return l.Items, l.ListMeta })
-		})
-		// The selector said it; a server (or a fake) that ignores it
-		// must not make a pod count twice.
-		return slices.DeleteFunc(got, func(p v1.Pod) bool { return !keep(&p) }), err
-	}
-	if namespace == metav1.NamespaceAll {
-		pods, err = list(metav1.NamespaceAll, "", func(*v1.Pod) bool { return true })
-		return pods, nil, err
-	}
-	bound, err = list(metav1.NamespaceAll, "spec.nodeName!=", func(p *v1.Pod) bool { return p.Spec.NodeName != "" })
-	if err != nil {
-		return nil, nil, fmt.Errorf("bound pods: %w", err)
-	}
-	pods, err = list(namespace, "spec.nodeName=", func(p *v1.Pod) bool { return p.Spec.NodeName == "" })
-	if err != nil {
-		return nil, nil, err
-	}
-	for i := range bound {
-		if bound[i].Namespace == namespace {
-			pods = append(pods, bound[i])
+// boundReader lists the pods bound to a node (every node's: ""), every
+// namespace's.
+func boundReader(client kubernetes.Interface) func(ctx context.Context, node string) ([]v1.Pod, error) {
+	return func(ctx context.Context, node string) ([]v1.Pod, error) {
+		selector := "spec.nodeName!="
+		if node != "" {
+			selector = "spec.nodeName=" + node
 		}
+		bound, err := readPods(ctx, client, metav1.NamespaceAll, selector)
+		if err != nil {
+			return nil, fmt.Errorf("the pods bound to nodes: %w", err)
+		}
+		// The selector said it; a server (or a fake) that ignores it must
+		// not make a pod count.
+		return slices.DeleteFunc(bound, func(p v1.Pod) bool { return p.Spec.NodeName == "" || node != "" && p.Spec.NodeName != node }), nil
 	}
-	return pods, bound, nil
+}
+
+// readPods lists a namespace's pods (metav1.NamespaceAll: every
+// namespace's), those a field selector selects where it names one.
+func readPods(ctx context.Context, client kubernetes.Interface, namespace, selector string) ([]v1.Pod, error) {
+	return listAll(ctx, "pods", metav1.ListOptions{FieldSelector: selector}, func(ctx context.Context, o metav1.ListOptions) ([]v1.Pod, string, error) {
+		l, err := client.CoreV1().Pods(namespace).List(ctx, o)
+		return itemsOf(l, err, func(l *v1.PodList) ([]v1.Pod, metav1.ListMeta) { return l.Items, l.ListMeta })
+	})
 }
 
 // PageSize is how many objects Read asks for at a time.

@@ -116,7 +116,10 @@ func (s *Snapshot) whyNodeResources(ctx context.Context, pod *v1.Pod, message st
 		if n == nil {
 			continue
 		}
-		held, heldDRA := s.nodeHeld(node)
+		held, heldDRA, err := s.nodeHeld(ctx, node, len(add))
+		if err != nil {
+			return "", "", err
+		}
 		for _, a := range accounted {
 			extra, ok := add[node][a.name]
 			if !ok || !short(a.name) {
@@ -151,11 +154,29 @@ func (s *Snapshot) whyNodeResources(ctx context.Context, pod *v1.Pod, message st
 }
 
 // nodeHeld sums the requests of the pods bound to a node that have not
-// ended, and the part of them accounted through their devices.
-func (s *Snapshot) nodeHeld(node string) (v1.ResourceList, v1.ResourceList) {
+// ended, and the part of them accounted through their devices. Where the
+// snapshot lists bound pods as it needs them, it lists the node's, or
+// the cluster's every bound pod once where nodes, the nodes in question,
+// are more than a few.
+func (s *Snapshot) nodeHeld(ctx context.Context, node string, nodes int) (v1.ResourceList, v1.ResourceList, error) {
+	bound := s.Bound
+	if s.boundOn != nil {
+		const fewNodes = 16
+		var err error
+		if nodes > fewNodes {
+			s.Bound, err = s.boundOn(ctx, "")
+			s.boundOn = nil
+			bound = s.Bound
+		} else {
+			bound, err = s.boundOn(ctx, node)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+	}
 	held, dra := v1.ResourceList{}, v1.ResourceList{}
-	for i := range s.Bound {
-		p := &s.Bound[i]
+	for i := range bound {
+		p := &bound[i]
 		if p.Spec.NodeName != node || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
 			continue
 		}
@@ -170,7 +191,7 @@ func (s *Snapshot) nodeHeld(node string) (v1.ResourceList, v1.ResourceList) {
 			dra[name] = sum
 		}
 	}
-	return held, dra
+	return held, dra, nil
 }
 
 // devicePerPod is what one pod's claim for a device adds of a node

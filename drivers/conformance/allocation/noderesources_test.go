@@ -2,6 +2,7 @@ package allocation
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -9,6 +10,9 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 )
 
@@ -90,6 +94,41 @@ func TestWhyNodeResources(t *testing.T) {
 	s.Slices[1].Spec.Devices = []resourceapi.Device{{Name: "gpu-0"}, {Name: "gpu-1"}}
 	if code, _, _ := s.whyNodeResources(ctx, &worker, "0/1 nodes are available: 1 Insufficient memory.", holders); code != "" {
 		t.Errorf("devices without nodeAllocatableResources: %q, want no reason", code)
+	}
+}
+
+// A snapshot read for one namespace has no other namespace's pods: what
+// holds a node's memory it lists where a node is in question, that node's
+// pods (other namespaces' too), or every bound pod once where many nodes
+// are.
+func TestNodeHeldListsWhereANodeIsInQuestion(t *testing.T) {
+	ctx := context.Background()
+	trainer := memoryPod("trainer", "40Gi", "trainer-gpu", "n")
+	trainer.Namespace = "other"
+	elsewhere := memoryPod("elsewhere", "30Gi", "elsewhere-gpu", "m")
+	waiting := memoryPod("worker", "12Gi", "worker-gpu", "")
+	client := fake.NewClientset(&trainer, &elsewhere, &waiting)
+	var selectors []string
+	client.PrependReactor("list", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		selectors = append(selectors, a.(clienttesting.ListAction).GetListRestrictions().Fields.String())
+		return false, nil, nil
+	})
+	s := &Snapshot{boundOn: boundReader(client)}
+	held, _, err := s.nodeHeld(ctx, "n", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := held[v1.ResourceMemory]; got.Cmp(resource.MustParse("40Gi")) != 0 || !slices.Equal(selectors, []string{"spec.nodeName=n"}) {
+		t.Errorf("node n, alone in question: held %v after lists %q; want 40Gi (the other namespace's trainer, not m's pod or the waiting one) after one list of n's pods", held, selectors)
+	}
+	selectors = nil
+	for range 2 {
+		if held, _, err = s.nodeHeld(ctx, "m", 17); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := held[v1.ResourceMemory]; got.Cmp(resource.MustParse("30Gi")) != 0 || !slices.Equal(selectors, []string{"spec.nodeName!="}) || len(s.Bound) != 2 {
+		t.Errorf("17 nodes in question: held %v on m after lists %q, %d pods kept; want 30Gi after one list of every bound pod, both kept", held, selectors, len(s.Bound))
 	}
 }
 

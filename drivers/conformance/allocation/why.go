@@ -866,11 +866,12 @@ func (s *Snapshot) match(ctx context.Context, selectors []resourceapi.DeviceSele
 	var wg sync.WaitGroup
 	for p := range parts {
 		wg.Go(func() {
+			memo := newSelectorMemo(compiled)
 			for _, sl := range current[p*len(current)/parts : (p+1)*len(current)/parts] {
 				for j := range sl.Spec.Devices {
 					d := &sl.Spec.Devices[j]
 					ref := newDeviceRef(sl, d)
-					ok, err := matchesAll(ctx, compiled, exprs, ref)
+					ok, err := matchesAll(ctx, compiled, exprs, ref, memo)
 					if err != nil {
 						errs[p] = err
 						return
@@ -924,16 +925,17 @@ func (s *Snapshot) InClass(ctx context.Context, class string, sl *resourceapi.Re
 	if compileErr != nil {
 		return false
 	}
-	ok, err := matchesAll(ctx, compiled, exprs, newDeviceRef(sl, dev))
+	ok, err := matchesAll(ctx, compiled, exprs, newDeviceRef(sl, dev), nil)
 	return ok && err == nil
 }
 
 // matchesAll tells whether every compiled selector matches device d; one
-// that fails on it is a selectorError.
-func matchesAll(ctx context.Context, compiled devices.Selectors, exprs []string, d deviceRef) (bool, error) {
+// that fails on it is a selectorError. memo, where not nil, remembers the
+// results by the values each selector reads.
+func matchesAll(ctx context.Context, compiled devices.Selectors, exprs []string, d deviceRef, memo *selectorMemo) (bool, error) {
 	dev := cel.Device{Driver: d.driver, AllowMultipleAllocations: d.dev.AllowMultipleAllocations, Attributes: d.dev.Attributes, Capacity: d.dev.Capacity}
-	for k, c := range compiled {
-		match, _, err := c.DeviceMatches(ctx, dev)
+	for k := range compiled {
+		match, err := memo.matches(ctx, compiled, k, dev, d.dev)
 		if err != nil {
 			return false, &selectorError{expression: exprs[k], device: d, err: err}
 		}

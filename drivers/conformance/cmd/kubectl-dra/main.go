@@ -42,13 +42,18 @@ import (
 const memoryLimit = 384 << 20
 
 func main() {
+	os.Exit(command())
+}
+
+// command runs the command line this process was started with, and says
+// its exit code.
+func command() int {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(memoryLimit)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, connect)
-	stop()
-	os.Exit(code)
+	defer stop()
+	return run(ctx, os.Args[1:], os.Stdout, os.Stderr, connect)
 }
 
 // options are the command line's flags.
