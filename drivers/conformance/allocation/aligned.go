@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/dynamic-resource-allocation/cel"
 
 	"github.com/dralab/dralab/drivers/conformance/devices"
 )
@@ -74,7 +73,7 @@ func constraintAttribute(ctx context.Context, derived []resourceapi.DeviceDerive
 		if d.Name != attr {
 			continue
 		}
-		v, err := devices.Derive(ctx, d.Expression, cel.Device{Driver: driver, AllowMultipleAllocations: dev.AllowMultipleAllocations, Attributes: dev.Attributes, Capacity: dev.Capacity})
+		v, err := devices.Derive(ctx, d.Expression, devices.Input(driver, dev))
 		if err != nil || v == nil {
 			return resourceapi.DeviceAttribute{}, false
 		}

@@ -14,7 +14,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
 
@@ -933,7 +932,7 @@ func (s *Snapshot) InClass(ctx context.Context, class string, sl *resourceapi.Re
 // that fails on it is a selectorError. memo, where not nil, remembers the
 // results by the values each selector reads.
 func matchesAll(ctx context.Context, compiled devices.Selectors, exprs []string, d deviceRef, memo *selectorMemo) (bool, error) {
-	dev := cel.Device{Driver: d.driver, AllowMultipleAllocations: d.dev.AllowMultipleAllocations, Attributes: d.dev.Attributes, Capacity: d.dev.Capacity}
+	dev := devices.Input(d.driver, d.dev)
 	for k := range compiled {
 		match, err := memo.matches(ctx, compiled, k, dev, d.dev)
 		if err != nil {

@@ -61,7 +61,7 @@ func (s *suite) bindingConditions(ctx context.Context, logf logFunc, k *kit) err
 			if pod.Spec.NodeName != "" {
 				return "", false, settle(fmt.Errorf("pod %s is bound to %s with claim %s not allocated", name, pod.Spec.NodeName, name))
 			}
-			return "claim not allocated, pod " + podState(pod), false, nil
+			return "claim not allocated, pod " + podState(pod), false, k.keptOff(ctx, pod)
 		}
 		r, err := bindingResult(after, d)
 		if err != nil {

@@ -345,6 +345,9 @@ func (k *kit) preparationRefused(ctx context.Context, name string) (string, erro
 		if pod.Status.Phase == v1.PodRunning || pod.Status.Phase == v1.PodSucceeded {
 			return state, false, settle(fmt.Errorf("pod %s runs (%s): the driver prepared its claim", name, state))
 		}
+		if err := k.keptOff(ctx, pod); err != nil {
+			return state, false, err
+		}
 		events, err := k.client.CoreV1().Events(k.ns).List(ctx, metav1.ListOptions{
 			FieldSelector: "involvedObject.kind=Pod,involvedObject.name=" + name + ",reason=" + kubeletPrepareFailed,
 		})

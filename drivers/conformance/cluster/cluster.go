@@ -70,6 +70,9 @@ type Options struct {
 	// PodResourcesNodes are the nodes PodResources can read, where the
 	// check's pod is kept; empty: every node.
 	PodResourcesNodes []string
+	// Tolerations are added to every pod the suite creates, beside the
+	// manifest's proofPod (--toleration).
+	Tolerations []v1.Toleration
 }
 
 // Labels of every object the suite creates. A run removes objects with
@@ -280,9 +283,14 @@ func (s *suite) run(ctx context.Context, cfg *rest.Config, f feature, logf logFu
 }
 
 // verdict is what a check's error says of its feature: passed on no error;
-// not verified when the check could not be made here (a failure unless
+// not verified, the cluster's, where the cluster kept its pod off every
+// node its claims fit (never the driver's failure, never a pass); not
+// verified when the check could not be made here (a failure unless
 // Options.AllowUnverified); failed otherwise.
 func (s *suite) verdict(name string, err error) (results.Status, string) {
+	if kept := (keptOff{}); errors.As(err, &kept) {
+		return keptOffVerdict(name, kept)
+	}
 	if skip := (skipCheck{}); errors.As(err, &skip) {
 		return results.Unverified(s.o.AllowUnverified, name+": "+skip.reason)
 	}

@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/dynamic-resource-allocation/cel"
 
 	"github.com/dralab/dralab/drivers/conformance/devices"
 )
@@ -82,7 +81,7 @@ func classDevices(ctx context.Context, client kubernetes.Interface, className st
 func selectedBy(ctx context.Context, selectors devices.Selectors, devs []device) ([]device, error) {
 	var out []device
 	for _, d := range devs {
-		ok, err := selectors.Match(ctx, cel.Device{Driver: d.driver, Attributes: d.dev.Attributes, Capacity: d.dev.Capacity})
+		ok, err := selectors.Match(ctx, devices.Input(d.driver, &d.dev))
 		if err != nil {
 			return nil, fmt.Errorf("a selector fails on device %s/%s/%s, and the allocator refuses every claim that meets it there: %w", d.driver, d.pool, d.dev.Name, err)
 		}

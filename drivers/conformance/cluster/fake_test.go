@@ -18,7 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/conformance/devices"
@@ -102,6 +104,9 @@ type fakeCluster struct {
 	// why is what the scheduler says of the pod it last found
 	// unschedulable.
 	why string
+	// taints are the node's: a pod that does not tolerate one it may not
+	// schedule onto is unschedulable (taintNode).
+	taints []v1.Taint
 
 	mu sync.Mutex
 	// allocated holds every device ever allocated, driver/pool/device.
@@ -272,6 +277,18 @@ func (f *fakeCluster) schedule(ctx context.Context, refuse string) {
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		if pod.Spec.NodeName != "" {
+			continue
+		}
+		f.mu.Lock()
+		taints := f.taints
+		f.mu.Unlock()
+		// TaintToleration filters before DynamicResources.
+		if t, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), taints, pod.Spec.Tolerations, func(t *v1.Taint) bool {
+			return t.Effect == v1.TaintEffectNoSchedule || t.Effect == v1.TaintEffectNoExecute
+		}, false); untolerated {
+			pod.Status.Conditions = []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionFalse, Reason: v1.PodReasonUnschedulable,
+				Message: fmt.Sprintf("0/1 nodes are available: 1 node(s) had untolerated taint {%s: %s}.", t.Key, t.Value)}}
+			_, _ = f.client.CoreV1().Pods(pod.Namespace).Update(ctx, pod, metav1.UpdateOptions{})
 			continue
 		}
 		f.why = "0/1 nodes are available: cannot allocate all claims."
@@ -747,3 +764,18 @@ func deviceStatuses(results []resourceapi.DeviceRequestAllocationResult, list fu
 	}
 	return out
 }
+
+// taintNode creates the node, Ready and carrying taints, which the
+// scheduler then holds against pods.
+func (f *fakeCluster) taintNode(t *testing.T, taints ...v1.Taint) {
+	t.Helper()
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: fakeNode}, Spec: v1.NodeSpec{Taints: taints},
+		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}}}
+	if _, err := f.client.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.taints = taints
+	f.mu.Unlock()
+}
+

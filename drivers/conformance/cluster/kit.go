@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -29,6 +30,9 @@ type kit struct {
 	proven []provenDevice
 	// quiet caches quietNodes.
 	quiet *[]string
+	// keptOffChecks are the last askings of keptOff, by pod.
+	keptOffMu     sync.Mutex
+	keptOffChecks map[string]keptOffCheck
 }
 
 // meta names an object of the check's namespace, labelled as the run's.
@@ -211,7 +215,8 @@ func removeLeftovers(ctx context.Context, client kubernetes.Interface, runID str
 
 // request asks for one device of the manifest's class.
 func (k *kit) request(name string) resourceapi.DeviceRequest {
-	return resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: k.m.DeviceClass}}
+	return resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: k.m.DeviceClass,
+		AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}
 }
 
 func (k *kit) createClaim(ctx context.Context, name string, requests ...resourceapi.DeviceRequest) error {
@@ -249,6 +254,9 @@ func (k *kit) pod(ctx context.Context, name string, claims []string, mutate func
 		return err
 	}
 	offNodes(pod, quiet)
+	// What the cluster asks of a pod to run on the driver's nodes.
+	k.m.ProofPod.Apply(&pod.Spec)
+	pod.Spec.Tolerations = append(pod.Spec.Tolerations, k.o.Tolerations...)
 	for _, cl := range claims {
 		pod.Spec.ResourceClaims = append(pod.Spec.ResourceClaims, v1.PodResourceClaim{Name: cl, ResourceClaimName: ptr.To(cl)})
 		pod.Spec.Containers[0].Resources.Claims = append(pod.Spec.Containers[0].Resources.Claims, v1.ResourceClaim{Name: cl})
@@ -291,7 +299,7 @@ func (k *kit) proofWith(ctx context.Context, name string, p manifest.Proof) (str
 		state := podState(pod)
 		ended := pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed || containerEnded(pod)
 		if pod.Status.Phase != v1.PodRunning && !ended {
-			return state, false, nil
+			return state, false, k.keptOff(ctx, pod)
 		}
 		logs, err := k.client.CoreV1().Pods(k.ns).GetLogs(name, &v1.PodLogOptions{}).DoRaw(ctx)
 		switch {

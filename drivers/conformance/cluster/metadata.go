@@ -40,7 +40,7 @@ func (s *suite) deviceMetadata(ctx context.Context, logf logFunc, k *kit) error 
 			return "", false, err
 		}
 		if pod.Status.Phase != v1.PodRunning {
-			return podState(pod), false, nil
+			return podState(pod), false, k.keptOff(ctx, pod)
 		}
 		logs, err := k.client.CoreV1().Pods(k.ns).GetLogs(name, &v1.PodLogOptions{}).DoRaw(ctx)
 		if err != nil {

@@ -197,7 +197,7 @@ func (k *kit) unprepared(ctx context.Context, name string) (string, error) {
 		// Running: the kubelet started its container (and, for a proof
 		// command, it may have ended).
 		if pod.Status.Phase != v1.PodRunning && pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed && !containerEnded(pod) {
-			return state, false, nil
+			return state, false, k.keptOff(ctx, pod)
 		}
 		logs, err := k.client.CoreV1().Pods(k.ns).GetLogs(name, &v1.PodLogOptions{}).DoRaw(ctx)
 		if err != nil {

@@ -204,25 +204,34 @@ func addTo(m map[v1.ResourceName]resource.Quantity, name v1.ResourceName, q reso
 }
 
 // declared is what device dev, allocated as r, declares it costs a pod
-// with containers containers using its claim.
+// with containers containers using its claim, as the API defines it: a
+// mapping by device is its multiplier; a mapping by capacity is what the
+// allocation consumed of the capacity key times the capacity multiplier
+// (in decimal, without overflow), nothing where the allocation consumed
+// none of that key, and an error (the scheduler's) where it recorded no
+// consumed capacity at all; overheads per pod and per container.
 func declared(dev resourceapi.Device, r resourceapi.DeviceRequestAllocationResult, containers int64) (amounts, error) {
 	a := newAmounts()
 	for name, nar := range dev.NodeAllocatableResources {
 		if m := nar.Mapping; m != nil {
 			switch {
-			case m.DeviceMultiplier != nil:
-				addTo(a.mapping, name, *m.DeviceMultiplier)
-			case m.CapacityKey != nil && m.CapacityMultiplier != nil:
+			case m.CapacityKey != nil && *m.CapacityKey != "":
+				if r.ConsumedCapacity == nil {
+					return a, fmt.Errorf("device %s/%s maps %s to its capacity %s, and its allocation records no consumed capacity: the scheduler refuses such a claim", r.Pool, r.Device, name, *m.CapacityKey)
+				}
 				consumed, ok := r.ConsumedCapacity[*m.CapacityKey]
 				if !ok {
-					c, ok := dev.Capacity[*m.CapacityKey]
-					if !ok {
-						return a, fmt.Errorf("device %s/%s maps %s to capacity %s, which it does not have", r.Pool, r.Device, name, *m.CapacityKey)
-					}
-					consumed = c.Value
+					continue
 				}
-				q := resource.NewMilliQuantity(consumed.MilliValue()*m.CapacityMultiplier.MilliValue()/1000, consumed.Format)
-				addTo(a.mapping, name, *q)
+				q := consumed.DeepCopy()
+				if m.CapacityMultiplier != nil {
+					d := q.AsDec()
+					d.Mul(d, m.CapacityMultiplier.AsDec())
+					q = *resource.NewDecimalQuantity(*d, consumed.Format)
+				}
+				addTo(a.mapping, name, q)
+			case m.DeviceMultiplier != nil:
+				addTo(a.mapping, name, *m.DeviceMultiplier)
 			}
 		}
 		if o := nar.Overhead; o != nil {

@@ -125,3 +125,47 @@ func TestDeclaredAndAccounted(t *testing.T) {
 		t.Errorf("a claim without an entry: %v", err)
 	}
 }
+
+// A mapping by capacity is the consumed capacity times the multiplier, as
+// the API defines it: nothing where the allocation consumed none of the
+// key (never the device's whole capacity), an error where it records no
+// consumed capacity, and no overflow where the product passes int64's
+// milli-units.
+func TestDeclaredMappingByCapacityAsTheAPISays(t *testing.T) {
+	dev := resourceapi.Device{
+		Name:     "socket-0",
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse("2Pi")}, "cores": {Value: resource.MustParse("64")}},
+		NodeAllocatableResources: map[v1.ResourceName]resourceapi.NodeAllocatableResource{
+			v1.ResourceMemory: {Mapping: &resourceapi.NodeAllocatableMapping{CapacityKey: ptr.To[resourceapi.QualifiedName]("memory"), CapacityMultiplier: ptr.To(resource.MustParse("3000"))}},
+		},
+	}
+	for _, c := range []struct {
+		name     string
+		consumed map[resourceapi.QualifiedName]resource.Quantity
+		want     string
+		err      string
+	}{
+		{name: "consumed", consumed: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("1Pi")},
+			// 1Pi × 3000: 3.4e18 bytes, 3.4e21 milli-units.
+			want: "mapped 3000Pi memory"},
+		{name: "another key consumed", consumed: map[resourceapi.QualifiedName]resource.Quantity{"cores": resource.MustParse("4")}, want: "nothing"},
+		{name: "no consumed capacity", err: "records no consumed capacity"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, err := declared(dev, resourceapi.DeviceRequestAllocationResult{Pool: "p", Device: "socket-0", ConsumedCapacity: c.consumed}, 1)
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("got %s, %v; want an error saying %q", amountsText(a), err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := amountsText(a); got != c.want {
+				t.Errorf("declared %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+

@@ -359,6 +359,10 @@ func (k *kit) allocatedOrUnschedulable(ctx context.Context, name string) (bool, 
 		if err != nil {
 			return "", false, err
 		}
+		// Unschedulable for the cluster's reasons, not the counters'.
+		if err := k.keptOff(ctx, pod); err != nil {
+			return podState(pod), false, err
+		}
 		for _, c := range pod.Status.Conditions {
 			if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && c.Reason == v1.PodReasonUnschedulable {
 				return podState(pod), true, nil

@@ -11,7 +11,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/conformance/devices"
@@ -149,7 +148,7 @@ func (k *kit) twoValues(ctx context.Context, expr string) (string, valued, value
 		if d.Node == "" || slices.Contains(quiet, d.Node) {
 			continue
 		}
-		v, err := devices.Derive(ctx, expr, cel.Device{Driver: d.Driver, Attributes: d.Attributes, Capacity: d.Capacity})
+		v, err := devices.Derive(ctx, expr, devices.Input(d.Driver, &d.Device))
 		if err != nil {
 			failing[d.Node] = fmt.Sprintf("%s fails on %s: %v", expr, d.Key(), err)
 			continue
@@ -209,7 +208,7 @@ func (k *kit) derivedOf(ctx context.Context, expr, node string, results []resour
 			return nil, fmt.Errorf("device %s/%s/%s of request %s is not published for node %s", r.Driver, r.Pool, r.Device, r.Request, node)
 		}
 		d := published[i]
-		v, err := devices.Derive(ctx, expr, cel.Device{Driver: d.Driver, Attributes: d.Attributes, Capacity: d.Capacity})
+		v, err := devices.Derive(ctx, expr, devices.Input(d.Driver, &d.Device))
 		if err != nil {
 			return nil, fmt.Errorf("%s on %s: %w", expr, d.Key(), err)
 		}
@@ -246,6 +245,10 @@ func (k *kit) unschedulable(ctx context.Context, name, why string) error {
 		state := podState(pod)
 		if pod.Spec.NodeName != "" {
 			return state, false, settle(fmt.Errorf("pod %s was scheduled, to %s, with %s (pod: %s)", name, pod.Spec.NodeName, why, state))
+		}
+		// Unschedulable for the cluster's reasons, not for what it asks.
+		if err := k.keptOff(ctx, pod); err != nil {
+			return state, false, err
 		}
 		for _, c := range pod.Status.Conditions {
 			if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && c.Reason == v1.PodReasonUnschedulable {
@@ -493,7 +496,7 @@ func (k *kit) listPlan(ctx context.Context) (listPlan, error) {
 					continue
 				}
 				theirs, err := k.freeOfClass(ctx, o, func(d devices.Device) (*resourceapi.DeviceAttribute, error) {
-					return devices.Derive(ctx, o.Topology.Expression, cel.Device{Driver: d.Driver, Attributes: d.Attributes, Capacity: d.Capacity})
+					return devices.Derive(ctx, o.Topology.Expression, devices.Input(d.Driver, &d.Device))
 				})
 				if err != nil {
 					return listPlan{}, err

@@ -12,6 +12,13 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 )
 
+// Input is what a CEL expression sees of device dev of driver: its driver,
+// attributes, capacity and allowMultipleAllocations, as the allocator
+// gives them.
+func Input(driver string, dev *resourceapi.Device) cel.Device {
+	return cel.Device{Driver: driver, AllowMultipleAllocations: dev.AllowMultipleAllocations, Attributes: dev.Attributes, Capacity: dev.Capacity}
+}
+
 // Selectors are compiled CEL selectors that must all match.
 type Selectors []cel.CompilationResult
 

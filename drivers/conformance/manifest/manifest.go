@@ -79,6 +79,10 @@ type Manifest struct {
 	ListAttribute *ListAttribute `json:"listAttribute,omitempty"`
 	// Proof is how a container shows that it got its device.
 	Proof Proof `json:"proof"`
+	// ProofPod is what the suite's pods need to run on the driver's nodes
+	// beside their claims (tolerations, a node selector, pull secrets, a
+	// runtime or priority class).
+	ProofPod *ProofPod `json:"proofPod,omitempty"`
 	// Timeouts bound how long the suite waits.
 	Timeouts Timeouts `json:"timeouts"`
 	// Sanity tunes the sanity layer, which calls the driver's kubelet

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dralab/dralab/drivers/conformance/nearest"
@@ -210,6 +213,12 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"list attributes without a name", minimal + "capabilities: {DRAListTypeAttributes: true}\n", []string{"listAttribute: Required", "DRAListTypeAttributes is enabled"}},
 		{"list attribute with a bad name", minimal + "listAttribute: {name: \"resource.kubernetes.io/numa-node\"}\n", []string{"listAttribute.name: Invalid value", "C identifier"}},
 		{"list attribute with a bad domain", minimal + "listAttribute: {name: \"Resource_Kubernetes/numaNode\"}\n", []string{"listAttribute.name: Invalid value"}},
+		{"toleration of an unknown effect", minimal + "proofPod: {tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoPlace}]}\n", []string{"proofPod.tolerations[0].effect: Unsupported value", `"NoPlace"`}},
+		{"toleration with a value and Exists", minimal + "proofPod: {tolerations: [{key: nvidia.com/gpu, operator: Exists, value: present}]}\n", []string{"proofPod.tolerations[0].value: Invalid value", "Exists takes no value"}},
+		{"toleration of every key, with Equal", minimal + "proofPod: {tolerations: [{operator: Equal, value: x}]}\n", []string{"proofPod.tolerations[0].operator: Invalid value"}},
+		{"node selector of a bad key", minimal + "proofPod: {nodeSelector: {\"bad key\": x}}\n", []string{"proofPod.nodeSelector: Invalid value", `"bad key"`}},
+		{"runtime class of a bad name", minimal + "proofPod: {runtimeClassName: Nvidia_Runtime}\n", []string{"proofPod.runtimeClassName: Invalid value"}},
+		{"unknown proof pod field", minimal + "proofPod: {serviceAccountName: x}\n", []string{`unknown field "proofPod.serviceAccountName"`}},
 		{"bad duration", minimal + "timeouts: {podRunning: 2 minutes}\n", []string{"timeouts.podRunning: Invalid value", `"2 minutes"`, "Go duration"}},
 		{"duration without unit", minimal + "timeouts: {prepare: \"30\"}\n", []string{"timeouts.prepare: Invalid value", `"30"`}},
 		{"zero duration", minimal + "timeouts: {prepare: 0s}\n", []string{"timeouts.prepare: Invalid value", "must be positive"}},
@@ -371,3 +380,58 @@ func TestEnvNamePatternRoundTrips(t *testing.T) {
 		t.Errorf("round trip = %+v\nwant %+v", again, m)
 	}
 }
+
+// The proof pods' template: every field set on a pod, tolerations added
+// to a pod's own.
+func TestProofPodApplies(t *testing.T) {
+	m, err := Parse("driver.yaml", []byte(minimal+`proofPod:
+  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+  nodeSelector: {cloud.google.com/gke-accelerator: nvidia-h100-80gb}
+  imagePullSecrets: [{name: registry}]
+  runtimeClassName: nvidia
+  priorityClassName: gpu-tests
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := v1.PodSpec{Tolerations: []v1.Toleration{{Key: "own", Operator: v1.TolerationOpExists}}}
+	m.ProofPod.Apply(&spec)
+	want := v1.PodSpec{
+		Tolerations:       []v1.Toleration{{Key: "own", Operator: v1.TolerationOpExists}, {Key: "nvidia.com/gpu", Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoSchedule}},
+		NodeSelector:      map[string]string{"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},
+		ImagePullSecrets:  []v1.LocalObjectReference{{Name: "registry"}},
+		RuntimeClassName:  ptr.To("nvidia"),
+		PriorityClassName: "gpu-tests",
+	}
+	if diff := cmp.Diff(want, spec); diff != "" {
+		t.Errorf("the pod (-want +got):\n%s", diff)
+	}
+}
+
+// --toleration reads kubectl's taint syntax.
+func TestParseToleration(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want v1.Toleration
+		err  string
+	}{
+		{in: "nvidia.com/gpu=present:NoSchedule", want: v1.Toleration{Key: "nvidia.com/gpu", Operator: v1.TolerationOpEqual, Value: "present", Effect: v1.TaintEffectNoSchedule}},
+		{in: "nvidia.com/gpu:NoSchedule", want: v1.Toleration{Key: "nvidia.com/gpu", Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoSchedule}},
+		{in: "sku=gpu", want: v1.Toleration{Key: "sku", Operator: v1.TolerationOpEqual, Value: "gpu"}},
+		{in: "nvidia.com/gpu", want: v1.Toleration{Key: "nvidia.com/gpu", Operator: v1.TolerationOpExists}},
+		{in: "nvidia.com/gpu=present:NoRun", err: `unsupported value: "NoRun"`},
+		{in: "nvidia.com/gpu:", err: "an effect after the colon"},
+		{in: "=x:NoSchedule", err: "a key"},
+		{in: "bad key=x", err: "toleration.key"},
+		{in: "k=bad value", err: "toleration.value"},
+	} {
+		got, err := ParseToleration(c.in)
+		switch {
+		case c.err != "" && (err == nil || !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(c.err))):
+			t.Errorf("%q: got %+v, %v; want an error saying %q", c.in, got, err, c.err)
+		case c.err == "" && (err != nil || got != c.want):
+			t.Errorf("%q: got %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+	}
+}
+

@@ -96,6 +96,7 @@ func (m *Manifest) validate() field.ErrorList {
 	}
 
 	errs = append(errs, m.Proof.validate(field.NewPath("proof"))...)
+	errs = append(errs, m.ProofPod.validate(field.NewPath("proofPod"))...)
 	errs = append(errs, m.validatePartitions(field.NewPath("partitions"))...)
 	errs = append(errs, m.validateShares(field.NewPath("shares"))...)
 	errs = append(errs, m.validateBindingConditions(field.NewPath("bindingConditions"))...)

@@ -405,16 +405,33 @@ func Unverified(allow bool, reason string) (Status, string) {
 	return Failed, UnverifiedPrefix + reason + " (--allow-unverified makes this a warning)"
 }
 
-// Unverified counts the skipped cases that were allowed to go unverified.
-func (r *Report) Unverified() int {
+// KeptOffPrefix starts the message of a check the cluster kept off the
+// nodes where its claims fit: a taint its pods do not tolerate, their node
+// selection, a cordon. Neither the driver's failure nor a pass.
+const KeptOffPrefix = "not verified, the cluster's: "
+
+// KeptOff is the verdict on a check whose pod the cluster kept off every
+// node its claims fit: skipped, its message saying so.
+func KeptOff(reason string) (Status, string) {
+	return Skipped, KeptOffPrefix + reason
+}
+
+// KeptOff counts the cases the cluster kept off their nodes.
+func (r *Report) KeptOff() int { return r.skipped(KeptOffPrefix) }
+
+// skipped counts the skipped cases whose message starts with prefix.
+func (r *Report) skipped(prefix string) int {
 	n := 0
 	for _, c := range r.Cases {
-		if c.Status == Skipped && strings.HasPrefix(c.Message, UnverifiedPrefix) {
+		if c.Status == Skipped && strings.HasPrefix(c.Message, prefix) {
 			n++
 		}
 	}
 	return n
 }
+
+// Unverified counts the skipped cases that were allowed to go unverified.
+func (r *Report) Unverified() int { return r.skipped(UnverifiedPrefix) }
 
 // Failed reports whether any case failed.
 func (r *Report) Failed() bool {

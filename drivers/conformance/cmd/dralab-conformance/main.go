@@ -18,7 +18,10 @@
 // --cluster-only leaves the sanity layer out or --allow-unverified turns
 // such failures into warnings. It prints each check as it ends and a
 // summary, writes JUnit XML with --junit and an HTML page with --html, and
-// exits 1 when a check fails, 2 when the suite cannot run. --manifest may
+// exits 1 when a check fails, 2 when the suite cannot run, or when the
+// cluster kept a check's pods off every node its claims fit (a taint they
+// do not tolerate, their node selection: --toleration and the manifest's
+// proofPod give them what the cluster asks). --manifest may
 // be repeated, to check drivers whose devices share nodes (a GPU and a NIC
 // driver) in one run: each driver's checks are named after it, and a check
 // is skipped only when no manifest enables it.
@@ -79,8 +82,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.JUnit, "junit", "", "write JUnit XML to this file")
 	html := fs.String("html", "", "write the run's HTML page (a row per check) to this file")
 	fs.StringVar(&o.Cluster.Image, "image", "", "image of the proof containers, with sh and env (default busybox:1.37)")
+	fs.Func("toleration", "a toleration of every pod the suite creates, in kubectl's taint syntax: KEY=VALUE:EFFECT, KEY:EFFECT (any value), KEY=VALUE (any effect) or KEY; repeat it for several (the manifest's proofPod adds its own)", func(v string) error {
+		t, err := manifest.ParseToleration(v)
+		if err != nil {
+			return err
+		}
+		o.Cluster.Tolerations = append(o.Cluster.Tolerations, t)
+		return nil
+	})
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: dralab-conformance --manifest driver.yaml [--manifest other-driver.yaml ...] [--kubeconfig file] [--context name] [--target context] [--node name [--restart-command cmd] [--podresources-socket path] | --cluster-only] [--allow-unverified] [--junit file] [--html file]")
+		fmt.Fprintln(stderr, "Usage: dralab-conformance --manifest driver.yaml [--manifest other-driver.yaml ...] [--kubeconfig file] [--context name] [--target context] [--node name [--restart-command cmd] [--podresources-socket path] | --cluster-only] [--toleration KEY=VALUE:EFFECT ...] [--allow-unverified] [--junit file] [--html file]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -174,6 +185,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if report.Failed() {
 		return 1
+	}
+	if n := report.KeptOff(); n > 0 {
+		fmt.Fprintf(stderr, "dralab-conformance: %d checks not verified: the cluster kept their pods off every node their claims fit (each says by what); give the suite's pods what the cluster asks (--toleration, the manifest's proofPod)\n", n)
+		return 2
 	}
 	return 0
 }
