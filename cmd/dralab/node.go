@@ -2,10 +2,11 @@ package main
 
 import (
 	"fmt"
-	cliflag "k8s.io/component-base/cli/flag"
 	"strings"
 
 	"github.com/spf13/cobra"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/kubernetes/pkg/util/taints"
 
 	"github.com/dralab/dralab/internal/hollownode"
 	"github.com/dralab/dralab/internal/labstate"
@@ -16,6 +17,8 @@ func newNodeCommand() *cobra.Command {
 		o        hollownode.Options
 		stateDir string
 		labels   []string
+		// taintSpecs are --taint's, key=value:Effect.
+		taintSpecs []string
 	)
 	cmd := &cobra.Command{
 		Use:   "node",
@@ -31,6 +34,11 @@ func newNodeCommand() *cobra.Command {
 				}
 				o.Labels[k] = v
 			}
+			add, _, err := taints.ParseTaints(taintSpecs)
+			if err != nil {
+				return fmt.Errorf("--taint: %w", err)
+			}
+			o.Taints = add
 			return hollownode.Run(cmd.Context(), o)
 		},
 	}
@@ -40,6 +48,7 @@ func newNodeCommand() *cobra.Command {
 	f.IntVar(&o.Port, "port", 0, "the kubelet's HTTPS port on 127.0.0.1")
 	f.StringVar(&o.CACert, "ca-cert", "", "CA certificate that verifies the kubelet's clients")
 	f.StringArrayVar(&labels, "label", nil, "a node label, key=value (repeatable)")
+	f.StringArrayVar(&taintSpecs, "taint", nil, "a taint the node registers with, key=value:Effect (repeatable)")
 	f.Float32Var(&o.QPS, "kube-api-qps", 50, "QPS of the kubelet's API client")
 	f.IntVar(&o.Burst, "kube-api-burst", 100, "burst of the kubelet's API client")
 	f.IntVar(&o.CPUs, "cpus", 0, "the node's logical CPUs (0: kubemark's 1)")

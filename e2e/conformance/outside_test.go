@@ -10,10 +10,8 @@ import (
 	"testing"
 
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
-	"github.com/dralab/dralab/drivers/conformance/target"
 	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/internal/labstate"
 )
@@ -27,7 +25,6 @@ import (
 	"testing"
 
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/drivers/conformance/sanity"
@@ -129,17 +126,8 @@ func TestOutsideModule(t *testing.T) {
 		t.Errorf("the restart check ran without a Restart, or was skipped without saying it is not verified:\n%s", out)
 	}
 
-	gobin := t.TempDir()
-	goCmd(module, append(goEnv, "GOBIN="+gobin), "install", "./cmd/dralab-conformance")
-	kubeconfig, err := clientcmd.LoadFromFile(l.Kubeconfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	current := kubeconfig.Contexts[kubeconfig.CurrentContext]
-	if current == nil || kubeconfig.Clusters[current.Cluster] == nil {
-		t.Fatalf("the lab's kubeconfig %s has no current context with a cluster", l.Kubeconfig())
-	}
-	consent := target.Consent(kubeconfig.CurrentContext, kubeconfig.Clusters[current.Cluster].Server)
+	installed := installTool(t)
+	consent := labConsent(t, l.Kubeconfig())
 	commandEnv, err := scratchlab.CommandEnv(ctx, l)
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +144,7 @@ func TestOutsideModule(t *testing.T) {
 	if !ok || !driver.Running {
 		t.Fatalf("the lab runs no driver on node %s", node.NodeName)
 	}
-	tool := exec.CommandContext(ctx, filepath.Join(gobin, "dralab-conformance"),
+	tool := exec.CommandContext(ctx, installed,
 		"--manifest", driverManifest, "--kubeconfig", l.Kubeconfig(), "--target", consent,
 		"--node", node.NodeName, "--registrar-dir", node.RegistrarDir, "--cdi-dir", node.CDIDir,
 		"--podresources-socket", labstate.Dir(st.StateDir).Node(node.NodeName).PodResourcesSocket(),

@@ -51,6 +51,8 @@ type Options struct {
 	// CACert verifies clients of the kubelet's API (the API server).
 	CACert string
 	Labels map[string]string
+	// Taints are the taints the kubelet registers the node with.
+	Taints []v1.Taint
 	// QPS and Burst of the kubelet's API client.
 	QPS   float32
 	Burst int
@@ -215,6 +217,7 @@ func kubeletConfig(o Options) (*options.KubeletFlags, *kubeletconfig.KubeletConf
 	c.ContainerRuntimeEndpoint = endpoint
 	c.ImageServiceEndpoint = endpoint
 	c.FeatureGates = maps.Clone(o.FeatureGates)
+	c.RegisterWithTaints = o.Taints
 	c.StaticPodURL = ""
 	c.StaticPodPath = ""
 	c.EnableServer = true

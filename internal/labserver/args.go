@@ -39,6 +39,9 @@ func nodeArgs(dir labstate.Dir, cfg *config.Config, n config.Node, caCert, gates
 	for k, v := range nodedrivers.Labels(cfg, n) {
 		args = append(args, "--label="+k+"="+v)
 	}
+	for _, t := range n.TaintStrings() {
+		args = append(args, "--taint="+t)
+	}
 	return args, nil
 }
 

@@ -51,7 +51,7 @@ func startRealNode(ctx context.Context, procs *supervisor, o Options, cfg *confi
 	if err := realnode.ImportImages(ctx, binDir, p); err != nil {
 		return err
 	}
-	args := realnode.KubeletArgs(p, n.Name, o.Dir.Node(n.Name).Kubeconfig(), nodedrivers.Labels(cfg, n), gates, o.Verbosity)
+	args := realnode.KubeletArgs(p, n.Name, o.Dir.Node(n.Name).Kubeconfig(), nodedrivers.Labels(cfg, n), n.TaintStrings(), gates, o.Verbosity)
 	rebind := func() ([]string, []string, error) {
 		port, err := freePort()
 		if err != nil {

@@ -77,7 +77,7 @@ func ImportArchive(ctx context.Context, binDir string, p Paths, archive string) 
 }
 
 // KubeletArgs runs the real kubelet (`dralab kubelet`) for the node.
-func KubeletArgs(p Paths, name, kubeconfig string, labels map[string]string, gates string, verbosity int) []string {
+func KubeletArgs(p Paths, name, kubeconfig string, labels map[string]string, taints []string, gates string, verbosity int) []string {
 	args := []string{"kubelet",
 		"--config=" + p.KubeletConfig(),
 		"--kubeconfig=" + kubeconfig,
@@ -97,6 +97,10 @@ func KubeletArgs(p Paths, name, kubeconfig string, labels map[string]string, gat
 	sort.Strings(kv)
 	if len(kv) > 0 {
 		args = append(args, "--node-labels="+strings.Join(kv, ","))
+	}
+	if len(taints) > 0 {
+		// key=value:Effect, as the kubelet's flag takes them.
+		args = append(args, "--register-with-taints="+strings.Join(taints, ","))
 	}
 	return args
 }

@@ -173,6 +173,10 @@ type Node struct {
 	Kind string `json:"kind,omitempty"`
 	// Labels are added to the node's labels.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Taints are the node's taints, registered by its kubelet: a GPU node
+	// pool's NoSchedule taint, as GKE's (nvidia.com/gpu=present) and AKS's
+	// (sku=gpu) are. Pods without a toleration stay off the node.
+	Taints []Taint `json:"taints,omitempty"`
 	// Topology places the node in a rack and an NVLink domain: node labels
 	// that a PodGroup's topology constraint names, and the same values as
 	// attributes of the node's GPUs, for a claim's matchAttribute.

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/dralab/dralab/lab/examples"
 )
 
@@ -98,6 +100,10 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"bad backend", head + "backend: vagrant\nnodes: [{name: a}]\n", []string{"backend", `"vagrant"`}},
 		{"unknown mode", head + "nodes: [{name: a, gpus: {profile: l4-24gb, count: 1, mode: both}}]\n", []string{"nodes[0].gpus.mode", `"both"`}},
 		{"bad label", head + "nodes: [{name: a, labels: {'bad key!': x}}]\n", []string{"nodes[0].labels[bad key!]"}},
+		{"taint of an unknown effect", head + "nodes: [{name: a, taints: [{key: nvidia.com/gpu, value: present, effect: NoPlace}]}]\n", []string{"nodes[0].taints[0].effect: Unsupported value", `"NoPlace"`}},
+		{"taint of a bad key", head + "nodes: [{name: a, taints: [{key: 'bad key', effect: NoSchedule}]}]\n", []string{"nodes[0].taints[0].key: Invalid value"}},
+		{"taint twice", head + "nodes: [{name: a, taints: [{key: k, value: a, effect: NoSchedule}, {key: k, value: b, effect: NoSchedule}]}]\n", []string{"nodes[0].taints[1]: Duplicate value"}},
+		{"taint without an effect", head + "nodes: [{name: a, taints: [{key: k}]}]\n", []string{"nodes[0].taints[0].effect: Unsupported value"}},
 		{"NVML with a profile", head + "nodes: [{name: a, gpus: {nvml: host, profile: l4-24gb, count: 1}}]\n", []string{"nodes[0].gpus.nvml", "not both"}},
 		{"outside driver without command", head + "driver: {name: gpu.example.com}\nnodes: [{name: a}]\n", []string{"driver.command: Required"}},
 		{"outside driver placeholder", head + "driver: {name: gpu.example.com, command: [plugin, '--node={node}']}\nnodes: [{name: a}]\n", []string{"driver.command[1]", `"{node}"`, "{nodeName}"}},
@@ -411,5 +417,20 @@ func TestBackendLimitsAreKinds(t *testing.T) {
 	embedded := Default()
 	if errs := embedded.labLimits(); len(errs) > 0 {
 		t.Errorf("the default embedded lab has backend limits: %v", errs)
+	}
+}
+
+// A node's taints, as its kubelet's flag and the API take them.
+func TestNodeTaints(t *testing.T) {
+	cfg, err := Parse("lab.yaml", []byte("apiVersion: lab.dralab.dev/v1alpha1\nkind: Lab\nnodes:\n- name: a\n  taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}, {key: dedicated, effect: NoExecute}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := cfg.Nodes[0]
+	if got, want := strings.Join(n.TaintStrings(), ","), "nvidia.com/gpu=present:NoSchedule,dedicated:NoExecute"; got != want {
+		t.Errorf("taints %q, want %q", got, want)
+	}
+	if got := n.NodeTaints(); len(got) != 2 || got[1] != (v1.Taint{Key: "dedicated", Effect: v1.TaintEffectNoExecute}) {
+		t.Errorf("API taints %+v", got)
 	}
 }

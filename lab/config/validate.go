@@ -129,6 +129,7 @@ func (c *Config) validate() field.ErrorList {
 				errs = append(errs, field.Invalid(lp, k, "a kubelet may set no label of the kubernetes.io and k8s.io domains but Kubernetes' own (the NodeRestriction admission plugin refuses the node): use a domain of your own, as topology.dralab.dev/rack is"))
 			}
 		}
+		errs = append(errs, validateTaints(n.Taints, p.Child("taints"))...)
 		if n.Topology != nil {
 			errs = append(errs, n.Topology.validate(p.Child("topology"), n.Labels)...)
 		}

@@ -210,6 +210,19 @@ func newFakeClusterOf(t *testing.T, refuse string, devices []resourceapi.Device,
 		f.rules = append(f.rules, createdRule{rule: rule.DeepCopy(), allocatedBefore: before})
 		return false, nil, nil
 	})
+	// The API server defaults a request's allocation mode and count.
+	f.client.PrependReactor("create", "resourceclaims", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		claim := a.(clienttesting.CreateAction).GetObject().(*resourceapi.ResourceClaim)
+		for i := range claim.Spec.Devices.Requests {
+			if e := claim.Spec.Devices.Requests[i].Exactly; e != nil && e.AllocationMode == "" {
+				e.AllocationMode = resourceapi.DeviceAllocationModeExactCount
+			}
+			if e := claim.Spec.Devices.Requests[i].Exactly; e != nil && e.AllocationMode == resourceapi.DeviceAllocationModeExactCount && e.Count == 0 {
+				e.Count = 1
+			}
+		}
+		return false, nil, nil
+	})
 	// The proof container's environment names its device.
 	f.client.PrependReactor("get", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		f.mu.Lock()
@@ -778,4 +791,3 @@ func (f *fakeCluster) taintNode(t *testing.T, taints ...v1.Taint) {
 	f.taints = taints
 	f.mu.Unlock()
 }
-

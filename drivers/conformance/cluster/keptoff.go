@@ -9,6 +9,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
 	"github.com/dralab/dralab/drivers/conformance/allocation"
 	"github.com/dralab/dralab/drivers/conformance/results"
@@ -67,7 +68,8 @@ func (k *kit) keptOff(ctx context.Context, pod *v1.Pod) error {
 }
 
 // keptOffBy is what keeps the pod off every node the allocator places its
-// claims on, in words; "" where nothing does.
+// claims on, among the nodes the check places it on, in words; "" where
+// nothing does.
 func (k *kit) keptOffBy(ctx context.Context, name string) (string, error) {
 	s, err := allocation.Read(ctx, k.client, k.ns, allocation.Vocabulary{})
 	if err != nil {
@@ -77,16 +79,32 @@ func (k *kit) keptOffBy(ctx context.Context, name string) (string, error) {
 	if i < 0 {
 		return "", nil
 	}
-	v, err := s.Verdict(ctx, &s.Pods[i])
-	if err != nil || v == nil || len(v.Fits()) == 0 || len(v.Usable()) > 0 {
+	pod := &s.Pods[i]
+	v, err := s.Verdict(ctx, pod)
+	if err != nil || v == nil {
 		return "", err
 	}
-	// What keeps it off, with the nodes of each.
+	// The nodes the check itself places the pod on (its node affinity):
+	// a node the check keeps it off is the check's design, not the
+	// cluster's doing.
+	own := pod.DeepCopy()
+	own.Spec.NodeSelector = nil
+	placed := nodeaffinity.GetRequiredNodeAffinity(own)
+	var fits []string
 	nodes := map[string][]string{}
 	for _, n := range v.Nodes {
-		if !n.Fits {
+		if !n.Fits || s.Nodes[n.Node] == nil {
 			continue
 		}
+		if ok, err := placed.Match(s.Nodes[n.Node]); err != nil || !ok {
+			continue
+		}
+		if len(n.Outside) == 0 {
+			// A node it may use: the scheduler's refusal is another's.
+			return "", nil
+		}
+		fits = append(fits, n.Node)
+		// What keeps it off, with the nodes of each.
 		for _, b := range n.Outside {
 			w := b.What
 			nodes[w] = append(nodes[w], n.Node)
@@ -96,8 +114,11 @@ func (k *kit) keptOffBy(ctx context.Context, name string) (string, error) {
 	for _, w := range slices.Sorted(maps.Keys(nodes)) {
 		parts = append(parts, fmt.Sprintf("%s (%s)", w, strings.Join(nodes[w], ", ")))
 	}
+	if len(fits) == 0 {
+		return "", nil
+	}
 	return fmt.Sprintf("the cluster keeps pod %s off %s, where its claims fit: %s; give the suite's pods what the cluster asks (--toleration KEY=VALUE:EFFECT, the manifest's proofPod)",
-		name, strings.Join(v.Fits(), ", "), strings.Join(parts, "; ")), nil
+		name, strings.Join(fits, ", "), strings.Join(parts, "; ")), nil
 }
 
 // keptOffVerdict is the case of a check the cluster kept off its nodes.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/drivers/conformance/results"
@@ -62,5 +63,45 @@ func TestTaintedNodesAreTheClusters(t *testing.T) {
 				t.Error(err)
 			}
 		})
+	}
+}
+
+// A pod the check itself places (node affinity on a node's name) is kept
+// off the other nodes by design: where its claims fit only there, the
+// refusal is not the cluster's. Placed on the tainted node where they fit,
+// it is; and a node selector from the manifest's proofPod is the cluster's
+// too, kept beside the check's placement.
+func TestKeptOffOnlyWhereTheCheckPlacesThePod(t *testing.T) {
+	ctx := context.Background()
+	f, k := newFakeClusterOf(t, refuseWithEvent, fakeDevices(2, false))
+	f.taintNode(t, v1.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: v1.TaintEffectNoSchedule})
+	if _, err := f.client.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-b"},
+		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	k.m.ProofPod = &manifest.ProofPod{NodeSelector: map[string]string{"pool": "gpu"}}
+	for _, c := range []struct {
+		pod, node, says string
+	}{
+		{pod: "elsewhere", node: "node-b"},
+		{pod: "there", node: fakeNode, says: "the cluster keeps pod there off node-a, where its claims fit: left out by the pod's nodeSelector or node affinity (node-a); taint nvidia.com/gpu=present:NoSchedule not tolerated (node-a)"},
+	} {
+		if err := k.createClaim(ctx, c.pod, k.request("gpu")); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.pod(ctx, c.pod, []string{c.pod}, onNodes([]string{c.node})); err != nil {
+			t.Fatal(err)
+		}
+		pod, err := f.client.CoreV1().Pods(k.ns).Get(ctx, c.pod, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pod.Spec.NodeSelector["pool"] != "gpu" {
+			t.Errorf("pod %s: node selector %v; want the proofPod's beside the check's placement", c.pod, pod.Spec.NodeSelector)
+		}
+		got, err := k.keptOffBy(ctx, c.pod)
+		if err != nil || c.says == "" && got != "" || !strings.HasPrefix(got, c.says) {
+			t.Errorf("pod %s, placed on %s: %q, %v; want %q", c.pod, c.node, got, err, c.says)
+		}
 	}
 }

@@ -215,8 +215,7 @@ func removeLeftovers(ctx context.Context, client kubernetes.Interface, runID str
 
 // request asks for one device of the manifest's class.
 func (k *kit) request(name string) resourceapi.DeviceRequest {
-	return resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: k.m.DeviceClass,
-		AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}
+	return resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: k.m.DeviceClass}}
 }
 
 func (k *kit) createClaim(ctx context.Context, name string, requests ...resourceapi.DeviceRequest) error {
@@ -254,9 +253,6 @@ func (k *kit) pod(ctx context.Context, name string, claims []string, mutate func
 		return err
 	}
 	offNodes(pod, quiet)
-	// What the cluster asks of a pod to run on the driver's nodes.
-	k.m.ProofPod.Apply(&pod.Spec)
-	pod.Spec.Tolerations = append(pod.Spec.Tolerations, k.o.Tolerations...)
 	for _, cl := range claims {
 		pod.Spec.ResourceClaims = append(pod.Spec.ResourceClaims, v1.PodResourceClaim{Name: cl, ResourceClaimName: ptr.To(cl)})
 		pod.Spec.Containers[0].Resources.Claims = append(pod.Spec.Containers[0].Resources.Claims, v1.ResourceClaim{Name: cl})
@@ -264,6 +260,10 @@ func (k *kit) pod(ctx context.Context, name string, claims []string, mutate func
 	if mutate != nil {
 		mutate(pod)
 	}
+	// What the cluster asks of a pod to run on the driver's nodes, beside
+	// where the check places it.
+	k.m.ProofPod.Apply(&pod.Spec)
+	pod.Spec.Tolerations = append(pod.Spec.Tolerations, k.o.Tolerations...)
 	_, err = k.client.CoreV1().Pods(k.ns).Create(ctx, pod, metav1.CreateOptions{})
 	return err
 }

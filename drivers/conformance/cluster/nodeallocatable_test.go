@@ -168,4 +168,3 @@ func TestDeclaredMappingByCapacityAsTheAPISays(t *testing.T) {
 		})
 	}
 }
-

@@ -434,4 +434,3 @@ func TestParseToleration(t *testing.T) {
 		}
 	}
 }
-

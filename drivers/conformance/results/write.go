@@ -87,6 +87,9 @@ func (r *Report) Summary() string {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", name, c.Status, detail)
 	}
 	tw.Flush()
+	if n := r.KeptOff(); n > 0 {
+		fmt.Fprintf(&b, "NOT VERIFIED: the cluster kept the pods of %d checks off every node their claims fit (each says by what): the run says nothing of them\n", n)
+	}
 	if n := r.Unverified(); n > 0 {
 		fmt.Fprintf(&b, "WARNING: %d checks of what the manifest enables were not verified (allowed by --allow-unverified): a pass says nothing of them\n", n)
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 
+	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 	"sigs.k8s.io/yaml"
 
@@ -100,6 +101,15 @@ func RenderFor(cfg *config.Config, host Host) (*v1alpha4.Cluster, error) {
 		// name: kind chooses the workers' own.
 		w := v1alpha4.Node{Role: v1alpha4.WorkerRole, Image: nodeImage(cfg), Labels: nodedrivers.Labels(cfg, n)}
 		w.Labels[LabelLabNode] = n.Name
+		if len(n.Taints) > 0 {
+			// kind's nodes have no taints of their own: kubeadm registers
+			// the worker with them as it joins.
+			patch, err := joinTaints(n.NodeTaints())
+			if err != nil {
+				return nil, err
+			}
+			w.KubeadmConfigPatches = append(w.KubeadmConfigPatches, patch)
+		}
 		if n.GPUs != nil && n.GPUs.NVML == config.NVMLHost {
 			// The host's GPUs: their device files in the node, whose
 			// privileged driver pod and whose claims' containers (through
@@ -173,4 +183,14 @@ func nodeImage(cfg *config.Config) string {
 		return cfg.NodeImage
 	}
 	return NodeImage
+}
+
+// joinTaints is the kubeadm patch that registers a joining node with
+// taints.
+func joinTaints(taints []v1.Taint) (string, error) {
+	patch, err := yaml.Marshal(map[string]any{"kind": "JoinConfiguration", "nodeRegistration": map[string]any{"taints": taints}})
+	if err != nil {
+		return "", fmt.Errorf("the kubeadm patch of node taints: %w", err)
+	}
+	return string(patch), nil
 }

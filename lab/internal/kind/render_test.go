@@ -10,7 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
+	"sigs.k8s.io/yaml"
 
 	"github.com/dralab/dralab/charts"
 	"github.com/dralab/dralab/drivers/gpu"
@@ -147,6 +149,38 @@ func TestTopologyReachesKind(t *testing.T) {
 		if !strings.Contains(ds, want) {
 			t.Errorf("the DaemonSet lacks %q:\n%s", want, ds)
 		}
+	}
+}
+
+// A tainted node's kind worker joins with its taints: kubeadm's
+// JoinConfiguration registers them, as the embedded lab's kubelets do.
+func TestTaintsReachKind(t *testing.T) {
+	cfg := &config.Config{APIVersion: config.APIVersion, Kind: config.Kind, Backend: config.BackendKind, Nodes: []config.Node{
+		{Name: "a", GPUs: &config.GPUs{Profile: "h100-80gb", Count: 1}, Taints: []config.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: "NoSchedule"}}},
+		{Name: "b", GPUs: &config.GPUs{Profile: "l4-24gb", Count: 1}},
+	}}
+	if err := cfg.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := RenderFor(cfg, Host{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tainted, plain := c.Nodes[1], c.Nodes[2]
+	if len(tainted.KubeadmConfigPatches) != 1 || len(plain.KubeadmConfigPatches) != 0 {
+		t.Fatalf("patches of the tainted worker %q, of the other %q", tainted.KubeadmConfigPatches, plain.KubeadmConfigPatches)
+	}
+	var patch struct {
+		Kind             string `json:"kind"`
+		NodeRegistration struct {
+			Taints []v1.Taint `json:"taints"`
+		} `json:"nodeRegistration"`
+	}
+	if err := yaml.UnmarshalStrict([]byte(tainted.KubeadmConfigPatches[0]), &patch); err != nil {
+		t.Fatal(err)
+	}
+	if want := (v1.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: v1.TaintEffectNoSchedule}); patch.Kind != "JoinConfiguration" || len(patch.NodeRegistration.Taints) != 1 || patch.NodeRegistration.Taints[0] != want {
+		t.Errorf("the patch %+v; want a JoinConfiguration registering %v", patch, want)
 	}
 }
 
