@@ -160,4 +160,3 @@ func labConsent(t *testing.T, file string) string {
 	}
 	return target.Consent(kubeconfig.CurrentContext, kubeconfig.Clusters[current.Cluster].Server)
 }
-
