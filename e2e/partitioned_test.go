@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -286,7 +287,15 @@ func TestScenarioMatrix(t *testing.T) {
 		name := strings.TrimSuffix(m.file, ".yaml")
 		t.Run(name, func(t *testing.T) {
 			l, restConfig := startExampleLab(t, m.file, "dl-matrix-"+name)
+			if m.file == "soak.yaml" {
+				manySlicePools(ctx, t, restConfig)
+			}
 			runAll(t, l, restConfig, unmetPolicy{lab: "lab/examples/" + m.file, expected: m.unmet, agree: true})
+			if m.file == "soak.yaml" {
+				// gpu-failure failed and healed an H100, which
+				// republished its slice: the pool is whole again.
+				manySlicePools(ctx, t, restConfig)
+			}
 		})
 	}
 	// The walkthrough fails an H100 by hand (gpu:fail) and goes on: every
@@ -309,4 +318,32 @@ func TestScenarioMatrix(t *testing.T) {
 		}
 		runAll(t, l, restConfig, unmetPolicy{lab: "the default lab with gpu-h100/gpu-0 failed (XID 79)", expected: failedH100Unmet, agree: true})
 	})
+}
+
+// manySlicePools checks the soak lab's pools of several slices (its H100
+// and A100 nodes publish a GPU a slice): each of two slices, both naming
+// the pool's two slices and of one generation. (A device change that
+// rewrites one slice keeps the generation: the slice controller bumps it
+// only where more than one write is needed.)
+func manySlicePools(ctx context.Context, t *testing.T, restConfig *rest.Config) {
+	t.Helper()
+	client, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pool := range []string{"gpu-h100", "gpu-a100"} {
+		var of []resourceapi.ResourcePool
+		for _, sl := range list.Items {
+			if sl.Spec.Driver == gpu.DriverName && sl.Spec.Pool.Name == pool {
+				of = append(of, sl.Spec.Pool)
+			}
+		}
+		if len(of) != 2 || of[0] != of[1] || of[0].ResourceSliceCount != 2 {
+			t.Errorf("pool %s: %+v; want two slices, each naming the pool's two, of one generation", pool, of)
+		}
+	}
 }

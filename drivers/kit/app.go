@@ -158,6 +158,8 @@ type NodeFlags struct {
 	MetricsAddress string
 	// List prints the devices the driver would publish and exits.
 	List bool
+	// DevicesPerSlice is the most devices a slice of the pool holds.
+	DevicesPerSlice int
 }
 
 // AddFlags defines the node flags on fs; checkpointDir is the default of
@@ -173,6 +175,7 @@ func (o *NodeFlags) AddFlags(fs *pflag.FlagSet, checkpointDir string) {
 	fs.StringVar(&o.HealthzAddress, "healthz-address", "", "host:port of /healthz, 200 once the kubelet has registered the driver and its ResourceSlices are published, 503 with the reason before; empty: off")
 	fs.StringVar(&o.MetricsAddress, "metrics-address", "", "host:port of /metrics, the driver's Prometheus metrics (prepared claims; prepares, unprepares, their errors and durations); empty: off")
 	fs.BoolVar(&o.List, "list", false, "print the devices the driver would publish, as YAML, and exit")
+	fs.IntVar(&o.DevicesPerSlice, "devices-per-slice", 0, "publish the node's pool in slices of at most this many devices, as a driver with more devices than a slice holds does (the pool's resourceSliceCount names them all); 0: as many as the API allows")
 	klogFlags := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlag(klogFlags.Lookup("v"))
@@ -218,6 +221,7 @@ func (o *NodeFlags) Options(driverName string, client kubernetes.Interface) Opti
 		CDIDir:           o.CDIDir,
 		CheckpointPath:   filepath.Join(o.CheckpointDir, "checkpoint.json"),
 		RollingUpdateUID: types.UID(o.PodUID),
+		DevicesPerSlice:  o.DevicesPerSlice,
 	}
 }
 

@@ -38,10 +38,20 @@ func maxDevicesPerSlice(devs []resourceapi.Device) int {
 // and counter sets, as a driver publishes them: checked against the API's
 // limits on counters, and cut into slices the API accepts.
 func Slices(devs []resourceapi.Device, sets []resourceapi.CounterSet) ([]resourceslice.Slice, error) {
+	return SlicesOf(devs, sets, 0)
+}
+
+// SlicesOf is Slices with at most perSlice devices a slice (0: as many as
+// the API allows): a pool of many slices, as a driver with more devices
+// than one slice holds publishes.
+func SlicesOf(devs []resourceapi.Device, sets []resourceapi.CounterSet, perSlice int) ([]resourceslice.Slice, error) {
 	if err := checkCounters(devs, sets); err != nil {
 		return nil, err
 	}
-	return poolSlices(devs, sets), nil
+	if perSlice < 0 {
+		return nil, fmt.Errorf("%d devices a slice: want 1 or more (0: the API's limit)", perSlice)
+	}
+	return poolSlices(devs, sets, perSlice), nil
 }
 
 // poolSlices cuts a pool into ResourceSlices the API accepts. Since 1.35 a
@@ -51,12 +61,15 @@ func Slices(devs []resourceapi.Device, sets []resourceapi.CounterSet) ([]resourc
 // consume the same counter set (one GPU's) stay in one slice where they
 // fit, since the allocator orders slices by their generated names and
 // devices only within a slice: a GPU's smallest placement stays its first.
-func poolSlices(devs []resourceapi.Device, sets []resourceapi.CounterSet) []resourceslice.Slice {
+func poolSlices(devs []resourceapi.Device, sets []resourceapi.CounterSet, perSlice int) []resourceslice.Slice {
 	var out []resourceslice.Slice
 	for chunk := range slices.Chunk(sets, resourceapi.ResourceSliceMaxCounterSets) {
 		out = append(out, resourceslice.Slice{SharedCounters: chunk})
 	}
 	limit := maxDevicesPerSlice(devs)
+	if perSlice > 0 {
+		limit = min(limit, perSlice)
+	}
 	var cur []resourceapi.Device
 	flush := func() {
 		if len(cur) > 0 {

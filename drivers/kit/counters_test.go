@@ -143,6 +143,40 @@ func TestSlicesKeepTheAPILimits(t *testing.T) {
 	}
 }
 
+// A pool of many slices at the driver's word: at most perSlice devices a
+// slice, a GPU's devices together where they fit, the counter sets apart;
+// a bad count is refused.
+func TestSlicesOfAFewDevicesEach(t *testing.T) {
+	plain, err := SlicesOf(apiDevices(testDevices(5)), nil, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sizes []int
+	for _, s := range plain {
+		sizes = append(sizes, len(s.Devices))
+	}
+	if !slices.Equal(sizes, []int{2, 2, 1}) {
+		t.Errorf("5 devices, 2 a slice: slices of %v, want [2 2 1]", sizes)
+	}
+	// 4 GPUs of 3 devices, 6 a slice: a counter set slice, then two GPUs
+	// a slice.
+	inv := partitionedGPUs(4)
+	parts, err := SlicesOf(apiDevices(inv.staticInventory), inv.sets, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes = nil
+	for _, s := range parts {
+		sizes = append(sizes, len(s.Devices))
+	}
+	if !slices.Equal(sizes, []int{0, 6, 6}) || len(parts[0].SharedCounters) != 4 {
+		t.Errorf("4 partitioned GPUs, 6 a slice: devices a slice %v, %d counter sets first; want [0 6 6] and 4", sizes, len(parts[0].SharedCounters))
+	}
+	if _, err := SlicesOf(nil, nil, -1); err == nil {
+		t.Error("-1 devices a slice: no error")
+	}
+}
+
 // An inventory the API or the allocator would refuse stops the driver
 // with the device named: a bad slice would make the whole pool unusable.
 func TestSlicesRefuseBadCounters(t *testing.T) {

@@ -129,7 +129,7 @@ func (d *Driver) apiDevices() []resourceapi.Device {
 
 // republish publishes the node's slices afresh, with the devices' taints.
 func (d *Driver) republish(ctx context.Context) error {
-	s, err := Slices(d.apiDevices(), d.sets)
+	s, err := SlicesOf(d.apiDevices(), d.sets, d.opts.DevicesPerSlice)
 	if err != nil {
 		return fmt.Errorf("inventory: %w", err)
 	}

@@ -70,6 +70,9 @@ type Options struct {
 	RollingUpdateUID types.UID
 	// Metrics, if set, count the driver's prepares and unprepares.
 	Metrics *Metrics
+	// DevicesPerSlice is the most devices the driver publishes in one
+	// slice: a pool of many slices. 0: as many as the API allows.
+	DevicesPerSlice int
 	// SkipNodeOperations publishes the node's slices as needing no work
 	// on the node (skipNodeOperations: ["*"], Kubernetes 1.37's
 	// DRAOptionalNodeOperations): the kubelet then calls neither
@@ -205,7 +208,7 @@ func newDriver(ctx context.Context, opts Options) (*Driver, error) {
 	if err := CheckNames(opts.DriverName, apiDevs); err != nil {
 		return nil, fmt.Errorf("inventory: %w", err)
 	}
-	if d.slices, err = Slices(apiDevs, d.sets); err != nil {
+	if d.slices, err = SlicesOf(apiDevs, d.sets, opts.DevicesPerSlice); err != nil {
 		return nil, fmt.Errorf("inventory: %w", err)
 	}
 	if err := os.MkdirAll(opts.CDIDir, 0o755); err != nil {

@@ -194,6 +194,7 @@ func settings(g *config.GPUs) []setting {
 		{"sharing", "sharing", g.Sharing},
 		{"attach", "attach", g.Attach},
 		{"timeSlices", "time-slices", strconv.Itoa(g.TimeSlices)},
+		{"devicesPerSlice", "devices-per-slice", strconv.Itoa(g.DevicesPerSlice)},
 	} {
 		if s.value != "" && s.value != "0" {
 			out = append(out, s)

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	resourceapi "k8s.io/api/resource/v1"
 	"strings"
 	"time"
 
@@ -59,6 +60,16 @@ type GPUs struct {
 	// no gate). Fake and NVML GPUs served through DRA, on the embedded
 	// backend.
 	DeviceMetadata bool `json:"deviceMetadata,omitempty"`
+	// DevicesPerSlice publishes the node's GPU pool in slices of at most
+	// this many devices (the counter sets in slices of their own), as a
+	// driver with more devices than one slice holds does: the pool's
+	// resourceSliceCount names them all, and the allocator takes no
+	// device of the pool until every slice of its newest generation is
+	// published (the slice controller moves to the next generation where a
+	// change needs more than one slice written).
+	// 0: as many as the API allows (128, 64 with counters or taints).
+	// Devices served through DRA, on the embedded backend.
+	DevicesPerSlice int `json:"devicesPerSlice,omitempty"`
 }
 
 // DefaultAttachDelay is how long attaching a fabric GPU takes unless
@@ -148,6 +159,13 @@ func (g *GPUs) validateSection(gp *field.Path) field.ErrorList {
 	if g.DeviceMetadata && g.Mode == GPUModeDevicePlugin {
 		errs = append(errs, field.Forbidden(gp.Child("deviceMetadata"), "the kubelet gives device metadata to claims; mode device-plugin serves an extended resource"))
 	}
+	switch n := g.DevicesPerSlice; {
+	case n == 0:
+	case n < 0 || n > resourceapi.ResourceSliceMaxDevices:
+		errs = append(errs, field.Invalid(gp.Child("devicesPerSlice"), n, fmt.Sprintf("must be between 1 and %d, the API's limit on a slice", resourceapi.ResourceSliceMaxDevices)))
+	case g.Mode == GPUModeDevicePlugin:
+		errs = append(errs, field.Forbidden(gp.Child("devicesPerSlice"), "mode device-plugin publishes no ResourceSlice; devicesPerSlice needs mode dra"))
+	}
 	return append(errs, g.validateAttach(gp)...)
 }
 
@@ -227,6 +245,8 @@ func (*GPUs) limits() []backendLimit {
 		}, why: "partitioning, sharing and time slices run on the embedded backend only, so far: the kind backend's chart does not pass them to the driver"},
 		{backend: BackendKind, field: []string{"gpus", "deviceMetadata"}, node: func(n *Node) bool { return n.GPUs != nil && n.GPUs.DeviceMetadata },
 			why: "device metadata runs on the embedded backend only, so far: the kind backend's chart does not pass it to the driver"},
+		{backend: BackendKind, field: []string{"gpus", "devicesPerSlice"}, node: func(n *Node) bool { return n.GPUs != nil && n.GPUs.DevicesPerSlice != 0 },
+			why: "devicesPerSlice runs on the embedded backend only, so far: the kind backend's chart does not pass it to the driver"},
 		{backend: BackendKind, field: []string{"gpus", "attach"}, node: func(n *Node) bool { return n.GPUs != nil && n.GPUs.Attach != "" },
 			why: "fabric attach runs on the embedded backend only, so far: its attach controller is part of the embedded lab process"},
 	}
