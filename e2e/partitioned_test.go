@@ -51,6 +51,9 @@ var (
 	// metadata or compatibility groups, which only
 	// lab/examples/frontier.yaml (every 1.37 DRA gate on) publishes.
 	frontierScenarios = scenariosFor("frontier")
+	// cloudScenarios need GPU nodes tainted as cloud node pools taint
+	// them, which only lab/examples/cloud.yaml has.
+	cloudScenarios = scenariosFor("cloud")
 )
 
 // testedLabs are the example labs a test runs their scenarios on, each
@@ -59,13 +62,13 @@ var (
 // TestScenarioMatrix, which runs every scenario not listed as unmet there
 // (partitioned, fabric: a test of their own would start the same lab for
 // the same scenarios again).
-var testedLabs = []string{"default", "workloads", "gpu-nic", "frontier", "partitioned", "fabric"}
+var testedLabs = []string{"default", "workloads", "gpu-nic", "frontier", "cloud", "partitioned", "fabric"}
 
 // TestEveryTestedLabIsStarted checks testedLabs against the tests: each
 // is the default lab, one a test of its own starts, or one of the
 // matrix's.
 func TestEveryTestedLabIsStarted(t *testing.T) {
-	started := []string{"default", "workloads", "gpu-nic", "frontier"} // TestScenarios, and the tests of their own
+	started := []string{"default", "workloads", "gpu-nic", "frontier", "cloud"} // TestScenarios, and the tests of their own
 	for _, m := range matrixLabs {
 		started = append(started, strings.TrimSuffix(m.file, ".yaml"))
 	}
@@ -170,6 +173,12 @@ func TestWorkloadScenarios(t *testing.T) {
 	runOnExampleLab(t, "workloads.yaml", "dralab-e2e-workloads", workloadScenarios)
 }
 
+// TestCloudScenarios runs the scenarios of tainted GPU nodes on a lab of
+// lab/examples/cloud.yaml: GPU nodes tainted as cloud node pools are.
+func TestCloudScenarios(t *testing.T) {
+	runOnExampleLab(t, "cloud.yaml", "dralab-e2e-cloud", cloudScenarios)
+}
+
 // TestFrontierScenarios runs the scenarios of Kubernetes 1.37's alpha DRA
 // features on a lab of lab/examples/frontier.yaml: every DRA gate on, every
 // API version served.
@@ -243,24 +252,24 @@ var matrixLabs = []struct {
 	unmet []string
 }{
 	// One H100, no MIG, shared or fabric GPU.
-	{"mixed.yaml", slices.Concat([]string{"counting", "device-taint", "fabric-attach", "gpu-failure", "gpu-sharing", "mig-fallback", "mig-partitions"}, workloadScenarios, nicScenarios, frontierScenarios)},
+	{"mixed.yaml", slices.Concat([]string{"counting", "device-taint", "fabric-attach", "gpu-failure", "gpu-sharing", "mig-fallback", "mig-partitions"}, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios)},
 	// A MIG H100 and a shared L4 only.
-	{"partitioned.yaml", slices.Concat([]string{"admin-access", "claims", "counting", "device-taint", "extended-resource", "fabric-attach", "gpu-failure", "prioritized-fallback"}, workloadScenarios, nicScenarios, frontierScenarios)},
+	{"partitioned.yaml", slices.Concat([]string{"admin-access", "claims", "counting", "device-taint", "extended-resource", "fabric-attach", "gpu-failure", "prioritized-fallback"}, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios)},
 	// Two fabric-attached H100s only.
-	{"fabric.yaml", slices.Concat([]string{"admin-access", "claims", "counting", "extended-resource", "gpu-sharing", "mig-fallback", "mig-partitions", "multi-gpu", "prioritized-fallback", "shared-claim"}, workloadScenarios, nicScenarios, frontierScenarios)},
+	{"fabric.yaml", slices.Concat([]string{"admin-access", "claims", "counting", "extended-resource", "gpu-sharing", "mig-fallback", "mig-partitions", "multi-gpu", "prioritized-fallback", "shared-claim"}, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios)},
 	// Every kind of DRA GPU, none counted.
-	{"soak.yaml", slices.Concat([]string{"counting", "fabric-attach"}, workloadScenarios, nicScenarios, frontierScenarios)},
+	{"soak.yaml", slices.Concat([]string{"counting", "fabric-attach"}, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios)},
 	// NVML's mock servers: MIG on an A100, no H100 MIG, nothing counted;
 	// the PodGroup API on (for the conformance run's group claims), so
 	// the workload scenarios that fit its 10 H100s run: a group's claim
 	// and a gang sharing a claim.
-	{"nvml-mock.yaml", []string{"counting", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions", "gang-vs-partial", "topology", "gang-fallback", "gang-partitions", "gpu-nic-pair", "bandwidth-shares", "no-prepare", "derived-alignment", "list-numa", "host-memory", "device-metadata", "cpu-mapping", "compatibility-groups"}},
+	{"nvml-mock.yaml", []string{"counting", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions", "gang-vs-partial", "topology", "gang-fallback", "gang-partitions", "gpu-nic-pair", "bandwidth-shares", "no-prepare", "derived-alignment", "list-numa", "host-memory", "device-metadata", "cpu-mapping", "compatibility-groups", "tainted-gpu-nodes"}},
 }
 
 // failedH100Unmet are the scenarios the default lab cannot run with one
 // H100 failed: those that need two free H100s, and those the default lab
 // never runs.
-var failedH100Unmet = slices.Concat([]string{"admin-access", "device-taint", "gpu-failure", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions"}, workloadScenarios, nicScenarios, frontierScenarios)
+var failedH100Unmet = slices.Concat([]string{"admin-access", "device-taint", "gpu-failure", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions"}, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios)
 
 // TestScenarioMatrix runs every built-in scenario on every example lab, one
 // lab at a time, and on the default lab with a failed H100: each scenario

@@ -38,8 +38,10 @@ type Inventory struct {
 	// Attached counts the free GPUs among Devices that publish binding
 	// conditions (fabric-attached GPUs).
 	Attached map[string]int
-	// NodeLabels are the labels of the cluster's nodes, as key=value.
+	// NodeLabels are the labels of the cluster's nodes, as key=value;
+	// NodeTaints their taints, as key=value:Effect.
 	NodeLabels map[string]bool
+	NodeTaints map[string]bool
 	// TimeSliced counts the free GPUs among Devices whose counter set
 	// also holds MIG devices and time-sliced shares.
 	TimeSliced map[string]int
@@ -184,7 +186,7 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 	if err != nil {
 		return Inventory{}, err
 	}
-	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, CountedNodes: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Overhead: map[string]int{}, TimeSliced: map[string]int{}, NodeLabels: map[string]bool{}, Plain: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]allocation.FreeShare{}, Groups: map[string]map[string]map[string]int{}, Published: map[string]map[string]int{}, Drivers: map[string]int{}, FreeOnNode: map[string]map[string]int{}, NodeLabelsOf: map[string]map[string]string{}, Tainted: map[string]int{}}
+	inv := Inventory{Devices: map[string]int{}, Counted: map[string]int{}, CountedNodes: map[string]int{}, Partitioned: map[string]int{}, Shared: map[string]int{}, Attached: map[string]int{}, Overhead: map[string]int{}, TimeSliced: map[string]int{}, NodeLabels: map[string]bool{}, NodeTaints: map[string]bool{}, Plain: map[string]int{}, Partitions: snap.FreePartitions(), Shares: map[string][]allocation.FreeShare{}, Groups: map[string]map[string]map[string]int{}, Published: map[string]map[string]int{}, Drivers: map[string]int{}, FreeOnNode: map[string]map[string]int{}, NodeLabelsOf: map[string]map[string]string{}, Tainted: map[string]int{}}
 	shares := map[string]allocation.FreeShare{}
 	for _, f := range snap.FreeShares(gpu.CapacityMemory) {
 		shares[f.Driver+"/"+f.Pool+"/"+f.Device] = f
@@ -303,6 +305,9 @@ func (r *Runner) inventory(ctx context.Context) (Inventory, error) {
 		for k, v := range n.Labels {
 			inv.NodeLabels[k+"="+v] = true
 		}
+		for _, t := range n.Spec.Taints {
+			inv.NodeTaints[taintString(t)] = true
+		}
 		q, ok := n.Status.Allocatable[v1.ResourceName(gpu.ExtendedResource)]
 		if !ok {
 			continue
@@ -401,6 +406,11 @@ func (inv Inventory) meets(req Requirements) error {
 			missing = append(missing, "a node labelled "+l)
 		}
 	}
+	for _, t := range req.NodeTaints {
+		if !inv.NodeTaints[t] {
+			missing = append(missing, "a node tainted "+t)
+		}
+	}
 	for _, t := range req.TimeSlicedTiers {
 		// A claim cannot name the GPU another claim got: with two such
 		// GPUs, the second kind would go to the other one.
@@ -496,4 +506,13 @@ func perNode(counts map[string]int) string {
 		return "none"
 	}
 	return strings.Join(words, ", ")
+}
+
+// taintString is a taint as kubectl writes it: key=value:Effect, or
+// key:Effect without a value.
+func taintString(t v1.Taint) string {
+	if t.Value == "" {
+		return t.Key + ":" + string(t.Effect)
+	}
+	return t.Key + "=" + t.Value + ":" + string(t.Effect)
 }

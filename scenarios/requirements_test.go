@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -297,6 +298,20 @@ func TestUntaintedTiersAreRequired(t *testing.T) {
 	inv.Tainted["h100"] = 0
 	if err := inv.meets(req); err != nil {
 		t.Errorf("no H100 tainted: %v", err)
+	}
+}
+
+// A node's taint, as kubectl writes it, meets nodeTaints; another taint,
+// or one of another value, does not.
+func TestNodeTaintsAreRequired(t *testing.T) {
+	req := Requirements{NodeTaints: []string{"nvidia.com/gpu=present:NoSchedule"}}
+	inv := Inventory{NodeTaints: map[string]bool{"nvidia.com/gpu=absent:NoSchedule": true, "dedicated:NoExecute": true}}
+	if err := inv.meets(req); !errors.Is(err, ErrUnmet) || !strings.Contains(err.Error(), "a node tainted nvidia.com/gpu=present:NoSchedule") {
+		t.Errorf("meets = %v, want unmet naming the taint", err)
+	}
+	inv.NodeTaints[taintString(v1.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: v1.TaintEffectNoSchedule})] = true
+	if err := inv.meets(req); err != nil {
+		t.Errorf("a node tainted so: %v", err)
 	}
 }
 

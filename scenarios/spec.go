@@ -89,6 +89,10 @@ type Requirements struct {
 	// device metadata files of the GPU driver, which labels the nodes
 	// where it writes them (gpus.deviceMetadata in a lab configuration).
 	NodeLabels []string `json:"nodeLabels,omitempty"`
+	// NodeTaints must each be on some node, as kubectl writes a taint
+	// (key=value:Effect, key:Effect without a value): a cloud GPU node
+	// pool's nvidia.com/gpu=present:NoSchedule (lab/examples/cloud.yaml).
+	NodeTaints []string `json:"nodeTaints,omitempty"`
 	// TimeSlicedTiers must have exactly one free GPU that offers MIG
 	// devices and time-sliced shares on one counter set, which exclude
 	// each other by their compatibility groups (partitioning: mig and
@@ -552,7 +556,7 @@ type Expectation struct {
 	// cluster's state (the scheduler itself only says "cannot allocate all
 	// claims"): NoMatchingDevice, AllAllocated, Tainted, Insufficient (an
 	// extended resource), CounterExhausted, CapacityExhausted,
-	// SelectorError, ConstraintUnmet, NotOnOneNode, IncompatibleGroups, NodeResources or NotRetried; for a pod of a PodGroup also
+	// SelectorError, ConstraintUnmet, NotOnOneNode, IncompatibleGroups, NodeResources, NotRetried or NodeTaint; for a pod of a PodGroup also
 	// GangIncomplete, GangShort, TopologyShort or GangUnschedulable.
 	// A list names reasons of which any may hold: [AllAllocated,
 	// CapacityExhausted] on a lab where the last matching device is a
@@ -614,6 +618,9 @@ const (
 	// The scheduler refused the pod for the node's memory or CPUs, and a
 	// node has room for it now: it has not tried the pod again.
 	ReasonNotRetried = "NotRetried"
+	// The devices fit on nodes whose taints the pod does not tolerate,
+	// and on no other.
+	ReasonNodeTaint = "NodeTaint"
 	// A pod of a PodGroup whose own claims fit: fewer pods than minCount
 	// exist; too few free devices for all the unbound pods; none of the
 	// group's topology domains has enough; or no whole placement found.

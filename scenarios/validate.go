@@ -32,7 +32,7 @@ var deviceTypes = []string{gpu.TypeGPU, gpu.TypeMIG, gpu.TypeTimeSlice}
 var healths = []string{"Healthy", "Unhealthy", "Unknown"}
 
 var reasons = []string{ReasonNoMatchingDevice, ReasonAllAllocated, ReasonTainted, ReasonInsufficient, ReasonCounterExhausted, ReasonCapacityExhausted, ReasonSelectorError, ReasonConstraintUnmet,
-	ReasonNotOnOneNode, ReasonIncompatibleGroups, ReasonNodeResources, ReasonNotRetried, ReasonGangIncomplete, ReasonGangShort, ReasonTopologyShort, ReasonGangUnschedulable}
+	ReasonNotOnOneNode, ReasonIncompatibleGroups, ReasonNodeResources, ReasonNotRetried, ReasonNodeTaint, ReasonGangIncomplete, ReasonGangShort, ReasonTopologyShort, ReasonGangUnschedulable}
 
 // Parse decodes a scenario.yaml strictly and validates it; source names
 // the file in errors. files lists the scenario folder's files, which
@@ -194,6 +194,16 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 			errs = append(errs, field.Invalid(dp, fmt.Sprintf("count %d, devices %d", d.Count, d.Devices), "count and devices are at least 1"))
 		}
 	}
+	for i, taint := range s.Requires.NodeTaints {
+		tp := field.NewPath("requires", "nodeTaints").Index(i)
+		spec, effect, ok := strings.Cut(taint, ":")
+		k, v, _ := strings.Cut(spec, "=")
+		if !ok || !slices.Contains([]string{"NoSchedule", "PreferNoSchedule", "NoExecute"}, effect) {
+			errs = append(errs, field.Invalid(tp, taint, "want key=value:Effect (or key:Effect), the effect NoSchedule, PreferNoSchedule or NoExecute, e.g. nvidia.com/gpu=present:NoSchedule"))
+			continue
+		}
+		errs = append(errs, keyValueErrs(tp, taint, k, v)...)
+	}
 	for i, l := range s.Requires.NodeLabels {
 		lp := field.NewPath("requires", "nodeLabels").Index(i)
 		k, v, ok := strings.Cut(l, "=")
@@ -201,12 +211,7 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 			errs = append(errs, field.Invalid(lp, l, "want key=value, e.g. gpu.dralab.dev/device-metadata=true"))
 			continue
 		}
-		for _, msg := range validation.IsQualifiedName(k) {
-			errs = append(errs, field.Invalid(lp, l, msg))
-		}
-		for _, msg := range validation.IsValidLabelValue(v) {
-			errs = append(errs, field.Invalid(lp, l, msg))
-		}
+		errs = append(errs, keyValueErrs(lp, l, k, v)...)
 	}
 	for i, d := range s.Requires.Drivers {
 		errs = append(errs, validDriver(field.NewPath("requires", "drivers").Index(i), d)...)
@@ -476,3 +481,17 @@ func exampleLabs() []string {
 	}
 	return labs
 }
+
+// keyValueErrs checks a label's or taint's key and value, as written
+// (whole) at p.
+func keyValueErrs(p *field.Path, whole, key, value string) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range validation.IsQualifiedName(key) {
+		errs = append(errs, field.Invalid(p, whole, msg))
+	}
+	for _, msg := range validation.IsValidLabelValue(value) {
+		errs = append(errs, field.Invalid(p, whole, msg))
+	}
+	return errs
+}
+
