@@ -494,4 +494,3 @@ func keyValueErrs(p *field.Path, whole, key, value string) field.ErrorList {
 	}
 	return errs
 }
-
