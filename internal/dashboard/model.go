@@ -61,6 +61,14 @@ type Node struct {
 	// slices name a partitionTypeAttribute (the DRAPartitionableDevicesType
 	// gate): what a ResourcePoolStatusRequest answers, counted by the lab.
 	Partitions []allocation.PartitionType
+	// Reaches are, for a row of a pool no one node owns (its slices select
+	// nodes, or every node, or each device its own), the nodes its
+	// devices are reachable from; empty for a node's row.
+	Reaches []string
+	// Incomplete say which of the row's pools the allocator takes nothing
+	// from: fewer slices of its newest generation published than the pool
+	// names.
+	Incomplete []string
 }
 
 // Device states, in words; a tile's class names them too.
@@ -165,11 +173,33 @@ func Build(ctx context.Context, title string, snap *allocation.Snapshot) (*Page,
 		byNode[name] = n
 		return n
 	}
+	// The newest generation of each pool is what the allocator reads; an
+	// older one's slices are on their way out.
+	newest := map[string]int64{}
+	for _, pool := range snap.Pools() {
+		newest[pool.Driver+"/"+pool.Name] = pool.Generation
+	}
 	seen := map[string]bool{}
-	for _, s := range snap.Slices {
+	reaches := map[string]map[string]bool{}
+	for i := range snap.Slices {
+		s := &snap.Slices[i]
+		if s.Spec.Pool.Generation < newest[s.Spec.Driver+"/"+s.Spec.Pool.Name] {
+			continue
+		}
 		nodeName := s.Spec.Pool.Name
 		if s.Spec.NodeName != nil {
 			nodeName = *s.Spec.NodeName
+		} else {
+			// A pool several nodes reach: one row, naming them.
+			if reaches[nodeName] == nil {
+				reaches[nodeName] = map[string]bool{}
+			}
+			for j := range s.Spec.Devices {
+				for _, n := range snap.Reaches(s, &s.Spec.Devices[j]) {
+					reaches[nodeName][n] = true
+				}
+			}
+			node(nodeName)
 		}
 		// A partitioned GPU's MIG devices, by its UUID.
 		migs := map[string][]resourceapi.Device{}
@@ -208,6 +238,17 @@ func Build(ctx context.Context, title string, snap *allocation.Snapshot) (*Page,
 			t.Slices = memorySlices(d, migs[attr(d, gpu.AttrUUID)], s.Spec.Driver+"/"+s.Spec.Pool.Name+"/", holders)
 			t.states(isTrue(d.AllowMultipleAllocations))
 			node(nodeName).Devices = append(node(nodeName).Devices, t)
+		}
+	}
+	for name, nodes := range reaches {
+		node(name).Reaches = slices.SortedFunc(maps.Keys(nodes), natural.Compare)
+	}
+	if incomplete := snap.IncompletePools(); len(incomplete) > 0 {
+		nodeOf := poolNodes(snap)
+		for _, pool := range incomplete {
+			n := node(nodeOf[pool.Driver+"/"+pool.Name])
+			n.Incomplete = append(n.Incomplete, fmt.Sprintf("pool %s/%s: %d of its %d slices of generation %d published; the allocator takes none of its devices until every one is",
+				pool.Driver, pool.Name, pool.Published, pool.SliceCount, pool.Generation))
 		}
 	}
 	if pts := snap.PartitionTypes(); len(pts) > 0 {

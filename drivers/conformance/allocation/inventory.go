@@ -220,6 +220,11 @@ func (s *Snapshot) reachedBy(d deviceRef) []string {
 	if all {
 		return nil
 	}
+	return s.reaching(d)
+}
+
+// reaching are the snapshot's nodes device d is reachable from, sorted.
+func (s *Snapshot) reaching(d deviceRef) []string {
 	var out []string
 	for name, n := range s.Nodes {
 		if d.reaches(n) {

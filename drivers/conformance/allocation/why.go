@@ -82,6 +82,12 @@ func (d deviceRef) reaches(node *v1.Node) bool {
 
 func (d deviceRef) String() string { return d.pool + "/" + d.dev.Name }
 
+// Reaches are the snapshot's nodes from which device dev of slice sl is
+// reachable, as the allocator matches node selection, sorted.
+func (s *Snapshot) Reaches(sl *resourceapi.ResourceSlice, dev *resourceapi.Device) []string {
+	return s.reaching(newDeviceRef(sl, dev))
+}
+
 // alternative is one way to satisfy a request: its only one, or one
 // subrequest of a prioritized list.
 type alternative struct {
