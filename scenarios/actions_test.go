@@ -104,3 +104,33 @@ func TestDroppedFieldIsUnmet(t *testing.T) {
 		t.Fatalf("apply with a field the server drops = %v; want ErrUnmet naming the field", err)
 	}
 }
+
+// A step that removed pods settles only once their devices are released:
+// the pods gone, no claim reserved for one, none that one owned left. The
+// next step's pods must not meet devices a removed pod still holds.
+func TestSettledWaitsForTheRemovedPodsDevices(t *testing.T) {
+	const ns = "dralab-gang-x"
+	owned := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job-a-0-gpus-x",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "job-a-0", UID: "u"}}}}
+	reserved := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shared"}}
+	reserved.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "job-a-1", UID: "v"}}
+	ctx := context.Background()
+	for _, c := range []struct {
+		name    string
+		objects []runtime.Object
+		want    bool
+	}{
+		{"a claim the removed pod owned is left", []runtime.Object{owned}, false},
+		{"a claim is reserved for a removed pod", []runtime.Object{reserved}, false},
+		{"both released", nil, true},
+	} {
+		r := &run{Runner: &Runner{Client: fake.NewClientset(c.objects...)}, ns: ns, gone: []string{"job-a-0", "job-a-1"}}
+		snap, err := allocation.Read(ctx, r.Client, ns, nodedrivers.Vocabulary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.settled(ctx, snap); got != c.want {
+			t.Errorf("%s: settled %v, want %v", c.name, got, c.want)
+		}
+	}
+}

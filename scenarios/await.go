@@ -123,12 +123,31 @@ func (r *run) readMetadata(ctx context.Context, snap *allocation.Snapshot, rows 
 }
 
 // settled: every pod runs or was found unschedulable, none is
-// terminating, the pods an action removed are gone, and every Deployment
-// has all its pods.
+// terminating, the pods an action removed are gone and so are their
+// devices (no claim is reserved for one, none that one owns is left: the
+// next step's pods must not meet devices a removed pod still holds), and
+// every Deployment has all its pods.
 func (r *run) settled(ctx context.Context, snap *allocation.Snapshot) bool {
+	gone := map[string]bool{}
 	for _, name := range r.gone {
+		gone[name] = true
 		for _, p := range snap.Pods {
 			if p.Name == name {
+				return false
+			}
+		}
+	}
+	for _, c := range snap.Claims {
+		if c.Namespace != r.ns {
+			continue
+		}
+		for _, ref := range c.Status.ReservedFor {
+			if ref.Resource == "pods" && gone[ref.Name] {
+				return false
+			}
+		}
+		for _, o := range c.OwnerReferences {
+			if o.Kind == "Pod" && gone[o.Name] {
 				return false
 			}
 		}
