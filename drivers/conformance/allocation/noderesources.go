@@ -162,16 +162,19 @@ func (s *Snapshot) nodeHeld(ctx context.Context, node string, nodes int) (v1.Res
 	bound := s.Bound
 	if s.boundOn != nil {
 		const fewNodes = 16
-		var err error
-		if nodes > fewNodes {
-			s.Bound, err = s.boundOn(ctx, "")
-			s.boundOn = nil
-			bound = s.Bound
-		} else {
-			bound, err = s.boundOn(ctx, node)
+		all := nodes > fewNodes
+		which := node
+		if all {
+			which = ""
 		}
+		read, err := s.boundOn(ctx, which)
 		if err != nil {
 			return nil, nil, err
+		}
+		bound = read
+		if all {
+			// Every bound pod read: the snapshot keeps them.
+			s.Bound, s.boundOn = read, nil
 		}
 	}
 	held, dra := v1.ResourceList{}, v1.ResourceList{}
