@@ -53,18 +53,31 @@ type ControlPlane struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	errs   chan error
+	// ready is closed once the API server is ready and the scheduler and
+	// the controller manager run, or readyErr says why they do not.
+	ready    chan struct{}
+	readyErr error
 }
 
-// Start starts etcd, the API server, the scheduler and the controller
-// manager, and returns once the API server serves the default namespace.
-// The components run until ctx is cancelled or Stop is called.
+// Start starts etcd and the API server, and returns once the API server
+// serves: nodes may register, and the lab's own objects be written. The
+// rest starts behind it: once /readyz answers (the bootstrap roles and
+// priority classes written) and the default namespace is served, the
+// scheduler and the controller manager; Ready waits for them. The
+// components run until ctx is cancelled or Stop is called.
+//
+// What waits for the API server's readiness is only what needs its
+// bootstrap: a node registers through the Node authorizer, and a driver
+// needs its Node and the lab's own grants, so that a lab's drivers begin
+// their first publish (a second, in the ResourceSlice controller) while the
+// API server still bootstraps.
 func Start(ctx context.Context, opts options.Options) (*ControlPlane, error) {
 	logger := klog.FromContext(ctx)
 	if err := setFeatureGates(opts.FeatureGates); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	cp := &ControlPlane{cancel: cancel, errs: make(chan error, 3)}
+	cp := &ControlPlane{cancel: cancel, errs: make(chan error, 3), ready: make(chan struct{})}
 	ok := false
 	defer func() {
 		if !ok {
@@ -83,20 +96,42 @@ func Start(ctx context.Context, opts options.Options) (*ControlPlane, error) {
 		return nil, err
 	}
 	logger.Info("kube-apiserver prepared, starting to serve", "elapsed", time.Since(start))
-	if err := waitForAPI(ctx, opts.AdminKubeconfig, cp.errs); err != nil {
+	if err := waitForServing(ctx, opts.AdminKubeconfig, cp.errs); err != nil {
 		return nil, err
 	}
-	logger.Info("kube-apiserver ready", "elapsed", time.Since(start))
+	logger.Info("kube-apiserver serving", "elapsed", time.Since(start))
 
-	if err := cp.startScheduler(ctx, opts); err != nil {
-		return nil, err
-	}
-	if err := cp.startControllerManager(ctx, opts); err != nil {
-		return nil, err
-	}
-	logger.Info("control plane started", "elapsed", time.Since(start))
+	// Counted before Start returns, so that Stop waits for it and for the
+	// components it starts.
+	cp.wg.Add(1)
+	go func() {
+		defer cp.wg.Done()
+		defer close(cp.ready)
+		if cp.readyErr = waitForAPI(ctx, opts.AdminKubeconfig, cp.errs); cp.readyErr != nil {
+			return
+		}
+		logger.Info("kube-apiserver ready", "elapsed", time.Since(start))
+		if cp.readyErr = cp.startScheduler(ctx, opts); cp.readyErr != nil {
+			return
+		}
+		if cp.readyErr = cp.startControllerManager(ctx, opts); cp.readyErr != nil {
+			return
+		}
+		logger.Info("control plane started", "elapsed", time.Since(start))
+	}()
 	ok = true
 	return cp, nil
+}
+
+// Ready waits until the API server is ready and the scheduler and the
+// controller manager run, and says why not where they do not.
+func (cp *ControlPlane) Ready(ctx context.Context) error {
+	select {
+	case <-cp.ready:
+		return cp.readyErr
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // Errors delivers the error of a component that stopped on its own.
@@ -159,6 +194,11 @@ func (cp *ControlPlane) startEtcd(opts options.Options) (string, error) {
 	cfg.LogOutputs = []string{opts.EtcdLog}
 	// A lab is disposable: trade durability for speed.
 	cfg.UnsafeNoFsync = true
+	// One member, no peers: its election need not wait out a network's
+	// heartbeats. At etcd's defaults (100 ms ticks, 1 s election) a new
+	// member elects itself after a few ticks; at 10 ms ticks it does so
+	// within tens of milliseconds.
+	cfg.TickMs, cfg.ElectionMs = 10, 100
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return "", fmt.Errorf("starting etcd (log: %s): %w", opts.EtcdLog, err)
@@ -339,9 +379,37 @@ func (cp *ControlPlane) run(ctx context.Context, name string, f func(context.Con
 	}()
 }
 
+// waitForServing waits until the API server answers the administrator's
+// requests: its storage is up and it authenticates and authorizes, though
+// its start-up hooks may still run.
+func waitForServing(ctx context.Context, kubeconfig string, errs <-chan error) error {
+	return waitForAdmin(ctx, kubeconfig, errs, "to serve", 20*time.Millisecond, func(ctx context.Context, client kubernetes.Interface) (bool, error) {
+		_, err := client.Discovery().ServerVersion()
+		return err == nil, err
+	})
+}
+
 // waitForAPI waits until the API server is healthy and serves the default
 // namespace, with the administrator's credentials.
 func waitForAPI(ctx context.Context, kubeconfig string, errs <-chan error) error {
+	return waitForAdmin(ctx, kubeconfig, errs, "to be ready", 50*time.Millisecond, func(ctx context.Context, client kubernetes.Interface) (bool, error) {
+		status := 0
+		res := client.CoreV1().RESTClient().Get().AbsPath("/readyz").Do(ctx).StatusCode(&status)
+		if status != 200 {
+			return false, res.Error()
+		}
+		_, err := client.CoreV1().Namespaces().Get(ctx, metav1.NamespaceDefault, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+}
+
+// waitForAdmin polls check with the administrator's credentials every poll
+// until it holds, for a minute at most, or until a component fails (errs).
+// check's error is only remembered, for the message if time runs out.
+func waitForAdmin(ctx context.Context, kubeconfig string, errs <-chan error, what string, poll time.Duration, check func(context.Context, kubernetes.Interface) (bool, error)) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
@@ -352,28 +420,20 @@ func waitForAPI(ctx context.Context, kubeconfig string, errs <-chan error) error
 		return err
 	}
 	var last error
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, poll, time.Minute, true, func(ctx context.Context) (bool, error) {
 		select {
 		case err := <-errs:
 			return false, err
 		default:
 		}
-		status := 0
-		res := client.CoreV1().RESTClient().Get().AbsPath("/readyz").Do(ctx).StatusCode(&status)
-		if status != 200 {
-			last = res.Error()
-			return false, nil
+		done, err := check(ctx, client)
+		if err != nil {
+			last = err
 		}
-		if _, err := client.CoreV1().Namespaces().Get(ctx, metav1.NamespaceDefault, metav1.GetOptions{}); err != nil {
-			if !apierrors.IsNotFound(err) {
-				last = err
-			}
-			return false, nil
-		}
-		return true, nil
+		return done, nil
 	})
 	if err != nil && last != nil {
-		return fmt.Errorf("waiting for kube-apiserver: %w (last error: %v)", err, last)
+		return fmt.Errorf("waiting for kube-apiserver %s: %w (last error: %v)", what, err, last)
 	}
 	return err
 }

@@ -108,7 +108,7 @@ func Run(ctx context.Context, o Options) error {
 	clientConfig.UserAgent = "dralab-hollow-kubelet/" + o.Name
 	clientConfig.ContentType = "application/vnd.kubernetes.protobuf"
 	clientConfig.QPS, clientConfig.Burst = o.QPS, o.Burst
-	clientConfig.Wrap(func(rt http.RoundTripper) http.RoundTripper { return newReadyGate(rt, clientConfig.Host) })
+	clientConfig.Wrap(func(rt http.RoundTripper) http.RoundTripper { return newReadyGate(rt, clientConfig.Host, o.Name) })
 	client, err := clientset.NewForConfig(clientConfig)
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -70,6 +71,10 @@ func grantDrivers(ctx context.Context, client kubernetes.Interface, dir labstate
 	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", ns.Name, err)
 	}
+	// Each driver's objects are written at once: they refer to each other
+	// by name only, and the drivers wait for them while the API server
+	// still starts.
+	g, ctx := errgroup.WithContext(ctx)
 	seen := map[driverAccess]bool{}
 	for _, n := range cfg.Nodes {
 		for _, d := range driversOf(dir, cfg, n) {
@@ -78,46 +83,61 @@ func grantDrivers(ctx context.Context, client kubernetes.Interface, dir labstate
 				continue
 			}
 			seen[a] = true
-			if err := grant(ctx, client, a); err != nil {
-				return fmt.Errorf("granting driver %s (%s mode): %w", a.driver, a.mode, err)
-			}
+			grant(ctx, g, client, a)
 		}
 	}
-	return nil
+	return g.Wait()
 }
 
-func grant(ctx context.Context, client kubernetes.Interface, a driverAccess) error {
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: a.serviceAccount(), Namespace: labstate.DriversNamespace}}
-	if _, err := client.CoreV1().ServiceAccounts(sa.Namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
-	}
-	name := "dralab:driver:" + a.serviceAccount()
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: driverauth.Rules(a.driver, a.mode)}
-	if err := createOrUpdate(ctx, role, client.RbacV1().ClusterRoles().Create, client.RbacV1().ClusterRoles().Get, client.RbacV1().ClusterRoles().Update,
-		func(cur, want *rbacv1.ClusterRole) { cur.Rules = want.Rules }); err != nil {
-		return err
-	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}},
-	}
-	if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating ClusterRoleBinding %s: %w", name, err)
-	}
-	if a.mode != driverauth.ModeDRA {
+// grant writes, in g, what a driver's access is made of: its ServiceAccount,
+// its ClusterRole and binding, and in DRA mode the admission policy that
+// keeps its slices to its own node.
+func grant(ctx context.Context, g *errgroup.Group, client kubernetes.Interface, a driverAccess) {
+	wrap := func(err error) error {
+		if err != nil {
+			return fmt.Errorf("granting driver %s (%s mode): %w", a.driver, a.mode, err)
+		}
 		return nil
 	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: a.serviceAccount(), Namespace: labstate.DriversNamespace}}
+	g.Go(func() error {
+		if _, err := client.CoreV1().ServiceAccounts(sa.Namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return wrap(fmt.Errorf("creating ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err))
+		}
+		return nil
+	})
+	name := "dralab:driver:" + a.serviceAccount()
+	g.Go(func() error {
+		role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: driverauth.Rules(a.driver, a.mode)}
+		return wrap(createOrUpdate(ctx, role, client.RbacV1().ClusterRoles().Create, client.RbacV1().ClusterRoles().Get, client.RbacV1().ClusterRoles().Update,
+			func(cur, want *rbacv1.ClusterRole) { cur.Rules = want.Rules }))
+	})
+	g.Go(func() error {
+		binding := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}},
+		}
+		if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return wrap(fmt.Errorf("creating ClusterRoleBinding %s: %w", name, err))
+		}
+		return nil
+	})
+	if a.mode != driverauth.ModeDRA {
+		return
+	}
 	policy, policyBinding := driverauth.OwnNodeSlices("dralab-"+a.serviceAccount()+"-own-node-slices", sa.Namespace, sa.Name, a.driver)
-	vaps := client.AdmissionregistrationV1().ValidatingAdmissionPolicies()
-	if err := createOrUpdate(ctx, policy, vaps.Create, vaps.Get, vaps.Update,
-		func(cur, want *admissionregistrationv1.ValidatingAdmissionPolicy) { cur.Spec = want.Spec }); err != nil {
-		return err
-	}
-	if _, err := client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, policyBinding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating ValidatingAdmissionPolicyBinding %s: %w", policyBinding.Name, err)
-	}
-	return nil
+	g.Go(func() error {
+		vaps := client.AdmissionregistrationV1().ValidatingAdmissionPolicies()
+		return wrap(createOrUpdate(ctx, policy, vaps.Create, vaps.Get, vaps.Update,
+			func(cur, want *admissionregistrationv1.ValidatingAdmissionPolicy) { cur.Spec = want.Spec }))
+	})
+	g.Go(func() error {
+		if _, err := client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, policyBinding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return wrap(fmt.Errorf("creating ValidatingAdmissionPolicyBinding %s: %w", policyBinding.Name, err))
+		}
+		return nil
+	})
 }
 
 // createOrUpdate creates obj or, on a resumed lab made by an older dralab,

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
 
 	"github.com/dralab/dralab/internal/atomicfile"
@@ -48,6 +49,10 @@ type Options struct {
 
 // ControlPlane is a running control plane (internal/controlplane's).
 type ControlPlane interface {
+	// Ready waits until the API server is ready and the scheduler and the
+	// controller manager run (StartControlPlane returns once the API
+	// server serves), and says why not where they do not.
+	Ready(context.Context) error
 	// Errors reports a component that stopped on its own.
 	Errors() <-chan error
 	// Stop stops the components and waits for them to end.
@@ -192,9 +197,17 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		return fmt.Errorf("issuing certificates: %w", err)
 	}
 	settings := cfg.ControlPlane.Settings()
+	gcPercent := 100 // Go's default, GOGC unset
 	if settings.GCPercent != 0 {
-		debug.SetGCPercent(int(settings.GCPercent))
+		gcPercent = int(settings.GCPercent)
 	}
+	// The start allocates much that it drops at once (every API group's
+	// storage, the OpenAPI documents): collecting it at Go's default target
+	// took a third of the lab process's CPU while the API server was being
+	// built, and on two cores that alone held the start for 0.3 s. The
+	// lab's target holds from the control plane's readiness on, and what
+	// the start left is returned then.
+	debug.SetGCPercent(max(gcPercent, 400))
 	if err := writeSchedulerConfig(dir, settings); err != nil {
 		listener.Close()
 		return err
@@ -276,51 +289,31 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		cp = nil
 		return fmt.Errorf("starting the control plane: %w", err)
 	}
-	clock.step("control plane")
+	clock.step("control plane serving")
 
-	admin, err := kubeclient.New(dir.Kubeconfig())
-	if err != nil {
+	// The drivers start while the API server finishes its start: their
+	// access and tokens need only the lab's own objects and their Nodes.
+	if err := startDrivers(ctx, procs, dir, cfg, o.Verbosity); err != nil {
 		return err
 	}
-	if err := grantDrivers(ctx, admin, dir, cfg); err != nil {
-		return err
+	clock.step("drivers started")
+	if err := cp.Ready(ctx); err != nil {
+		return fmt.Errorf("starting the control plane: %w", err)
 	}
-	if err := applyDeviceClasses(ctx, dir, cfg); err != nil {
-		return err
-	}
+	clock.step("control plane ready")
+	debug.SetGCPercent(gcPercent)
+	go debug.FreeOSMemory() // beside the drivers' first second
+	// An outside driver's manifests may hold namespaced objects, which go
+	// to the default namespace: the API server writes it in its start.
 	if cfg.Driver != nil {
 		if err := applyManifests(ctx, dir, cfg.Driver.Manifests); err != nil {
 			return err
 		}
 	}
-	clock.step("driver access and DeviceClasses")
-	for _, n := range cfg.Nodes {
-		for _, d := range driversOf(dir, cfg, n) {
-			if err := issueDriverToken(ctx, admin, d, n.Name); err != nil {
-				return err
-			}
-		}
-		for _, k := range nodedrivers.Of(cfg, n) {
-			var p *process
-			var err error
-			switch {
-			case k.StartsWithNode(n):
-				continue // started with its node
-			case cfg.Driver != nil:
-				p, err = outsideDriver(dir, cfg.Driver, n)
-			default:
-				p, err = driverProcess(dir, cfg, k, n, o.Verbosity)
-			}
-			if err == nil {
-				err = procs.startProcess(ctx, p)
-			}
-			if err != nil {
-				return err
-			}
-		}
+	admin, err := kubeclient.New(dir.Kubeconfig())
+	if err != nil {
+		return err
 	}
-
-	clock.step("drivers started")
 	keeper := &tokenKeeper{client: admin, dir: dir, cfg: cfg, now: time.Now}
 	tick := time.NewTicker(driverauth.TokenCheck)
 	defer tick.Stop()
@@ -352,6 +345,58 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 			report()
 		}
 	}
+}
+
+// startDrivers grants the lab's drivers their access, applies the lab's
+// DeviceClasses, and starts every driver
+// that did not start with its node, each once its Node is registered and its
+// token issued.
+func startDrivers(ctx context.Context, procs *supervisor, dir labstate.Dir, cfg *config.Config, verbosity int) error {
+	admin, err := kubeclient.New(dir.Kubeconfig())
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return grantDrivers(gctx, admin, dir, cfg) })
+	g.Go(func() error { return applyDeviceClasses(gctx, dir, cfg) })
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	// Each node's drivers start as soon as its Node is registered: a
+	// driver's first publish takes a second (its ResourceSlice controller's
+	// first look), which then runs beside the other nodes' registration.
+	g, gctx = errgroup.WithContext(ctx)
+	for _, n := range cfg.Nodes {
+		g.Go(func() error {
+			for _, d := range driversOf(dir, cfg, n) {
+				if err := issueDriverToken(gctx, admin, d, n.Name); err != nil {
+					return err
+				}
+			}
+			for _, k := range nodedrivers.Of(cfg, n) {
+				var p *process
+				var err error
+				switch {
+				case k.StartsWithNode(n):
+					continue // started with its node
+				case cfg.Driver != nil:
+					p, err = outsideDriver(dir, cfg.Driver, n)
+				default:
+					p, err = driverProcess(dir, cfg, k, n, verbosity)
+				}
+				if err == nil {
+					// The lab's context, not the group's: a driver
+					// lives as long as the lab.
+					err = procs.startProcess(ctx, p)
+				}
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	return g.Wait()
 }
 
 // startClock times the steps of the lab's start, for the "Lab running"
