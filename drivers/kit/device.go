@@ -34,6 +34,22 @@ type Device struct {
 	// hook that puts a network interface into the container's network
 	// namespace.
 	Hooks []Hook
+	// Pool is the pool of a device the node does not own: a network-
+	// attached device, which the driver's controller publishes in a pool
+	// that several nodes reach (a slice nodeSelector, allNodes, or
+	// per-device node selection), and which the plugin of each node it
+	// reaches prepares. The plugin publishes none of these. Empty: the
+	// node's own pool, named after the node, which the plugin publishes.
+	Pool string
+}
+
+// PoolOf is the pool a device of the node's driver is in: its Pool, or the
+// node's own.
+func (d *Driver) poolOf(dev Device) string {
+	if dev.Pool != "" {
+		return dev.Pool
+	}
+	return d.opts.NodeName
 }
 
 // Hook is an OCI hook of a device's container edits: HookName is the OCI

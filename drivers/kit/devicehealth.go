@@ -111,13 +111,18 @@ func (d *Driver) DeviceFaults() map[string]DeviceFault {
 	return maps.Clone(d.health.faults)
 }
 
-// apiDevices are the inventory's devices as published: in order, with the
-// taints of their faults.
+// apiDevices are the inventory's devices of the node's own pool as
+// published: in order, with the taints of their faults. (A device of
+// another pool is published, tainted or not, by whoever publishes that
+// pool; the kubelet hears of its health from the plugin all the same.)
 func (d *Driver) apiDevices() []resourceapi.Device {
 	d.health.mu.Lock()
 	defer d.health.mu.Unlock()
 	out := make([]resourceapi.Device, 0, len(d.order))
 	for _, name := range d.order {
+		if d.devices[name].Pool != "" {
+			continue
+		}
 		dev := d.devices[name].API
 		if f, ok := d.health.faults[name]; ok && f.Taint != nil {
 			dev.Taints = append(slices.Clip(dev.Taints), *f.Taint)
@@ -181,7 +186,7 @@ func (d *Driver) healthReport() (kubeletplugin.DeviceHealthReport, <-chan struct
 	report := kubeletplugin.DeviceHealthReport{Devices: make([]kubeletplugin.DeviceHealth, 0, len(d.order))}
 	for _, name := range d.order {
 		dh := kubeletplugin.DeviceHealth{
-			PoolName: d.opts.NodeName, DeviceName: name, Health: kubeletplugin.HealthStatusHealthy,
+			PoolName: d.poolOf(d.devices[name]), DeviceName: name, Health: kubeletplugin.HealthStatusHealthy,
 			LastUpdated: h.since[name], HealthCheckTimeout: HealthCheckTimeout,
 		}
 		if f, ok := h.faults[name]; ok {

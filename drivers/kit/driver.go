@@ -188,14 +188,29 @@ func newDriver(ctx context.Context, opts Options) (*Driver, error) {
 	d := &Driver{opts: opts, devices: map[string]Device{}, counterSets: map[string]resourceapi.CounterSet{}}
 	d.health = deviceHealth{faults: map[string]DeviceFault{}, since: map[string]time.Time{}, changed: make(chan struct{})}
 	apiDevs := make([]resourceapi.Device, 0, len(devs))
+	var reached []resourceapi.Device
 	for _, dev := range devs {
+		// Names are unique over every pool the plugin prepares: the
+		// kubelet's health stream and the driver's faults name devices.
 		if _, dup := d.devices[dev.API.Name]; dup {
 			return nil, fmt.Errorf("inventory lists device %q twice", dev.API.Name)
 		}
 		d.devices[dev.API.Name] = dev
 		d.order = append(d.order, dev.API.Name)
 		d.health.since[dev.API.Name] = time.Now()
-		apiDevs = append(apiDevs, dev.API)
+		if dev.Pool == "" {
+			apiDevs = append(apiDevs, dev.API)
+			continue
+		}
+		// Counters are a pool's, published with its devices by whoever
+		// publishes the pool.
+		if len(dev.API.ConsumesCounters) > 0 {
+			return nil, fmt.Errorf("inventory: device %q of pool %q consumes counters; only the node's own devices may", dev.API.Name, dev.Pool)
+		}
+		reached = append(reached, dev.API)
+	}
+	if err := CheckNames(opts.DriverName, reached); err != nil {
+		return nil, fmt.Errorf("inventory: %w", err)
 	}
 	if ci, ok := opts.Inventory.(CounterInventory); ok {
 		if d.sets, err = ci.CounterSets(ctx); err != nil {
@@ -265,6 +280,11 @@ func (d *Driver) resources() resourceslice.DriverResources {
 		if d.opts.PartitionTypeAttribute != "" && partitioned {
 			pool[i].PartitionTypeAttribute = ptr.To(resourceapi.FullyQualifiedName(d.opts.PartitionTypeAttribute))
 		}
+	}
+	if len(pool) == 1 && len(pool[0].Devices) == 0 && len(pool[0].SharedCounters) == 0 && d.ownDevices() < len(d.devices) {
+		// Only devices of other pools: the node has no pool of its own
+		// (an empty one says a node has no devices of the driver).
+		return resourceslice.DriverResources{}
 	}
 	return resourceslice.DriverResources{
 		Pools: map[string]resourceslice.Pool{d.opts.NodeName: {Slices: pool}},
@@ -341,12 +361,12 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		if r.Driver != d.opts.DriverName {
 			continue
 		}
-		if r.Pool != d.opts.NodeName {
-			return nil, fmt.Errorf("claim %s: device %s is in pool %q, not in this node's pool %q", klog.KObj(claim), r.Device, r.Pool, d.opts.NodeName)
-		}
-		_, ok := d.devices[r.Device]
+		dev, ok := d.devices[r.Device]
 		if !ok {
 			return nil, fmt.Errorf("claim %s: device %q is not in this node's inventory", klog.KObj(claim), r.Device)
+		}
+		if pool := d.poolOf(dev); r.Pool != pool {
+			return nil, fmt.Errorf("claim %s: device %s is in pool %q, not in the pool %q this node has it of", klog.KObj(claim), r.Device, r.Pool, pool)
 		}
 		shared := (r.AdminAccess != nil && *r.AdminAccess) || r.ShareID != nil
 		if uid, other := d.cp.holder(r.Pool, r.Device, claim.UID, shared); other != nil {

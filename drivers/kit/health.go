@@ -115,10 +115,21 @@ func (d *Driver) Ready(ctx context.Context) error {
 		if len(d.counterSets) > 0 {
 			what = "devices and counter sets"
 		}
-		return fmt.Errorf("ResourceSlices not published yet: %d of %d %s missing (%s)", len(missing), len(d.devices)+len(d.counterSets), what, strings.Join(missing, ", "))
+		return fmt.Errorf("ResourceSlices not published yet: %d of %d %s missing (%s)", len(missing), d.ownDevices()+len(d.counterSets), what, strings.Join(missing, ", "))
 	}
 	d.published.Store(true)
 	return nil
+}
+
+// ownDevices counts the devices of the node's own pool.
+func (d *Driver) ownDevices() int {
+	n := 0
+	for _, dev := range d.devices {
+		if dev.Pool == "" {
+			n++
+		}
+	}
+	return n
 }
 
 // unpublished returns the inventory's devices not in the node's pool in
@@ -145,8 +156,9 @@ func (d *Driver) unpublished(ctx context.Context) ([]string, error) {
 		}
 	}
 	var missing []string
-	for name := range d.devices {
-		if !published[name] {
+	for name, dev := range d.devices {
+		// Another pool's devices are its publisher's to publish.
+		if dev.Pool == "" && !published[name] {
 			missing = append(missing, name)
 		}
 	}

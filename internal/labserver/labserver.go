@@ -291,6 +291,14 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 	}
 	clock.step("control plane serving")
 
+	admin, err := kubeclient.New(dir.Kubeconfig())
+	if err != nil {
+		return err
+	}
+	fabricPublished, err := startFabric(ctx, admin, cfg)
+	if err != nil {
+		return err
+	}
 	// The drivers start while the API server finishes its start: their
 	// access and tokens need only the lab's own objects and their Nodes.
 	if err := startDrivers(ctx, procs, dir, cfg, o.Verbosity); err != nil {
@@ -301,6 +309,9 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		return fmt.Errorf("starting the control plane: %w", err)
 	}
 	clock.step("control plane ready")
+	if err := fabricPublished(ctx); err != nil {
+		return err
+	}
 	debug.SetGCPercent(gcPercent)
 	go debug.FreeOSMemory() // beside the drivers' first second
 	// An outside driver's manifests may hold namespaced objects, which go
@@ -309,10 +320,6 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		if err := applyManifests(ctx, dir, cfg.Driver.Manifests); err != nil {
 			return err
 		}
-	}
-	admin, err := kubeclient.New(dir.Kubeconfig())
-	if err != nil {
-		return err
 	}
 	keeper := &tokenKeeper{client: admin, dir: dir, cfg: cfg, now: time.Now}
 	tick := time.NewTicker(driverauth.TokenCheck)
@@ -382,7 +389,9 @@ func startDrivers(ctx context.Context, procs *supervisor, dir labstate.Dir, cfg 
 				case cfg.Driver != nil:
 					p, err = outsideDriver(dir, cfg.Driver, n)
 				default:
-					p, err = driverProcess(dir, cfg, k, n, verbosity)
+					if err = nodedrivers.WriteFiles(k, dir.Node(n.Name), cfg, n); err == nil {
+						p, err = driverProcess(dir, cfg, k, n, verbosity)
+					}
 				}
 				if err == nil {
 					// The lab's context, not the group's: a driver

@@ -290,6 +290,10 @@ func (n NodeDir) Driver(role string) DriverFiles {
 // DriversNamespace is the namespace of the lab drivers' ServiceAccounts.
 const DriversNamespace = "dralab-drivers"
 
+// FabricPools is the file of the enclosures of network-attached GPUs
+// (drivers/fabric) that the node's plugin of them reads.
+func (n NodeDir) FabricPools() string { return n.path("fabric-pools.json") }
+
 // CertDir is the kubelet's --cert-dir.
 func (n NodeDir) CertDir() string { return n.path("pki") }
 

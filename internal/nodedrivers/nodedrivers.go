@@ -78,6 +78,21 @@ type Kind interface {
 	Command() *cobra.Command
 }
 
+// fileWriter is a kind whose driver reads files that the lab writes
+// before it starts the driver on a node.
+type fileWriter interface {
+	WriteFiles(nd labstate.NodeDir, cfg *config.Config, n config.Node) error
+}
+
+// WriteFiles writes the files kind k's driver on node n reads, where it
+// reads any.
+func WriteFiles(k Kind, nd labstate.NodeDir, cfg *config.Config, n config.Node) error {
+	if w, ok := k.(fileWriter); ok {
+		return w.WriteFiles(nd, cfg, n)
+	}
+	return nil
+}
+
 // A Release is a release of the driver chart that runs a kind's driver on
 // a kind lab's nodes: its name, its values but the driver image's, and the
 // nodes its DaemonSet runs on (selected by the labels Kind.Labels sets).

@@ -37,7 +37,7 @@ func TestKindsOfANode(t *testing.T) {
 	if want := []string{gpu.DriverName, fakenic.DriverName, fakecpu.DriverName}; !slices.Equal(names, want) {
 		t.Errorf("drivers %v, want %v", names, want)
 	}
-	if want := []string{labstate.RoleDriver, RoleNICDriver, RoleCPUDriver}; !slices.Equal(roles, want) || !slices.Equal(Roles(), want) {
+	if want := []string{labstate.RoleDriver, RoleNICDriver, RoleCPUDriver}; !slices.Equal(roles, want) || !slices.Equal(Roles(), append(want, RoleFabricDriver)) {
 		t.Errorf("roles %v (all: %v), want %v", roles, Roles(), want)
 	}
 	if want := []string{config.GPUModeDevicePlugin, "dra", "dra"}; !slices.Equal(modes, want) {
@@ -274,7 +274,7 @@ func TestRegisterOrder(t *testing.T) {
 	for _, k := range All() {
 		names = append(names, k.Name())
 	}
-	if want := []string{"driver", "GPU driver", "NIC driver", "CPU driver"}; !slices.Equal(names, want) {
+	if want := []string{"driver", "GPU driver", "NIC driver", "CPU driver", "driver of network-attached GPUs"}; !slices.Equal(names, want) {
 		t.Errorf("kinds %v, want %v", names, want)
 	}
 	defer func() {

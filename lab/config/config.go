@@ -95,6 +95,10 @@ type Config struct {
 	// instead of dralab's GPU driver: a driver author's cluster for the
 	// conformance suite, without Docker.
 	Driver *Driver `json:"driver,omitempty"`
+	// Fabric are enclosures of network-attached GPUs that several nodes
+	// reach (embedded backend): published once for all of them, with a
+	// node selector, all nodes, or per-device node selection.
+	Fabric []FabricPool `json:"fabric,omitempty"`
 
 	// source is the file the configuration was read from.
 	source string

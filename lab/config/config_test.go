@@ -107,6 +107,15 @@ func TestParseErrorsNameFileAndField(t *testing.T) {
 		{"taint of a bad key", head + "nodes: [{name: a, taints: [{key: 'bad key', effect: NoSchedule}]}]\n", []string{"nodes[0].taints[0].key: Invalid value"}},
 		{"taint twice", head + "nodes: [{name: a, taints: [{key: k, value: a, effect: NoSchedule}, {key: k, value: b, effect: NoSchedule}]}]\n", []string{"nodes[0].taints[1]: Duplicate value"}},
 		{"taint without an effect", head + "nodes: [{name: a, taints: [{key: k}]}]\n", []string{"nodes[0].taints[0].effect: Unsupported value"}},
+		{"fabric pool reached two ways", head + "nodes: [{name: a}]\nfabric: [{name: e, profile: h100-80gb, count: 1, allNodes: true, nodeSelector: {rack: a}}]\n", []string{"fabric[0]: Invalid value", "exactly one way"}},
+		{"fabric pool reached no way", head + "nodes: [{name: a}]\nfabric: [{name: e, profile: h100-80gb, count: 1}]\n", []string{"fabric[0]: Invalid value", "exactly one way"}},
+		{"fabric selectors fewer than devices", head + "nodes: [{name: a}]\nfabric: [{name: e, profile: h100-80gb, count: 2, perDevice: [{rack: a}]}]\n", []string{"fabric[0].perDevice: Invalid value", "want 2"}},
+		{"fabric selector of a bad label", head + "nodes: [{name: a}]\nfabric: [{name: e, profile: h100-80gb, count: 1, nodeSelector: {'bad key!': a}}]\n", []string{"fabric[0].nodeSelector[bad key!]"}},
+		{"fabric pool twice", head + "nodes: [{name: a}]\nfabric: [{name: e, profile: h100-80gb, count: 1, allNodes: true}, {name: e, profile: h100-80gb, count: 1, allNodes: true}]\n", []string{"fabric[1].name: Duplicate"}},
+		{"fabric pool too big", head + "nodes: [{name: a}]\nfabric: [{name: e, profile: h100-80gb, count: 129, allNodes: true}]\n", []string{"fabric[0].count", "between 1 and 128"}},
+		{"fabric pool without a profile", head + "nodes: [{name: a}]\nfabric: [{name: e, count: 1, allNodes: true}]\n", []string{"fabric[0].profile: Required"}},
+		{"fabric pool on kind", head + "backend: kind\nnodes: [{name: a}]\nfabric: [{name: e, profile: h100-80gb, count: 1, allNodes: true}]\n", []string{"fabric: Forbidden", "embedded backend"}},
+		{"fabric pool beside an outside driver", head + "driver: {name: gpu.example.com, command: [plugin]}\nnodes: [{name: a}]\nfabric: [{name: e, profile: h100-80gb, count: 1, allNodes: true}]\n", []string{"fabric: Forbidden", "outside driver"}},
 		{"NVML with a profile", head + "nodes: [{name: a, gpus: {nvml: host, profile: l4-24gb, count: 1}}]\n", []string{"nodes[0].gpus.nvml", "not both"}},
 		{"outside driver without command", head + "driver: {name: gpu.example.com}\nnodes: [{name: a}]\n", []string{"driver.command: Required"}},
 		{"outside driver placeholder", head + "driver: {name: gpu.example.com, command: [plugin, '--node={node}']}\nnodes: [{name: a}]\n", []string{"driver.command[1]", `"{node}"`, "{nodeName}"}},
@@ -298,6 +307,7 @@ func TestCheckGPUs(t *testing.T) {
 		{"unknown NVML mock", head + "nodes: [{name: a, gpus: {nvml: 'mock:dgx1'}}]\n", []string{"nodes[0].gpus.nvml", `"mock:dgx1"`, "mock:dgxh100"}},
 		{"MIG without geometry", head + "nodes: [{name: a, gpus: {profile: l4-24gb, count: 1, partitioning: mig}}]\n", []string{"nodes[0].gpus.partitioning", "GPU profile l4-24gb has no MIG geometry", "h100-80gb"}},
 		{"several at once", head + "nodes: [{name: a, gpus: {profile: x, count: 1}}, {name: b, gpus: {nvml: 'mock:y'}}]\n", []string{"nodes[0].gpus.profile", "nodes[1].gpus.nvml", `"mock:y"`}},
+		{"unknown fabric profile", head + "nodes: [{name: a}]\nfabric: [{name: e, profile: b200, count: 1, allNodes: true}]\n", []string{"fabric[0].profile", `"b200"`, "h100-80gb"}},
 		{"unknown NIC profile", head + "nodes: [{name: a, gpus: {profile: h100-80gb, count: 8}, nics: {profile: cx9-800g, count: 8}}]\n", []string{"nodes[0].nics.profile", `"cx9-800g"`, "cx7-400g", "e810-100g"}},
 	}
 	for _, c := range cases {

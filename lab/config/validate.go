@@ -154,6 +154,7 @@ func (c *Config) validate() field.ErrorList {
 	if c.Driver != nil {
 		errs = append(errs, c.Driver.validate(field.NewPath("driver"))...)
 	}
+	errs = append(errs, c.validateFabric()...)
 	return errs
 }
 
@@ -178,6 +179,11 @@ type GPUCatalog interface {
 // an NVML mock server that exists. Errors name the file and the field.
 func (c *Config) CheckGPUs(cat GPUCatalog) error {
 	var errs field.ErrorList
+	for i, p := range c.Fabric {
+		if p.Profile != "" && !slices.Contains(cat.Profiles(), p.Profile) {
+			errs = append(errs, field.NotSupported(field.NewPath("fabric").Index(i).Child("profile"), p.Profile, cat.Profiles()))
+		}
+	}
 	for i, n := range c.Nodes {
 		if n.NICs != nil && n.NICs.Profile != "" && !slices.Contains(cat.NICProfiles(), n.NICs.Profile) {
 			errs = append(errs, field.NotSupported(field.NewPath("nodes").Index(i).Child("nics", "profile"), n.NICs.Profile, cat.NICProfiles()))

@@ -1,0 +1,82 @@
+package labserver
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/dralab/dralab/drivers/fabric"
+	"github.com/dralab/dralab/internal/nodedrivers"
+	"github.com/dralab/dralab/lab/config"
+)
+
+// startFabric publishes the lab's enclosures of network-attached GPUs, as
+// the driver's controller does in a cluster (`dralab-driver fabric
+// controller`): once for every node that reaches them. It returns a wait
+// for every pool to be published whole, which the lab's readiness needs:
+// a node publishes none of these devices, so nothing else waits for them.
+func startFabric(ctx context.Context, client kubernetes.Interface, cfg *config.Config) (func(context.Context) error, error) {
+	if len(cfg.Fabric) == 0 {
+		return func(context.Context) error { return nil }, nil
+	}
+	pools, err := nodedrivers.FabricPools(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := fabric.Publish(klog.NewContext(ctx, klog.FromContext(ctx).WithName("fabric")), client, pools); err != nil {
+		return nil, fmt.Errorf("publishing the enclosures of network-attached GPUs: %w", err)
+	}
+	return func(ctx context.Context) error {
+		var missing []string
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+				FieldSelector: fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorDriver, fabric.DriverName).String(),
+			})
+			if err != nil {
+				return false, nil
+			}
+			missing = unpublishedPools(pools, list.Items)
+			return len(missing) == 0, nil
+		})
+		if err != nil {
+			return fmt.Errorf("the enclosures %v of network-attached GPUs were not published: %w", missing, err)
+		}
+		return nil
+	}, nil
+}
+
+// unpublishedPools are the pools whose newest generation is not published
+// whole in slices, with every device.
+func unpublishedPools(pools []fabric.Pool, slices []resourceapi.ResourceSlice) []string {
+	type seen struct {
+		gen, count, slices int64
+		devices            int
+	}
+	got := map[string]*seen{}
+	for _, s := range slices {
+		p := s.Spec.Pool
+		g := got[p.Name]
+		if g == nil || p.Generation > g.gen {
+			g = &seen{gen: p.Generation, count: p.ResourceSliceCount}
+			got[p.Name] = g
+		}
+		if p.Generation == g.gen {
+			g.slices++
+			g.devices += len(s.Spec.Devices)
+		}
+	}
+	var missing []string
+	for _, p := range pools {
+		if g := got[p.Name]; g == nil || g.slices != g.count || g.devices != p.Count {
+			missing = append(missing, p.Name)
+		}
+	}
+	return missing
+}
