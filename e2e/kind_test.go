@@ -239,7 +239,7 @@ func checkKindLab(ctx context.Context, t *testing.T, name, root string) {
 		t.Fatal(err)
 	}
 	t.Logf("scenarios: %s", from)
-	policy := unmetPolicy{lab: "the kind lab", expected: slices.Concat(partitionedScenarios, fabricScenarios, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios, kindUnmet), agree: true}
+	policy := unmetPolicy{lab: "the kind lab", expected: slices.Concat(partitionedScenarios, fabricScenarios, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios, racksScenarios, kindUnmet), agree: true}
 	for _, s := range all {
 		t.Run(s.Name, func(t *testing.T) { runScenario(ctx, t, restConfig, l, s, policy) })
 	}

@@ -54,15 +54,18 @@ var (
 	// cloudScenarios need GPU nodes tainted as cloud node pools taint
 	// them, which only lab/examples/cloud.yaml has.
 	cloudScenarios = scenariosFor("cloud")
+	// racksScenarios need network-attached GPUs, enclosures that several
+	// nodes reach, which only lab/examples/racks.yaml has.
+	racksScenarios = scenariosFor("racks")
 )
 
 // testedLabs are the example labs a test runs their scenarios on, each
 // scenario required to run there: the default lab (TestScenarios), the
 // labs of a test of their own (runOnExampleLab), and the labs of
 // TestScenarioMatrix, which runs every scenario not listed as unmet there
-// (partitioned, fabric: a test of their own would start the same lab for
+// (partitioned, fabric, racks: a test of their own would start the same lab for
 // the same scenarios again).
-var testedLabs = []string{"default", "workloads", "gpu-nic", "frontier", "cloud", "partitioned", "fabric"}
+var testedLabs = []string{"default", "workloads", "gpu-nic", "frontier", "cloud", "partitioned", "fabric", "racks"}
 
 // TestEveryTestedLabIsStarted checks testedLabs against the tests: each
 // is the default lab, one a test of its own starts, or one of the
@@ -252,24 +255,27 @@ var matrixLabs = []struct {
 	unmet []string
 }{
 	// One H100, no MIG, shared or fabric GPU.
-	{"mixed.yaml", slices.Concat([]string{"counting", "device-taint", "fabric-attach", "gpu-failure", "gpu-sharing", "mig-fallback", "mig-partitions"}, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios)},
+	{"mixed.yaml", slices.Concat([]string{"counting", "device-taint", "fabric-attach", "gpu-failure", "gpu-sharing", "mig-fallback", "mig-partitions"}, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios, racksScenarios)},
 	// A MIG H100 and a shared L4 only.
-	{"partitioned.yaml", slices.Concat([]string{"admin-access", "claims", "counting", "device-taint", "extended-resource", "fabric-attach", "gpu-failure", "prioritized-fallback"}, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios)},
+	{"partitioned.yaml", slices.Concat([]string{"admin-access", "claims", "counting", "device-taint", "extended-resource", "fabric-attach", "gpu-failure", "prioritized-fallback"}, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios, racksScenarios)},
 	// Two fabric-attached H100s only.
-	{"fabric.yaml", slices.Concat([]string{"admin-access", "claims", "counting", "extended-resource", "gpu-sharing", "mig-fallback", "mig-partitions", "multi-gpu", "prioritized-fallback", "shared-claim"}, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios)},
+	{"fabric.yaml", slices.Concat([]string{"admin-access", "claims", "counting", "extended-resource", "gpu-sharing", "mig-fallback", "mig-partitions", "multi-gpu", "prioritized-fallback", "shared-claim"}, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios, racksScenarios)},
 	// Every kind of DRA GPU, none counted.
-	{"soak.yaml", slices.Concat([]string{"counting", "fabric-attach"}, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios)},
+	{"soak.yaml", slices.Concat([]string{"counting", "fabric-attach"}, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios, racksScenarios)},
+	// Two L4s in nodes (no H100 or A100 in a node, none counted, shared
+	// or partitioned), and enclosures of network-attached GPUs.
+	{"racks.yaml", slices.Concat([]string{"admin-access", "claim-status", "claims", "counting", "device-taint", "extended-resource", "fabric-attach", "gpu-failure", "gpu-sharing", "mig-fallback", "mig-partitions", "prioritized-fallback"}, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios)},
 	// NVML's mock servers: MIG on an A100, no H100 MIG, nothing counted;
 	// the PodGroup API on (for the conformance run's group claims), so
 	// the workload scenarios that fit its 10 H100s run: a group's claim
 	// and a gang sharing a claim.
-	{"nvml-mock.yaml", []string{"counting", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions", "gang-vs-partial", "topology", "gang-fallback", "gang-partitions", "gpu-nic-pair", "bandwidth-shares", "no-prepare", "derived-alignment", "list-numa", "host-memory", "device-metadata", "cpu-mapping", "compatibility-groups", "tainted-gpu-nodes"}},
+	{"nvml-mock.yaml", []string{"counting", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions", "gang-vs-partial", "topology", "gang-fallback", "gang-partitions", "gpu-nic-pair", "bandwidth-shares", "no-prepare", "derived-alignment", "list-numa", "host-memory", "device-metadata", "cpu-mapping", "compatibility-groups", "tainted-gpu-nodes", "network-attached"}},
 }
 
 // failedH100Unmet are the scenarios the default lab cannot run with one
 // H100 failed: those that need two free H100s, and those the default lab
 // never runs.
-var failedH100Unmet = slices.Concat([]string{"admin-access", "device-taint", "gpu-failure", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions"}, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios)
+var failedH100Unmet = slices.Concat([]string{"admin-access", "device-taint", "gpu-failure", "fabric-attach", "gpu-sharing", "mig-fallback", "mig-partitions"}, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios, racksScenarios)
 
 // TestScenarioMatrix runs every built-in scenario on every example lab, one
 // lab at a time, and on the default lab with a failed H100: each scenario

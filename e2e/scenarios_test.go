@@ -35,7 +35,7 @@ func TestScenarios(t *testing.T) {
 	// skips what the cluster cannot run.
 	var policy unmetPolicy
 	if theLab != nil && os.Getenv(scenarios.EnvDir) == "" {
-		policy = unmetPolicy{lab: "the default lab (lab/examples/default.yaml)", expected: slices.Concat(partitionedScenarios, fabricScenarios, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios), agree: true}
+		policy = unmetPolicy{lab: "the default lab (lab/examples/default.yaml)", expected: slices.Concat(partitionedScenarios, fabricScenarios, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios, racksScenarios), agree: true}
 	}
 	var feats []features.Feature
 	for _, s := range all {

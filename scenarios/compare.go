@@ -195,6 +195,9 @@ func Describe(e Expectation, inv Inventory) string {
 	add("device type", e.DeviceType)
 	add("consuming", e.Consumed)
 	add("node tier", e.NodeTier)
+	if len(e.NodeLabels) > 0 {
+		add("on a node labelled", labelList(e.NodeLabels))
+	}
 	if e.Devices != nil {
 		add("devices", fmt.Sprint(inv.Resolve(e.Devices)))
 	}
@@ -382,6 +385,14 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 			seen[v] = d.DeviceRef()
 		}
 	}
+	if len(e.NodeLabels) > 0 {
+		node := o.Rows[0].Node
+		for _, k := range slices.Sorted(maps.Keys(e.NodeLabels)) {
+			if got, ok := inv.NodeLabelsOf[node][k]; node == "" || !ok || got != e.NodeLabels[k] {
+				mismatch("label "+k+" of the pod's node", e.NodeLabels[k], orNone(got), "node "+orNone(node))
+			}
+		}
+	}
 	if e.NodeTier != "" && o.Rows[0].NodeTier != e.NodeTier {
 		mismatch("tier of the node's GPUs", e.NodeTier, orNone(o.Rows[0].NodeTier), "node "+orNone(o.Rows[0].Node))
 	}
@@ -411,6 +422,15 @@ func checkPod(e Expectation, o PodOutcome, inv Inventory) []string {
 		mismatch("pending reason", e.Reason.String(), orNone(o.Rows[0].ReasonCode), o.Rows[0].Reason)
 	}
 	return msgs
+}
+
+// labelList writes labels as key=value, sorted, comma-separated.
+func labelList(labels map[string]string) string {
+	var kv []string
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		kv = append(kv, k+"="+labels[k])
+	}
+	return strings.Join(kv, ", ")
 }
 
 // sameQuantity compares two quantities by value (7Gi and 7168Mi are the

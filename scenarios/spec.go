@@ -519,7 +519,11 @@ type Expectation struct {
 	// NodeTier is the tier of the GPUs of the pod's node (for counted GPUs,
 	// where no device is named).
 	NodeTier string `json:"nodeTier,omitempty"`
-	Devices  *Count `json:"devices,omitempty"`
+	// NodeLabels are labels the pod's node carries:
+	// {topology.dralab.dev/rack: a} for a pod that must run in rack a,
+	// where its network-attached devices are reached.
+	NodeLabels map[string]string `json:"nodeLabels,omitempty"`
+	Devices    *Count            `json:"devices,omitempty"`
 	// AllOfNode (a tier): the pod holds every GPU of the tier published on
 	// its node, in use or not, as a claim with allocationMode All does.
 	AllOfNode     string `json:"allOfNode,omitempty"`

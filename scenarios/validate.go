@@ -332,6 +332,15 @@ func (s *Scenario) validate(files []string) field.ErrorList {
 			checkCount(ep.Child("devices"), e.Devices)
 			checkTier(ep.Child("tier"), e.Tier)
 			checkTier(ep.Child("nodeTier"), e.NodeTier)
+			for k, v := range e.NodeLabels {
+				lp := ep.Child("nodeLabels").Key(k)
+				for _, msg := range validation.IsQualifiedName(k) {
+					errs = append(errs, field.Invalid(lp, k, msg))
+				}
+				for _, msg := range validation.IsValidLabelValue(v) {
+					errs = append(errs, field.Invalid(lp, v, msg))
+				}
+			}
 			checkTier(ep.Child("allOfNode"), e.AllOfNode)
 			if e.Consumed != "" {
 				if _, err := resource.ParseQuantity(e.Consumed); err != nil {

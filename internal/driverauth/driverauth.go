@@ -18,6 +18,13 @@ import (
 const (
 	ModeDRA          = "dra"
 	ModeDevicePlugin = "device-plugin"
+	// ModeNetworkAttached is a kubelet plugin of devices that several
+	// nodes reach (drivers/fabric): dra mode's rights, and writing the
+	// device status of its driver's claims whatever node they are
+	// allocated to. The API server asks for the arbitrary-node verb where
+	// a claim's allocation is not one node's, as a claim of network-
+	// attached devices is (a node selector of several nodes, or none).
+	ModeNetworkAttached = "network-attached"
 )
 
 // NodeNameExtra is the user extra in which the API server puts the node a
@@ -29,16 +36,20 @@ const NodeNameExtra = "authentication.kubernetes.io/node-name"
 // Rules are the permissions of a kubelet plugin of driverName in mode:
 // in dra mode, publishing its node's ResourceSlices, reading the claims
 // the kubelet asks it to prepare and writing their device status on its
-// node only; in both modes, reading its Node.
+// node only; in network-attached mode the same, and the device status of
+// claims allocated to several nodes; in every mode, reading its Node.
 func Rules(driverName, mode string) []rbacv1.PolicyRule {
 	var rules []rbacv1.PolicyRule
-	if mode == ModeDRA {
+	if mode == ModeDRA || mode == ModeNetworkAttached {
 		rules = append(rules,
 			rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"list", "watch", "create", "update", "delete"}},
 			rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get"}},
 			rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/status"}, Verbs: []string{"patch"}},
 			rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/driver"}, ResourceNames: []string{driverName}, Verbs: []string{"associated-node:patch"}},
 		)
+	}
+	if mode == ModeNetworkAttached {
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/driver"}, ResourceNames: []string{driverName}, Verbs: []string{"arbitrary-node:patch"}})
 	}
 	return append(rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}})
 }

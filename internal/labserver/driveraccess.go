@@ -123,7 +123,7 @@ func grant(ctx context.Context, g *errgroup.Group, client kubernetes.Interface, 
 		}
 		return nil
 	})
-	if a.mode != driverauth.ModeDRA {
+	if a.mode != driverauth.ModeDRA && a.mode != driverauth.ModeNetworkAttached {
 		return
 	}
 	policy, policyBinding := driverauth.OwnNodeSlices("dralab-"+a.serviceAccount()+"-own-node-slices", sa.Namespace, sa.Name, a.driver)

@@ -37,7 +37,7 @@ func (fabricKind) Command() *cobra.Command { return fabricapp.NewCommand() }
 func (fabricKind) Name() string                 { return "driver of network-attached GPUs" }
 func (fabricKind) Role() string                 { return RoleFabricDriver }
 func (fabricKind) Driver(*config.Config) string { return fabric.DriverName }
-func (fabricKind) Mode(config.Node) string      { return driverauth.ModeDRA }
+func (fabricKind) Mode(config.Node) string      { return driverauth.ModeNetworkAttached }
 func (fabricKind) Runs(cfg *config.Config, n config.Node) bool {
 	return cfg.Driver == nil && len(reachedBy(cfg, n)) > 0
 }
