@@ -145,6 +145,49 @@ func TestNetworkAttachedDevices(t *testing.T) {
 		deletePods(ctx, t, client, ns, "both")
 	})
 
+	t.Run("attached before binding: a failure, a timeout, then attached", func(t *testing.T) {
+		if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, scratchlab.ClaimTemplate(ns, "composable", fabric.DriverName, enclosure("composable", ""), ""), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		createPod(ctx, t, client, scratchlab.ClaimPod(ns, "composed", "composable"))
+		waitBound(ctx, t, client, ns, "composed", start)
+		waitPodRunning(ctx, t, client, ns, "composed")
+		p := getPod(ctx, t, client, ns, "composed")
+		claim := podClaim(ctx, t, client, p)
+		r := claim.Status.Allocation.Devices.Results[0]
+		t.Logf("composable-gpu-2 attached to %s, the pod Running after %v", p.Spec.NodeName, time.Since(start).Round(time.Second))
+		if r.Device != "composable-gpu-2" || !slices.Equal(r.BindingConditions, []string{fabric.ConditionAttached}) {
+			t.Errorf("allocated %s (binding conditions %v), want composable-gpu-2, attached", r.Device, r.BindingConditions)
+		}
+		// bindsToNode: the allocation is the chosen node's alone.
+		if sel := claim.Status.Allocation.NodeSelector; sel == nil || len(sel.NodeSelectorTerms) != 1 || len(sel.NodeSelectorTerms[0].MatchFields) != 1 || !slices.Equal(sel.NodeSelectorTerms[0].MatchFields[0].Values, []string{p.Spec.NodeName}) {
+			t.Errorf("allocation node selector %+v, want the pod's node %s alone", sel, p.Spec.NodeName)
+		}
+		if c := deviceCondition(claim, r, fabric.ConditionAttached); c == nil || c.Status != metav1.ConditionTrue {
+			t.Errorf("claim status.devices %+v: want %s True", claim.Status.Devices, fabric.ConditionAttached)
+		}
+		if elapsed := time.Since(start); elapsed < 20*time.Second {
+			t.Errorf("Running after %v, before the binding timeout (20 s) of the GPU that never answers", elapsed)
+		}
+		published, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tainted := map[string]bool{}
+		for _, s := range published.Items {
+			for _, d := range s.Spec.Devices {
+				if s.Spec.Pool.Name == "composable" && len(d.Taints) > 0 && d.Taints[0].Key == fabric.TaintAttachFailed {
+					tainted[d.Name] = true
+				}
+			}
+		}
+		if !maps.Equal(tainted, map[string]bool{"composable-gpu-0": true, "composable-gpu-1": true}) {
+			t.Errorf("tainted %v, want the GPU that failed and the one that never answered", tainted)
+		}
+		deletePods(ctx, t, client, ns, "composed")
+	})
+
 	t.Run("an enclosure every node reaches", func(t *testing.T) {
 		createPod(ctx, t, client, scratchlab.ClaimPod(ns, "shared", "shared"))
 		waitPodRunning(ctx, t, client, ns, "shared")

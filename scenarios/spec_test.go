@@ -11,7 +11,7 @@ func TestEveryScenarioLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"admin-access", "bandwidth-shares", "claim-status", "claims", "compatibility-groups", "counting", "cpu-mapping", "derived-alignment", "device-metadata", "device-taint", "extended-resource", "fabric-attach", "gang-fallback", "gang-partitions", "gang-shared-claim", "gang-vs-partial", "gpu-failure", "gpu-nic-pair", "gpu-sharing", "group-claim", "host-memory", "list-numa", "mig-fallback", "mig-partitions", "multi-gpu", "network-attached", "no-prepare", "prioritized-fallback", "shared-claim", "tainted-gpu-nodes", "topology"}
+	want := []string{"admin-access", "bandwidth-shares", "claim-status", "claims", "compatibility-groups", "counting", "cpu-mapping", "derived-alignment", "device-metadata", "device-taint", "extended-resource", "fabric-attach", "gang-fallback", "gang-partitions", "gang-shared-claim", "gang-vs-partial", "gpu-failure", "gpu-nic-pair", "gpu-sharing", "group-claim", "host-memory", "list-numa", "mig-fallback", "mig-partitions", "multi-gpu", "network-attach", "network-attached", "no-prepare", "prioritized-fallback", "shared-claim", "tainted-gpu-nodes", "topology"}
 	var got []string
 	for _, s := range all {
 		got = append(got, s.Name)

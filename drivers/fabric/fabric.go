@@ -32,6 +32,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/drivers/kit"
 )
 
@@ -83,7 +84,28 @@ type Pool struct {
 	NodeSelector map[string]string   `json:"nodeSelector,omitempty"`
 	AllNodes     bool                `json:"allNodes,omitempty"`
 	PerDevice    []map[string]string `json:"perDevice,omitempty"`
+
+	// Attach: the GPUs are attached to the node a pod goes to, through
+	// the fabric, before the pod binds (binding conditions, KEP-5007):
+	// each device carries ConditionAttached and ConditionAttachFailed and
+	// binds to the node it is allocated on (bindsToNode), and something
+	// (the lab's attach controller, a fabric manager) sets one of them in
+	// the claim's status.
+	Attach bool `json:"attach,omitempty"`
+	// Failed are the GPUs whose attachment failed or never came: each is
+	// tainted TaintAttachFailed (NoSchedule), so that the allocator passes
+	// it over.
+	Failed []int `json:"failed,omitempty"`
 }
+
+// Binding conditions of an attached GPU, as dralab's fabric-attached GPUs
+// in nodes have them (drivers/fakegpu), and the taint of a GPU that did
+// not attach.
+const (
+	ConditionAttached     = fakegpu.ConditionAttached
+	ConditionAttachFailed = fakegpu.ConditionAttachFailed
+	TaintAttachFailed     = "fabric.dralab.dev/attach-failed"
+)
 
 // Validate says what is wrong with the pool, in the words of its fields.
 func (p Pool) Validate() error {
@@ -117,9 +139,14 @@ func (p Pool) Validate() error {
 	if set != 1 {
 		return fmt.Errorf("pool %s: set exactly one of nodeSelector, allNodes and perDevice (%d set)", p.Name, set)
 	}
+	for _, i := range p.Failed {
+		if i < 0 || i >= p.Count {
+			return fmt.Errorf("pool %s: failed GPU %d, want 0 to %d", p.Name, i, p.Count-1)
+		}
+	}
 	for i := range p.Count {
-		if errs := validation.IsDNS1123Label(p.deviceName(i)); len(errs) > 0 {
-			return fmt.Errorf("pool %s: device name %q: %v", p.Name, p.deviceName(i), errs)
+		if errs := validation.IsDNS1123Label(p.DeviceName(i)); len(errs) > 0 {
+			return fmt.Errorf("pool %s: device name %q: %v", p.Name, p.DeviceName(i), errs)
 		}
 	}
 	return nil
@@ -138,9 +165,9 @@ func (p Pool) Reach() string {
 	}
 }
 
-// deviceName names device i: unique over the lab's pools, since one node's
+// DeviceName names device i: unique over the lab's pools, since one node's
 // plugin prepares the devices of every pool its node reaches.
-func (p Pool) deviceName(i int) string { return p.Name + "-gpu-" + strconv.Itoa(i) }
+func (p Pool) DeviceName(i int) string { return p.Name + "-gpu-" + strconv.Itoa(i) }
 
 // selector is a node selector of nodes with every label of labels.
 func selector(labels map[string]string) *v1.NodeSelector {
@@ -154,7 +181,7 @@ func selector(labels map[string]string) *v1.NodeSelector {
 // apiDevice is device i as published.
 func (p Pool) apiDevice(i int) resourceapi.Device {
 	d := resourceapi.Device{
-		Name: p.deviceName(i),
+		Name: p.DeviceName(i),
 		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 			AttrType:      {StringValue: ptr.To(TypeGPU)},
 			AttrModel:     {StringValue: ptr.To(p.Model)},
@@ -169,6 +196,14 @@ func (p Pool) apiDevice(i int) resourceapi.Device {
 	switch p.Reach() {
 	case ReachPerDevice:
 		d.NodeSelector = selector(p.PerDevice[i])
+	}
+	if p.Attach {
+		d.BindingConditions = []string{ConditionAttached}
+		d.BindingFailureConditions = []string{ConditionAttachFailed}
+		d.BindsToNode = ptr.To(true)
+	}
+	if slices.Contains(p.Failed, i) {
+		d.Taints = []resourceapi.DeviceTaint{{Key: TaintAttachFailed, Value: "true", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
 	}
 	return d
 }

@@ -37,9 +37,12 @@ func node(name, rack string) *v1.Node {
 	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"topology.dralab.dev/rack": rack}}}
 }
 
-// Every pool is one slice the API server accepts, with its node selection.
+// Every pool is one slice the API server accepts, with its node selection;
+// GPUs that attach carry the binding conditions and bind to their node, and
+// a GPU that failed to attach is tainted.
 func TestPoolsAreValidSlices(t *testing.T) {
-	res, err := Resources(testPools())
+	attached := Pool{Name: "attached", Model: "h100-80gb", Memory: resource.MustParse("80Gi"), Count: 2, AllNodes: true, Attach: true, Failed: []int{1}}
+	res, err := Resources(append(testPools(), attached))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,6 +54,17 @@ func TestPoolsAreValidSlices(t *testing.T) {
 	}
 	if p := res.Pools["fabric"]; !p.AllNodes || p.NodeSelector != nil {
 		t.Errorf("fabric: %+v, want all nodes", p)
+	}
+	for i, d := range res.Pools["attached"].Slices[0].Devices {
+		if !slices.Equal(d.BindingConditions, []string{ConditionAttached}) || !slices.Equal(d.BindingFailureConditions, []string{ConditionAttachFailed}) || !ptr.Deref(d.BindsToNode, false) {
+			t.Errorf("attached GPU %s: binding conditions %v, failure conditions %v, bindsToNode %v", d.Name, d.BindingConditions, d.BindingFailureConditions, d.BindsToNode)
+		}
+		if tainted := len(d.Taints) == 1 && d.Taints[0].Key == TaintAttachFailed && d.Taints[0].Effect == resourceapi.DeviceTaintEffectNoSchedule; tainted != (i == 1) {
+			t.Errorf("attached GPU %s: taints %v", d.Name, d.Taints)
+		}
+	}
+	if d := res.Pools["rack-a"].Slices[0].Devices[0]; d.BindingConditions != nil || d.BindsToNode != nil || d.Taints != nil {
+		t.Errorf("a GPU that does not attach: %+v", d)
 	}
 	p := res.Pools["split"]
 	if !ptr.Deref(p.Slices[0].PerDeviceNodeSelection, false) || p.NodeSelector != nil || p.Slices[0].Devices[1].NodeSelector == nil {

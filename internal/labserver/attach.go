@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/dralab/dralab/drivers/fabric"
 	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/kubeclient"
@@ -38,22 +39,33 @@ const (
 	ReasonAttachFailed = "AttachFailed"
 )
 
-// attachNode is what the controller knows of a node with fabric-attached
-// GPUs: how long attaching takes, and where gpu:fail records failed GPUs.
-type attachNode struct {
-	delay  time.Duration
-	faults string
+// attachTarget is what the controller knows of a pool of attachable GPUs:
+// how long attaching takes, and what it ends in.
+type attachTarget struct {
+	delay time.Duration
+	// decide is the outcome of attaching a device to a node: attached
+	// (""), failed (a message), or no answer at all (hang).
+	decide func(device, node string) (failure string, hang bool)
+	// mark, if set, records a device whose attachment failed or never
+	// came, as a fabric manager marks it (the fabric's pool taints it).
+	mark func(ctx context.Context, device string)
 }
 
+// targetKey names a pool of attachable GPUs: a node's fabric-attached
+// GPUs (the GPU driver's pool of the node) or an enclosure of network-
+// attached GPUs (drivers/fabric).
+type targetKey struct{ driver, pool string }
+
 // attachController plays the PCIe/CXL fabric manager of nodes with
-// attach: fabric. For every device of such a node allocated to a claim
-// whose status does not yet say, it waits the node's attach delay and
-// then sets the binding condition (attached) or, when the GPU is failed
-// in the node's faults file, the failure condition, on which the
-// scheduler clears the allocation and schedules the pod again.
+// attach: fabric and of enclosures with an attachDelay. For every such
+// device allocated to a claim whose status does not yet say, it waits the
+// delay and then sets the binding condition (attached) or the failure
+// condition, on which the scheduler clears the allocation and schedules the
+// pod again; for a device that hangs it sets nothing, and the scheduler
+// gives the allocation up after its binding timeout.
 type attachController struct {
-	client kubernetes.Interface
-	nodes  map[string]attachNode
+	client  kubernetes.Interface
+	targets map[targetKey]attachTarget
 
 	mu sync.Mutex
 	// pending are the devices being attached, by claim and device.
@@ -63,36 +75,80 @@ type attachController struct {
 	decided map[types.UID]map[deviceKey]*metav1apply.ConditionApplyConfiguration
 }
 
-type deviceKey struct{ pool, device string }
+type deviceKey struct{ driver, pool, device string }
 
 type attachKey struct {
 	claim types.UID
 	deviceKey
 }
 
-// fabricNodes are the lab's nodes with fabric-attached GPUs.
-func fabricNodes(dir labstate.Dir, cfg *config.Config) map[string]attachNode {
-	nodes := map[string]attachNode{}
+// attachTargets are the lab's pools of attachable GPUs: the nodes' with
+// fabric-attached GPUs, whose failures gpu:fail writes in the node's
+// faults file, and the enclosures with an attach delay, whose failing and
+// hanging GPUs the configuration names and whose publisher marks them.
+func attachTargets(dir labstate.Dir, cfg *config.Config, enclosures *fabricPublisher) map[targetKey]attachTarget {
+	targets := map[targetKey]attachTarget{}
 	for _, n := range cfg.Nodes {
 		if n.GPUs != nil && n.GPUs.Attach == config.AttachFabric && cfg.Driver == nil {
-			nodes[n.Name] = attachNode{delay: n.GPUs.AttachDuration(), faults: dir.Node(n.Name).GPUFaults()}
+			targets[targetKey{gpu.DriverName, n.Name}] = gpuTarget(n.GPUs.AttachDuration(), dir.Node(n.Name).GPUFaults())
 		}
 	}
-	return nodes
+	for _, p := range cfg.Fabric {
+		if p.AttachDelay == "" {
+			continue
+		}
+		targets[targetKey{fabric.DriverName, p.Name}] = attachTarget{
+			delay: p.AttachDuration(),
+			decide: func(device, node string) (string, bool) {
+				for _, i := range p.AttachFails {
+					if device == fabricDevice(p.Name, i) {
+						return fmt.Sprintf("attaching to node %s failed: the fabric manager lost the GPU's link", node), false
+					}
+				}
+				for _, i := range p.AttachHangs {
+					if device == fabricDevice(p.Name, i) {
+						return "", true
+					}
+				}
+				return "", false
+			},
+			mark: func(ctx context.Context, device string) { enclosures.markFailed(ctx, p.Name, device) },
+		}
+	}
+	return targets
+}
+
+// gpuTarget is a node's fabric-attached GPUs: attaching fails for a GPU
+// that gpu:fail has failed by then.
+func gpuTarget(delay time.Duration, faultsFile string) attachTarget {
+	return attachTarget{delay: delay, decide: func(device, node string) (string, bool) {
+		faults, err := gpu.ReadFaults(faultsFile)
+		if err != nil {
+			// A fault file that does not decode fails nothing here
+			// either, as the driver keeps its last good faults: the
+			// attachment goes ahead.
+			klog.Background().Error(err, "Reading the node's GPU faults", "file", faultsFile)
+		}
+		if f, failed := faults[device]; failed {
+			x := gpu.LookupXID(f.XID)
+			return fmt.Sprintf("attaching to node %s failed: XID %d: %s", node, x.Code, x.Description), false
+		}
+		return "", false
+	}}
 }
 
 // startAttachController runs the controller until ctx ends, when the lab
 // has nodes with fabric-attached GPUs.
-func startAttachController(ctx context.Context, dir labstate.Dir, cfg *config.Config) error {
-	nodes := fabricNodes(dir, cfg)
-	if len(nodes) == 0 {
+func startAttachController(ctx context.Context, dir labstate.Dir, cfg *config.Config, enclosures *fabricPublisher) error {
+	targets := attachTargets(dir, cfg, enclosures)
+	if len(targets) == 0 {
 		return nil
 	}
 	client, err := kubeclient.New(dir.Kubeconfig())
 	if err != nil {
 		return err
 	}
-	c := &attachController{client: client, nodes: nodes, pending: map[attachKey]bool{}, decided: map[types.UID]map[deviceKey]*metav1apply.ConditionApplyConfiguration{}}
+	c := &attachController{client: client, targets: targets, pending: map[attachKey]bool{}, decided: map[types.UID]map[deviceKey]*metav1apply.ConditionApplyConfiguration{}}
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("attach"))
 	factory := informers.NewSharedInformerFactory(client, 0)
 	informer := factory.Resource().V1().ResourceClaims().Informer()
@@ -104,7 +160,7 @@ func startAttachController(ctx context.Context, dir labstate.Dir, cfg *config.Co
 		return err
 	}
 	factory.Start(ctx.Done())
-	klog.FromContext(ctx).V(1).Info("Attach controller started", "nodes", len(nodes))
+	klog.FromContext(ctx).V(1).Info("Attach controller started", "pools", len(targets))
 	return nil
 }
 
@@ -123,16 +179,16 @@ func (c *attachController) observe(ctx context.Context, obj any) {
 		return
 	}
 	for _, r := range claim.Status.Allocation.Devices.Results {
-		node, ok := c.nodes[r.Pool]
-		if r.Driver != gpu.DriverName || !ok || !slices.Contains(r.BindingConditions, fakegpu.ConditionAttached) {
+		target, ok := c.targets[targetKey{r.Driver, r.Pool}]
+		if !ok || !slices.Contains(r.BindingConditions, fakegpu.ConditionAttached) {
 			continue
 		}
-		key := attachKey{claim.UID, deviceKey{r.Pool, r.Device}}
+		key := attachKey{claim.UID, deviceKey{r.Driver, r.Pool, r.Device}}
 		if c.pending[key] || c.decided[claim.UID][key.deviceKey] != nil || hasDecision(claim, r) {
 			continue
 		}
 		c.pending[key] = true
-		go c.attach(ctx, claim.Namespace, claim.Name, key, node)
+		go c.attach(ctx, claim.Namespace, claim.Name, key, target, allocatedNode(claim.Status.Allocation, r.Pool))
 	}
 }
 
@@ -165,12 +221,25 @@ func (c *attachController) forget(obj any) {
 	delete(c.decided, claim.UID)
 }
 
-// attach waits the node's delay, as a fabric manager takes to attach a
-// GPU, then reports the outcome: failed when gpu:fail has failed the GPU
-// by then.
-func (c *attachController) attach(ctx context.Context, namespace, name string, key attachKey, node attachNode) {
-	logger := klog.FromContext(ctx).WithValues("claim", klog.KRef(namespace, name), "node", key.pool, "device", key.device)
-	logger.V(1).Info("Attaching GPU", "delay", node.delay)
+// allocatedNode is the node an allocation binds to: the one node of its
+// node selector, or the pool's where there is none (a node's own GPUs).
+func allocatedNode(a *resourceapi.AllocationResult, pool string) string {
+	if a.NodeSelector != nil && len(a.NodeSelector.NodeSelectorTerms) == 1 {
+		for _, f := range a.NodeSelector.NodeSelectorTerms[0].MatchFields {
+			if f.Key == "metadata.name" && len(f.Values) == 1 {
+				return f.Values[0]
+			}
+		}
+	}
+	return pool
+}
+
+// attach waits the target's delay, as a fabric manager takes to attach a
+// GPU, then reports the outcome: attached, or failed; a device that hangs
+// gets no answer, and is marked once the scheduler has given it up.
+func (c *attachController) attach(ctx context.Context, namespace, name string, key attachKey, target attachTarget, node string) {
+	logger := klog.FromContext(ctx).WithValues("claim", klog.KRef(namespace, name), "node", node, "pool", key.pool, "device", key.device)
+	logger.V(1).Info("Attaching GPU", "delay", target.delay)
 	defer func() {
 		c.mu.Lock()
 		delete(c.pending, key)
@@ -179,26 +248,29 @@ func (c *attachController) attach(ctx context.Context, namespace, name string, k
 	select {
 	case <-ctx.Done():
 		return
-	case <-time.After(node.delay):
+	case <-time.After(target.delay):
+	}
+	failure, hang := target.decide(key.device, node)
+	if hang {
+		logger.Info("GPU attach hangs: no answer until the scheduler gives the allocation up")
+		c.awaitRelease(ctx, namespace, name, key)
+		if ctx.Err() == nil && target.mark != nil {
+			target.mark(ctx, key.device)
+		}
+		return
 	}
 	cond := metav1apply.Condition().
 		WithType(fakegpu.ConditionAttached).
 		WithStatus(metav1.ConditionTrue).
 		WithReason(ReasonAttached).
-		WithMessage(fmt.Sprintf("attached to node %s through the fabric", key.pool)).
+		WithMessage(fmt.Sprintf("attached to node %s through the fabric", node)).
 		WithLastTransitionTime(metav1.Now())
-	faults, err := gpu.ReadFaults(node.faults)
-	if err != nil {
-		// A fault file that does not decode fails nothing here either, as
-		// the driver keeps its last good faults: the attachment goes ahead.
-		logger.Error(err, "Reading the node's GPU faults")
-	}
-	if f, failed := faults[key.device]; failed {
-		x := gpu.LookupXID(f.XID)
+	if failure != "" {
 		cond = cond.WithType(fakegpu.ConditionAttachFailed).
 			WithReason(ReasonAttachFailed).
-			WithMessage(fmt.Sprintf("attaching to node %s failed: XID %d: %s", key.pool, x.Code, x.Description))
+			WithMessage(failure)
 	}
+	var err error
 	// The scheduler waits up to 10 minutes for the condition, and no
 	// claim update may come to start this again: an API error is retried.
 	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Steps: 8, Cap: 10 * time.Second}
@@ -216,6 +288,32 @@ func (c *attachController) attach(ctx context.Context, namespace, name string, k
 		return
 	}
 	logger.Info("GPU attach done", "condition", *cond.Type, "message", *cond.Message)
+	if failure != "" && target.mark != nil {
+		target.mark(ctx, key.device)
+	}
+}
+
+// awaitRelease waits until the claim no longer has the device allocated
+// (the scheduler's binding timeout cleared it, or the claim is gone).
+func (c *attachController) awaitRelease(ctx context.Context, namespace, name string, key attachKey) {
+	_ = wait.PollUntilContextCancel(ctx, time.Second, false, func(ctx context.Context) (bool, error) {
+		claim, err := c.client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil || claim.UID != key.claim {
+			return claim != nil && claim.UID != key.claim, nil
+		}
+		if claim.Status.Allocation == nil {
+			return true, nil
+		}
+		for _, r := range claim.Status.Allocation.Devices.Results {
+			if (deviceKey{r.Driver, r.Pool, r.Device}) == key.deviceKey {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 }
 
 // errNotAllocated: the device to attach is no longer allocated to the claim.
@@ -240,12 +338,12 @@ func (c *attachController) apply(ctx context.Context, namespace, name string, ke
 	status := resourceapply.ResourceClaimStatus()
 	allocated := map[deviceKey]*metav1apply.ConditionApplyConfiguration{}
 	for _, r := range claim.Status.Allocation.Devices.Results {
-		dk := deviceKey{r.Pool, r.Device}
+		dk := deviceKey{r.Driver, r.Pool, r.Device}
 		cd := decided[dk]
 		if dk == key.deviceKey {
 			cd = cond
 		}
-		if cd == nil || r.Driver != gpu.DriverName {
+		if _, ok := c.targets[targetKey{r.Driver, r.Pool}]; cd == nil || !ok {
 			continue
 		}
 		allocated[dk] = cd

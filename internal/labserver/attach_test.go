@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,8 +22,11 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 
+	"github.com/dralab/dralab/drivers/fabric"
 	"github.com/dralab/dralab/drivers/fakegpu"
 	"github.com/dralab/dralab/drivers/gpu"
+	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/lab/config"
 )
 
 // A claim of two fabric GPUs, one of them failed: each device gets its
@@ -60,7 +66,7 @@ func TestAttachControllerAppliesEachDevicesCondition(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	c := &attachController{client: client, nodes: map[string]attachNode{"fabric": {delay: 10 * time.Millisecond, faults: faults}},
+	c := &attachController{client: client, targets: map[targetKey]attachTarget{{gpu.DriverName, "fabric"}: gpuTarget(10*time.Millisecond, faults)},
 		pending: map[attachKey]bool{}, decided: map[types.UID]map[deviceKey]*metav1apply.ConditionApplyConfiguration{}}
 	c.observe(ctx, claim)
 	var got *resourceapi.ResourceClaim
@@ -134,7 +140,7 @@ func TestAttachOfADeallocatedClaimWritesNothing(t *testing.T) {
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "gone", Namespace: "ns", UID: types.UID("uid-gone")}}
 	client := fake.NewClientset(claim)
 	c := &attachController{client: client, pending: map[attachKey]bool{}, decided: map[types.UID]map[deviceKey]*metav1apply.ConditionApplyConfiguration{}}
-	key := attachKey{claim.UID, deviceKey{"fabric", "gpu-0"}}
+	key := attachKey{claim.UID, deviceKey{gpu.DriverName, "fabric", "gpu-0"}}
 	err := c.apply(ctx, "ns", "gone", key, metav1apply.Condition().WithType(fakegpu.ConditionAttached))
 	if !errors.Is(err, errNotAllocated) {
 		t.Fatalf("apply = %v, want errNotAllocated", err)
@@ -142,5 +148,70 @@ func TestAttachOfADeallocatedClaimWritesNothing(t *testing.T) {
 	got, err := client.ResourceV1().ResourceClaims("ns").Get(ctx, "gone", metav1.GetOptions{})
 	if err != nil || len(got.Status.Devices) != 0 {
 		t.Errorf("claim status.devices %+v (%v), want none", got.Status.Devices, err)
+	}
+}
+
+// An enclosure's GPU that the configuration fails gets the failure
+// condition and is marked; one that hangs gets no condition, and is marked
+// once the scheduler has given its allocation up; the others attach.
+func TestEnclosureAttachFailsAndHangs(t *testing.T) {
+	ctx := context.Background()
+	cfg := &config.Config{Fabric: []config.FabricPool{{Name: "e", Profile: "h100-80gb", Count: 3, AllNodes: true, AttachDelay: "10ms", AttachFails: []int{0}, AttachHangs: []int{1}}}}
+	targets := attachTargets(labstate.Dir(t.TempDir()), cfg, nil)
+	var mu sync.Mutex
+	var marked []string
+	target := targets[targetKey{fabric.DriverName, "e"}]
+	target.mark = func(_ context.Context, device string) {
+		mu.Lock()
+		defer mu.Unlock()
+		marked = append(marked, device)
+	}
+	targets[targetKey{fabric.DriverName, "e"}] = target
+	result := func(device string) resourceapi.DeviceRequestAllocationResult {
+		return resourceapi.DeviceRequestAllocationResult{Request: device, Driver: fabric.DriverName, Pool: "e", Device: device,
+			BindingConditions: []string{fabric.ConditionAttached}, BindingFailureConditions: []string{fabric.ConditionAttachFailed}}
+	}
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "three", Namespace: "ns", UID: types.UID("uid-three")},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{
+			Devices:      resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{result("e-gpu-0"), result("e-gpu-1"), result("e-gpu-2")}},
+			NodeSelector: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchFields: []v1.NodeSelectorRequirement{{Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: []string{"a1"}}}}}},
+		}},
+	}
+	client := fake.NewClientset(claim)
+	c := &attachController{client: client, targets: targets, pending: map[attachKey]bool{}, decided: map[types.UID]map[deviceKey]*metav1apply.ConditionApplyConfiguration{}}
+	c.observe(ctx, claim)
+	var got *resourceapi.ResourceClaim
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		got, err = client.ResourceV1().ResourceClaims("ns").Get(ctx, "three", metav1.GetOptions{})
+		return err == nil && condition(got, "e-gpu-0", fabric.ConditionAttachFailed) != nil && condition(got, "e-gpu-2", fabric.ConditionAttached) != nil, err
+	})
+	if err != nil {
+		t.Fatalf("waiting for the conditions: %v; %+v", err, got.Status.Devices)
+	}
+	if c := condition(got, "e-gpu-2", fabric.ConditionAttached); c.Message != "attached to node a1 through the fabric" {
+		t.Errorf("e-gpu-2: %q, want the node the allocation binds to", c.Message)
+	}
+	if condition(got, "e-gpu-1", fabric.ConditionAttached) != nil || condition(got, "e-gpu-1", fabric.ConditionAttachFailed) != nil {
+		t.Errorf("the hanging e-gpu-1 got a condition: %+v", got.Status.Devices)
+	}
+	mu.Lock()
+	if !slices.Equal(marked, []string{"e-gpu-0"}) {
+		t.Errorf("marked %v, want the failed e-gpu-0 only, before the scheduler gives e-gpu-1 up", marked)
+	}
+	mu.Unlock()
+	// The scheduler's binding timeout clears the allocation.
+	got.Status.Allocation = nil
+	if _, err := client.ResourceV1().ResourceClaims("ns").UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Equal(marked, []string{"e-gpu-0", "e-gpu-1"}), nil
+	})
+	if err != nil {
+		t.Errorf("marked %v, want e-gpu-1 too once released", marked)
 	}
 }

@@ -295,7 +295,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 	if err != nil {
 		return err
 	}
-	fabricPublished, err := startFabric(ctx, admin, cfg)
+	enclosures, err := startFabric(ctx, admin, cfg)
 	if err != nil {
 		return err
 	}
@@ -309,7 +309,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 		return fmt.Errorf("starting the control plane: %w", err)
 	}
 	clock.step("control plane ready")
-	if err := fabricPublished(ctx); err != nil {
+	if err := enclosures.published(ctx); err != nil {
 		return err
 	}
 	debug.SetGCPercent(gcPercent)
@@ -325,7 +325,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 	tick := time.NewTicker(driverauth.TokenCheck)
 	defer tick.Stop()
 	go keeper.keep(ctx, tick.C)
-	if err := startAttachController(ctx, dir, cfg); err != nil {
+	if err := startAttachController(ctx, dir, cfg, enclosures); err != nil {
 		return fmt.Errorf("starting the attach controller: %w", err)
 	}
 	if err := startDashboard(ctx, dir, cfg); err != nil {
@@ -569,6 +569,16 @@ profiles:
         weight: %d
 `
 
+// bindingTimeoutConfig sets the DynamicResources plugin's binding timeout,
+// appended to schedulerConfig's one profile.
+const bindingTimeoutConfig = `  pluginConfig:
+  - name: DynamicResources
+    args:
+      apiVersion: kubescheduler.config.k8s.io/v1
+      kind: DynamicResourcesArgs
+      bindingTimeout: %s
+`
+
 // auditPolicy records what drivers do: the requests of service accounts
 // (the lab's drivers, in labstate.DriversNamespace, and a driver installed
 // with its chart), at
@@ -588,6 +598,9 @@ rules:
 
 func writeSchedulerConfig(dir labstate.Dir, cp config.ControlPlane) error {
 	data := fmt.Sprintf(schedulerConfig, dir.ComponentKubeconfig("kube-scheduler"), cp.ClientQPS, cp.ClientQPS, cp.Parallelism, *cp.PercentageOfNodesToScore, cp.DynamicResourcesWeight)
+	if cp.BindingTimeout != "" {
+		data += fmt.Sprintf(bindingTimeoutConfig, cp.BindingTimeout)
+	}
 	if err := atomicfile.Write(dir.SchedulerConfig(), []byte(data), 0o600); err != nil {
 		return fmt.Errorf("writing scheduler config: %w", err)
 	}

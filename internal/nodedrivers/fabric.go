@@ -52,7 +52,7 @@ func FabricPools(cfg *config.Config) ([]fabric.Pool, error) {
 			return nil, fmt.Errorf("fabric pool %s: %w", p.Name, err)
 		}
 		out = append(out, fabric.Pool{Name: p.Name, Model: p.Profile, Memory: profile.Memory, Count: p.Count,
-			NodeSelector: p.NodeSelector, AllNodes: p.AllNodes, PerDevice: p.PerDevice})
+			NodeSelector: p.NodeSelector, AllNodes: p.AllNodes, PerDevice: p.PerDevice, Attach: p.AttachDelay != ""})
 	}
 	return out, nil
 }

@@ -33,11 +33,11 @@ func TestFabricKind(t *testing.T) {
 	if want := []string{"a1", "a2", "b1"}; !slices.Equal(runs, want) {
 		t.Errorf("runs on %v, want %v (every node reaches the shared enclosure)", runs, want)
 	}
-	if d := k.Describe(cfg, cfg.Nodes[2]); d != "reaches shared-gpu-0, split-gpu-1" {
+	if d := k.Describe(cfg, cfg.Nodes[2]); d != "reaches shared-gpu-0, split-gpu-1, composable-gpu-0, composable-gpu-1, composable-gpu-2" {
 		t.Errorf("b1: %q", d)
 	}
 	noShared := *cfg
-	noShared.Fabric = slices.DeleteFunc(slices.Clone(cfg.Fabric), func(p config.FabricPool) bool { return p.Name == "shared" })
+	noShared.Fabric = slices.DeleteFunc(slices.Clone(cfg.Fabric), func(p config.FabricPool) bool { return p.AllNodes })
 	if k.Runs(&noShared, config.Node{Name: "c1", Topology: &config.Topology{Rack: "c"}}) {
 		t.Error("a node of rack c runs the plugin, reaching no enclosure")
 	}
@@ -54,8 +54,8 @@ func TestFabricKind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pools) != 3 || pools[0].Memory.String() != "81559Mi" {
-		t.Errorf("pools %+v: want the three enclosures, rack a's of H100s", pools)
+	if len(pools) != 4 || pools[0].Memory.String() != "81559Mi" || pools[0].Attach || !pools[3].Attach {
+		t.Errorf("pools %+v: want the four enclosures, rack a's of H100s, the composable one's attached", pools)
 	}
 	classes := DeviceClasses(cfg)
 	if !slices.ContainsFunc(classes, func(c resourceapi.DeviceClass) bool { return c.Name == fabric.DriverName }) {

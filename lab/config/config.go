@@ -134,6 +134,11 @@ type ControlPlane struct {
 	// ClaimWorkers is the controller manager's resource claim controller
 	// workers, which create claims from templates (default 50, as upstream).
 	ClaimWorkers int32 `json:"claimWorkers,omitempty"`
+	// BindingTimeout is how long the scheduler waits for a device's
+	// binding conditions before it gives the allocation up (its
+	// DynamicResources plugin's bindingTimeout; default 10m, upstream's):
+	// a Go duration, 5s to 10m.
+	BindingTimeout string `json:"bindingTimeout,omitempty"`
 }
 
 // Control plane defaults.

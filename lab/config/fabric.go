@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -23,6 +24,24 @@ type FabricPool struct {
 	NodeSelector map[string]string   `json:"nodeSelector,omitempty"`
 	AllNodes     bool                `json:"allNodes,omitempty"`
 	PerDevice    []map[string]string `json:"perDevice,omitempty"`
+
+	// AttachDelay, when set, makes the enclosure's GPUs attach to the
+	// node a pod goes to (binding conditions, KEP-5007): the lab's attach
+	// controller, playing the fabric manager, takes this long (0s to 5m)
+	// and then says attached, or failed for the GPUs of AttachFails. The
+	// GPUs of AttachHangs never answer: the scheduler gives up after its
+	// binding timeout (controlPlane.bindingTimeout). A GPU that failed or
+	// hung is tainted in the pool, as a fabric manager marks it.
+	AttachDelay string `json:"attachDelay,omitempty"`
+	AttachFails []int  `json:"attachFails,omitempty"`
+	AttachHangs []int  `json:"attachHangs,omitempty"`
+}
+
+// AttachDuration is the pool's attach delay; 0 where its GPUs do not
+// attach (or the delay does not parse, which validation reports).
+func (p FabricPool) AttachDuration() time.Duration {
+	d, _ := time.ParseDuration(p.AttachDelay)
+	return d
 }
 
 // MaxFabricDevices is the most devices of a pool: one ResourceSlice's.
@@ -79,6 +98,37 @@ func (c *Config) validateFabric() field.ErrorList {
 		}
 		if set != 1 {
 			errs = append(errs, field.Invalid(pp, p.Name, "say which nodes reach the pool in exactly one way: nodeSelector, allNodes or perDevice"))
+		}
+		errs = append(errs, p.validateAttach(pp)...)
+	}
+	return errs
+}
+
+// validateAttach checks the attach delay and the GPUs that fail or hang.
+func (p FabricPool) validateAttach(pp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if p.AttachDelay == "" {
+		if len(p.AttachFails) > 0 || len(p.AttachHangs) > 0 {
+			errs = append(errs, field.Forbidden(pp.Child("attachDelay"), "attachFails and attachHangs need attachDelay: GPUs that attach"))
+		}
+		return errs
+	}
+	if d, err := time.ParseDuration(p.AttachDelay); err != nil || d < 0 || d > MaxAttachDelay {
+		errs = append(errs, field.Invalid(pp.Child("attachDelay"), p.AttachDelay, "a Go duration, 0s to 5m"))
+	}
+	seen := map[int]string{}
+	for _, f := range []struct {
+		name string
+		list []int
+	}{{"attachFails", p.AttachFails}, {"attachHangs", p.AttachHangs}} {
+		for j, i := range f.list {
+			switch {
+			case i < 0 || i >= p.Count:
+				errs = append(errs, field.Invalid(pp.Child(f.name).Index(j), i, fmt.Sprintf("a GPU's index, 0 to %d", p.Count-1)))
+			case seen[i] != "":
+				errs = append(errs, field.Duplicate(pp.Child(f.name).Index(j), i))
+			}
+			seen[i] = f.name
 		}
 	}
 	return errs

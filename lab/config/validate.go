@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -24,6 +25,11 @@ func (cp *ControlPlane) validate(p *field.Path) field.ErrorList {
 	positive("dynamicResourcesWeight", cp.DynamicResourcesWeight, 100)
 	positive("claimWorkers", cp.ClaimWorkers, 1000)
 	positive("gcPercent", cp.GCPercent, 10000)
+	if cp.BindingTimeout != "" {
+		if d, err := time.ParseDuration(cp.BindingTimeout); err != nil || d < 5*time.Second || d > 10*time.Minute {
+			errs = append(errs, field.Invalid(p.Child("bindingTimeout"), cp.BindingTimeout, "a Go duration, 5s to 10m (unset: 10m)"))
+		}
+	}
 	if v := cp.PercentageOfNodesToScore; v != nil && (*v < 1 || *v > 100) {
 		errs = append(errs, field.Invalid(p.Child("percentageOfNodesToScore"), *v, "must be between 1 and 100 (unset: 10)"))
 	}
