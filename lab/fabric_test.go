@@ -53,7 +53,7 @@ func TestNetworkAttachedDevices(t *testing.T) {
 			reach[s.Spec.Pool.Name] = fabric.ReachPerDevice
 		}
 	}
-	if want := map[string]string{"rack-a": fabric.ReachNodeSelector, "shared": fabric.ReachAllNodes, "split": fabric.ReachPerDevice}; !maps.Equal(reach, want) {
+	if want := map[string]string{"rack-a": fabric.ReachNodeSelector, "shared": fabric.ReachAllNodes, "split": fabric.ReachPerDevice, "composable": fabric.ReachAllNodes}; !maps.Equal(reach, want) {
 		t.Fatalf("published pools %v, want %v", reach, want)
 	}
 

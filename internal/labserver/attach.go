@@ -236,7 +236,7 @@ func allocatedNode(a *resourceapi.AllocationResult, pool string) string {
 
 // attach waits the target's delay, as a fabric manager takes to attach a
 // GPU, then reports the outcome: attached, or failed; a device that hangs
-// gets no answer, and is marked once the scheduler has given it up.
+// gets no answer (and is marked).
 func (c *attachController) attach(ctx context.Context, namespace, name string, key attachKey, target attachTarget, node string) {
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KRef(namespace, name), "node", node, "pool", key.pool, "device", key.device)
 	logger.V(1).Info("Attaching GPU", "delay", target.delay)
@@ -252,9 +252,11 @@ func (c *attachController) attach(ctx context.Context, namespace, name string, k
 	}
 	failure, hang := target.decide(key.device, node)
 	if hang {
+		// The fabric manager marks the GPU it cannot reach at once: its
+		// taint keeps the next allocation off it, while this one waits
+		// for the scheduler's binding timeout, which no answer ends.
 		logger.Info("GPU attach hangs: no answer until the scheduler gives the allocation up")
-		c.awaitRelease(ctx, namespace, name, key)
-		if ctx.Err() == nil && target.mark != nil {
+		if target.mark != nil {
 			target.mark(ctx, key.device)
 		}
 		return
@@ -291,29 +293,6 @@ func (c *attachController) attach(ctx context.Context, namespace, name string, k
 	if failure != "" && target.mark != nil {
 		target.mark(ctx, key.device)
 	}
-}
-
-// awaitRelease waits until the claim no longer has the device allocated
-// (the scheduler's binding timeout cleared it, or the claim is gone).
-func (c *attachController) awaitRelease(ctx context.Context, namespace, name string, key attachKey) {
-	_ = wait.PollUntilContextCancel(ctx, time.Second, false, func(ctx context.Context) (bool, error) {
-		claim, err := c.client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		if err != nil || claim.UID != key.claim {
-			return claim != nil && claim.UID != key.claim, nil
-		}
-		if claim.Status.Allocation == nil {
-			return true, nil
-		}
-		for _, r := range claim.Status.Allocation.Devices.Results {
-			if (deviceKey{r.Driver, r.Pool, r.Device}) == key.deviceKey {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
 }
 
 // errNotAllocated: the device to attach is no longer allocated to the claim.
