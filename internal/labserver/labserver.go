@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/dralab/dralab/internal/atomicfile"
@@ -301,7 +302,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 	}
 	// The drivers start while the API server finishes its start: their
 	// access and tokens need only the lab's own objects and their Nodes.
-	if err := startDrivers(ctx, procs, dir, cfg, o.Verbosity); err != nil {
+	if err := startDrivers(ctx, admin, procs, dir, cfg, o.Verbosity); err != nil {
 		return err
 	}
 	clock.step("drivers started")
@@ -358,11 +359,7 @@ func run(ctx context.Context, o Options, self procid.ID) (err error) {
 // DeviceClasses, and starts every driver
 // that did not start with its node, each once its Node is registered and its
 // token issued.
-func startDrivers(ctx context.Context, procs *supervisor, dir labstate.Dir, cfg *config.Config, verbosity int) error {
-	admin, err := kubeclient.New(dir.Kubeconfig())
-	if err != nil {
-		return err
-	}
+func startDrivers(ctx context.Context, admin kubernetes.Interface, procs *supervisor, dir labstate.Dir, cfg *config.Config, verbosity int) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return grantDrivers(gctx, admin, dir, cfg) })
 	g.Go(func() error { return applyDeviceClasses(gctx, dir, cfg) })
