@@ -110,26 +110,10 @@ func fabricDevice(pool string, i int) string { return fabric.Pool{Name: pool}.De
 // unpublishedPools are the pools whose newest generation is not published
 // whole in slices, with every device.
 func unpublishedPools(pools []fabric.Pool, slices []resourceapi.ResourceSlice) []string {
-	type seen struct {
-		gen, count, slices int64
-		devices            int
-	}
-	got := map[string]*seen{}
-	for _, s := range slices {
-		p := s.Spec.Pool
-		g := got[p.Name]
-		if g == nil || p.Generation > g.gen {
-			g = &seen{gen: p.Generation, count: p.ResourceSliceCount}
-			got[p.Name] = g
-		}
-		if p.Generation == g.gen {
-			g.slices++
-			g.devices += len(s.Spec.Devices)
-		}
-	}
+	published := nodedrivers.IndexSlices(slices)
 	var missing []string
 	for _, p := range pools {
-		if g := got[p.Name]; g == nil || g.slices != g.count || g.devices != p.Count {
+		if devices, complete := published.Pool(fabric.DriverName, p.Name); !complete || devices != p.Count {
 			missing = append(missing, p.Name)
 		}
 	}

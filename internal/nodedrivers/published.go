@@ -15,39 +15,70 @@ type Slices struct {
 	// complete says whether a driver's pools on a node are published
 	// whole.
 	complete map[driverNode]bool
+	// pools are every pool's newest generation, node-local or not.
+	pools map[driverPool]*poolGeneration
+}
+
+type driverPool struct{ driver, pool string }
+
+// poolGeneration is what is published of a pool's newest generation.
+type poolGeneration struct {
+	gen, have, count int64
+	devices          int
+}
+
+// add counts a slice of the pool: a newer generation starts afresh, an
+// older one is left out.
+func (p *poolGeneration) add(sl *resourceapi.ResourceSlice) {
+	switch {
+	case sl.Spec.Pool.Generation > p.gen || p.count == 0:
+		*p = poolGeneration{gen: sl.Spec.Pool.Generation, have: 1, count: sl.Spec.Pool.ResourceSliceCount, devices: len(sl.Spec.Devices)}
+	case sl.Spec.Pool.Generation == p.gen:
+		p.have++
+		p.devices += len(sl.Spec.Devices)
+	}
+}
+
+// Pool is how many devices a driver's pool has in its newest generation
+// (any pool: a node's, or one several nodes reach), and whether that
+// generation is published whole.
+func (s *Slices) Pool(driver, pool string) (devices int, complete bool) {
+	p := s.pools[driverPool{driver, pool}]
+	if p == nil {
+		return 0, false
+	}
+	return p.devices, p.have == p.count
 }
 
 type driverNode struct{ driver, node string }
 
 // IndexSlices indexes a cluster's ResourceSlices.
 func IndexSlices(rs []resourceapi.ResourceSlice) *Slices {
-	s := &Slices{devices: map[driverNode][]resourceapi.Device{}, complete: map[driverNode]bool{}}
+	s := &Slices{devices: map[driverNode][]resourceapi.Device{}, complete: map[driverNode]bool{}, pools: map[driverPool]*poolGeneration{}}
 	// A pool of several slices (a partitioned node's counter sets and MIG
 	// devices) is published one slice at a time: it is whole once the
 	// slices of its newest generation are as many as they say.
 	type poolKey struct{ driver, node, pool string }
-	type pool struct {
-		gen         int64
-		have, count int64
-	}
-	pools := map[poolKey]*pool{}
+	pools := map[poolKey]*poolGeneration{}
 	var order []poolKey
-	for _, sl := range rs {
+	for i := range rs {
+		sl := &rs[i]
 		dn := driverNode{sl.Spec.Driver, sl.Spec.Pool.Name}
 		s.devices[dn] = append(s.devices[dn], sl.Spec.Devices...)
+		dp := driverPool{sl.Spec.Driver, sl.Spec.Pool.Name}
+		if s.pools[dp] == nil {
+			s.pools[dp] = &poolGeneration{}
+		}
+		s.pools[dp].add(sl)
 		if sl.Spec.NodeName == nil {
 			continue
 		}
 		key := poolKey{sl.Spec.Driver, *sl.Spec.NodeName, sl.Spec.Pool.Name}
-		switch p := pools[key]; {
-		case p == nil:
+		if pools[key] == nil {
 			order = append(order, key)
-			pools[key] = &pool{gen: sl.Spec.Pool.Generation, have: 1, count: sl.Spec.Pool.ResourceSliceCount}
-		case sl.Spec.Pool.Generation > p.gen:
-			*p = pool{gen: sl.Spec.Pool.Generation, have: 1, count: sl.Spec.Pool.ResourceSliceCount}
-		case sl.Spec.Pool.Generation == p.gen:
-			p.have++
+			pools[key] = &poolGeneration{}
 		}
+		pools[key].add(sl)
 	}
 	// A node's pools are whole when each is.
 	seen := map[driverNode]bool{}
