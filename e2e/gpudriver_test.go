@@ -22,6 +22,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"github.com/dralab/dralab/drivers/conformance/allocation"
+	"github.com/dralab/dralab/drivers/conformance/cluster"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/drivers/kit"
 	"github.com/dralab/dralab/internal/harness/scratchlab"
@@ -88,7 +89,7 @@ func gpuSetup(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Co
 		t.Fatal(err)
 	}
 	g := &gpuTest{client: client, namespace: envconf.RandomName("gpu", 16)}
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: g.namespace}}, metav1.CreateOptions{}); err != nil {
+	if err := cluster.CreateNamespace(ctx, client, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: g.namespace}}); err != nil {
 		t.Fatal(err)
 	}
 	return context.WithValue(ctx, gpuTestKey{}, g)

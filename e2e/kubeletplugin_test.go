@@ -17,6 +17,8 @@ import (
 	"sigs.k8s.io/e2e-framework/klient/wait/conditions"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
+
+	"github.com/dralab/dralab/drivers/conformance/cluster"
 )
 
 // TestKubeletPlugin proves the embedded lab's DRA path end to end with a
@@ -58,7 +60,7 @@ func TestKubeletPlugin(t *testing.T) {
 			}
 			s := &state{client: client, plugin: plugin, node: node.Name, namespace: envconf.RandomName("kubelet-plugin", 24)}
 			t.Cleanup(plugin.stop)
-			if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.namespace}}, metav1.CreateOptions{}); err != nil {
+			if err := cluster.CreateNamespace(ctx, client, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.namespace}}); err != nil {
 				t.Fatal(err)
 			}
 			class := &resourceapi.DeviceClass{

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/conformance/allocation"
+	"github.com/dralab/dralab/drivers/conformance/cluster"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/lab"
@@ -43,7 +44,7 @@ func checkPoolStatus(t *testing.T, l *lab.Lab) {
 	}
 	client := kubernetes.NewForConfigOrDie(restConfig)
 	ns := "pool-status"
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if err := cluster.CreateNamespace(ctx, client, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
@@ -235,7 +236,7 @@ func checkExtendedResourceOverhead(t *testing.T, l *lab.Lab) {
 	}
 	client := kubernetes.NewForConfigOrDie(restConfig)
 	ns := "extended-overhead"
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if err := cluster.CreateNamespace(ctx, client, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })

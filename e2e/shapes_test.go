@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dralab/dralab/drivers/conformance/allocation"
+	"github.com/dralab/dralab/drivers/conformance/cluster"
 )
 
 // shapesDir holds the hand-written cluster states of the allocation
@@ -114,7 +115,7 @@ func runShape(t *testing.T, client kubernetes.Interface, path, name string) {
 			objs = append(objs, doc)
 		}
 	}
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if err := cluster.CreateNamespace(ctx, client, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
 	created = append(created, func(ctx context.Context) error {

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dralab/dralab/drivers/conformance/allocation"
+	"github.com/dralab/dralab/drivers/conformance/cluster"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/dashboard"
 	"github.com/dralab/dralab/internal/dashboard/browsertest"
@@ -279,7 +280,7 @@ func podWave(ctx context.Context, b *testing.B, client kubernetes.Interface, pid
 		}
 	}()
 	before := cpuTicks(b, pid)
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if err := cluster.CreateNamespace(ctx, client, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		b.Fatal(err)
 	}
 	tmpl := scratchlab.ClaimTemplate(ns, "fallback", "", "", "")

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/conformance/cluster"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/lab"
@@ -79,7 +80,7 @@ func BenchmarkGPUFailure(b *testing.B) {
 // namespace.
 func failOnce(ctx context.Context, tb testing.TB, l *lab.Lab, client kubernetes.Interface, ns string) failureTimes {
 	tb.Helper()
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if err := cluster.CreateNamespace(ctx, client, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		tb.Fatal(err)
 	}
 	defer func() {

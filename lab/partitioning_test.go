@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/conformance/cluster"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/lab/config"
@@ -165,7 +166,7 @@ func deviceAttr(d resourceapi.Device, name string) string {
 
 func createNamespace(ctx context.Context, t testing.TB, client kubernetes.Interface, name string) string {
 	t.Helper()
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+	if err := cluster.CreateNamespace(ctx, client, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 		t.Fatal(err)
 	}
 	return name

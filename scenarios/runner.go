@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/conformance/allocation"
+	"github.com/dralab/dralab/drivers/conformance/cluster"
 )
 
 // ErrUnmet means the cluster lacks what a scenario requires.
@@ -137,7 +138,7 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (_ *Result, err error) {
 		Name:   fmt.Sprintf("dralab-%s-%s", s.Name, rand.String(5)),
 		Labels: s.NamespaceLabels,
 	}}
-	if _, err := r.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+	if err := cluster.CreateNamespace(ctx, r.Client, ns); err != nil {
 		return nil, fmt.Errorf("creating the scenario's namespace: %w", err)
 	}
 	run := &run{Runner: r, s: s, ns: ns.Name, inv: inv}

@@ -276,8 +276,22 @@ func (f *fakeCluster) run(ctx context.Context, refuse string) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			f.serviceAccounts(ctx)
 			f.schedule(ctx, refuse)
 		}
+	}
+}
+
+// serviceAccounts gives each namespace its default ServiceAccount, as the
+// controller manager does.
+func (f *fakeCluster) serviceAccounts(ctx context.Context) {
+	namespaces, err := f.client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, ns := range namespaces.Items {
+		sa := &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns.Name}}
+		_, _ = f.client.CoreV1().ServiceAccounts(ns.Name).Create(ctx, sa, metav1.CreateOptions{})
 	}
 }
 

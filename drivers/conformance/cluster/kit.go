@@ -46,8 +46,7 @@ func (k *kit) createNamespace(ctx context.Context, adminAccess bool) error {
 		// Only namespaces labelled so may hold claims with admin access.
 		ns.Labels["resource.kubernetes.io/admin-access"] = "true"
 	}
-	_, err := k.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
-	return err
+	return CreateNamespace(ctx, k.client, ns)
 }
 
 // cleanup removes what the check created: its DeviceTaintRules first, its

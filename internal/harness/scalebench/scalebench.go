@@ -22,7 +22,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -30,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/dralab/dralab/drivers/conformance/cluster"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
@@ -414,13 +414,7 @@ func (o Options) setUp(ctx context.Context, client kubernetes.Interface, w *work
 		return err
 	}
 	// Pods are admitted once the namespace has its service account.
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := client.CoreV1().ServiceAccounts(Namespace).Get(ctx, "default", metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		return err == nil, err
-	})
+	return cluster.WaitForServiceAccount(ctx, client, Namespace)
 }
 
 // createGroups creates the PodGroups the pods join, before any of them.

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/dralab/dralab/drivers/conformance/cluster"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/natural"
 	"github.com/dralab/dralab/internal/nodedrivers"
@@ -141,7 +142,7 @@ type workload struct {
 // with an extended resource name.
 func (w *workload) setup(ctx context.Context) error {
 	ns := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
-	if _, err := w.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+	if err := cluster.CreateNamespace(ctx, w.client, ns); err != nil {
 		return fmt.Errorf("creating namespace %s: %w", Namespace, err)
 	}
 	class := &resourceapi.DeviceClass{
