@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 
 	"golang.org/x/sync/errgroup"
@@ -187,23 +188,34 @@ func Read(ctx context.Context, client kubernetes.Interface, namespace string, v 
 		return err
 	})
 	g.Go(func() (err error) {
-		claims, err = listAll(gctx, "resourceclaims", metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]resourceapi.ResourceClaim, string, error) {
-			l, err := r.ResourceClaims(metav1.NamespaceAll).List(ctx, o)
-			return itemsOf(l, err, func(l *resourceapi.ResourceClaimList) ([]resourceapi.ResourceClaim, metav1.ListMeta) {
-				return l.Items, l.ListMeta
-			})
-		})
+		claimItems := func(l *resourceapi.ResourceClaimList) ([]resourceapi.ResourceClaim, metav1.ListMeta) {
+			return l.Items, l.ListMeta
+		}
+		claims, err = listPages(gctx, "resourceclaims", metav1.ListOptions{}, rawSource(r.RESTClient(), "resourceclaims", ""),
+			func(ctx context.Context, o metav1.ListOptions) ([]resourceapi.ResourceClaim, string, error) {
+				l, err := r.ResourceClaims(metav1.NamespaceAll).List(ctx, o)
+				return itemsOf(l, err, claimItems)
+			},
+			pageDecoder[resourceapi.ResourceClaim](resourceapi.SchemeGroupVersion, "ResourceClaimList", claimItems))
 		return err
 	})
 	g.Go(func() (err error) {
-		counters := counterMaps{}
-		slices, err = listAll(gctx, "resourceslices", metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]resourceapi.ResourceSlice, string, error) {
-			l, err := r.ResourceSlices().List(ctx, o)
-			return itemsOf(l, err, func(l *resourceapi.ResourceSliceList) ([]resourceapi.ResourceSlice, metav1.ListMeta) {
-				counters.shareCounters(l.Items)
-				return l.Items, l.ListMeta
-			})
-		})
+		var (
+			countersMu sync.Mutex
+			counters   = counterMaps{}
+		)
+		sliceItems := func(l *resourceapi.ResourceSliceList) ([]resourceapi.ResourceSlice, metav1.ListMeta) {
+			countersMu.Lock()
+			defer countersMu.Unlock()
+			counters.shareCounters(l.Items)
+			return l.Items, l.ListMeta
+		}
+		slices, err = listPages(gctx, "resourceslices", metav1.ListOptions{}, rawSource(r.RESTClient(), "resourceslices", ""),
+			func(ctx context.Context, o metav1.ListOptions) ([]resourceapi.ResourceSlice, string, error) {
+				l, err := r.ResourceSlices().List(ctx, o)
+				return itemsOf(l, err, sliceItems)
+			},
+			pageDecoder[resourceapi.ResourceSlice](resourceapi.SchemeGroupVersion, "ResourceSliceList", sliceItems))
 		return err
 	})
 	g.Go(func() (err error) {
@@ -233,17 +245,20 @@ func Read(ctx context.Context, client kubernetes.Interface, namespace string, v 
 		return err
 	})
 	g.Go(func() (err error) {
-		nodes, err = listAll(gctx, "nodes", metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]v1.Node, string, error) {
-			l, err := client.CoreV1().Nodes().List(ctx, o)
-			return itemsOf(l, err, func(l *v1.NodeList) ([]v1.Node, metav1.ListMeta) {
-				for i := range l.Items {
-					// A node's images (dozens of names each) are nothing an
-					// allocation reads.
-					l.Items[i].Status.Images = nil
-				}
-				return l.Items, l.ListMeta
-			})
-		})
+		nodeItems := func(l *v1.NodeList) ([]v1.Node, metav1.ListMeta) {
+			for i := range l.Items {
+				// A node's images (dozens of names each) are nothing an
+				// allocation reads.
+				l.Items[i].Status.Images = nil
+			}
+			return l.Items, l.ListMeta
+		}
+		nodes, err = listPages(gctx, "nodes", metav1.ListOptions{}, rawSource(client.CoreV1().RESTClient(), "nodes", ""),
+			func(ctx context.Context, o metav1.ListOptions) ([]v1.Node, string, error) {
+				l, err := client.CoreV1().Nodes().List(ctx, o)
+				return itemsOf(l, err, nodeItems)
+			},
+			pageDecoder[v1.Node](v1.SchemeGroupVersion, "NodeList", nodeItems))
 		return err
 	})
 	if err := g.Wait(); err != nil {
@@ -290,10 +305,13 @@ func boundReader(client kubernetes.Interface) func(ctx context.Context, node str
 // readPods lists a namespace's pods (metav1.NamespaceAll: every
 // namespace's), those a field selector selects where it names one.
 func readPods(ctx context.Context, client kubernetes.Interface, namespace, selector string) ([]v1.Pod, error) {
-	return listAll(ctx, "pods", metav1.ListOptions{FieldSelector: selector}, func(ctx context.Context, o metav1.ListOptions) ([]v1.Pod, string, error) {
-		l, err := client.CoreV1().Pods(namespace).List(ctx, o)
-		return itemsOf(l, err, func(l *v1.PodList) ([]v1.Pod, metav1.ListMeta) { return l.Items, l.ListMeta })
-	})
+	podItems := func(l *v1.PodList) ([]v1.Pod, metav1.ListMeta) { return l.Items, l.ListMeta }
+	return listPages(ctx, "pods", metav1.ListOptions{FieldSelector: selector}, rawSource(client.CoreV1().RESTClient(), "pods", namespace),
+		func(ctx context.Context, o metav1.ListOptions) ([]v1.Pod, string, error) {
+			l, err := client.CoreV1().Pods(namespace).List(ctx, o)
+			return itemsOf(l, err, podItems)
+		},
+		pageDecoder[v1.Pod](v1.SchemeGroupVersion, "PodList", podItems))
 }
 
 // PageSize is how many objects Read asks for at a time.

@@ -120,8 +120,10 @@ func (s *Snapshot) Candidates(ctx context.Context, pod *v1.Pod) ([]Candidate, er
 		if claim != "" {
 			_, sub, _ = strings.Cut(alt.name, "/")
 		}
-		for _, c := range found {
-			state, detail := s.classify(c, alt, pod.Namespace, holders)
+		out = slices.Grow(out, len(found))
+		states := s.classifyAll(found, alt, pod.Namespace, holders)
+		for i, c := range found {
+			state, detail := states[i].state, states[i].detail
 			key := c.driver + "/" + c.String()
 			out = append(out, Candidate{Claim: claim, Request: request, Subrequest: sub, Count: alt.count, Node: c.node, Reaches: s.reachedBy(c),
 				Device: key, State: stateNames[state], Detail: detail, Holders: held[key]})

@@ -2,9 +2,11 @@ package allocation
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"runtime"
 	"slices"
 	"sort"
@@ -302,7 +304,8 @@ func (s *Snapshot) whyTogether(ctx context.Context, claim *resourceapi.ResourceC
 			}
 			sd := side{request: name, count: alt.count, free: map[string][]string{}, busy: map[string][]string{}, pools: map[string]bool{}}
 			sd.candidates = len(candidates)
-			for _, d := range candidates {
+			states := s.classifyAll(candidates, alt, claim.Namespace, holders)
+			for i, d := range candidates {
 				// Places are nodes (a device's pool where several
 				// nodes reach it): two drivers' pools on one node
 				// meet there.
@@ -320,7 +323,7 @@ func (s *Snapshot) whyTogether(ctx context.Context, claim *resourceapi.ResourceC
 					continue // meets no matchAttribute
 				}
 				sd.attributed++
-				state, detail := s.classify(d, alt, claim.Namespace, holders)
+				state, detail := states[i].state, states[i].detail
 				for _, v := range values {
 					place := where + " " + v
 					places[place] = true
@@ -488,6 +491,63 @@ func (s *Snapshot) classify(c deviceRef, alt alternative, namespace string, hold
 	return available, ""
 }
 
+// classifyAll classifies each device an alternative matched (refs, as
+// matching found them). Against the snapshot's own holders, the states
+// are found once a snapshot for what decides them: explaining a pod and
+// listing its candidates classify the same devices.
+func (s *Snapshot) classifyAll(refs []deviceRef, alt alternative, namespace string, holders map[string]string) []classified {
+	each := func() []classified {
+		out := make([]classified, len(refs))
+		for i, c := range refs {
+			out[i].state, out[i].detail = s.classify(c, alt, namespace, holders)
+		}
+		return out
+	}
+	c := s.matchCache
+	if c == nil || len(refs) == 0 || !sameMap(holders, s.AllocatedDevices()) {
+		return each()
+	}
+	key, err := classifyKey(alt, namespace)
+	if err != nil {
+		return each()
+	}
+	c.mu.Lock()
+	got, ok := c.classified[key]
+	c.mu.Unlock()
+	if ok && len(got) == len(refs) {
+		return got
+	}
+	got = each()
+	c.mu.Lock()
+	if c.classified == nil {
+		c.classified = map[string][]classified{}
+	}
+	c.classified[key] = got
+	c.mu.Unlock()
+	return got
+}
+
+// classifyKey is what decides how classify sees an alternative's devices:
+// the devices it matched (its class and selectors), the claim's namespace
+// (holders are named from it), admin access, tolerations and the capacity
+// a share asks.
+func classifyKey(alt alternative, namespace string) (string, error) {
+	decides, err := json.Marshal(struct {
+		Admin       bool                                            `json:"a"`
+		Tolerations []resourceapi.DeviceToleration                  `json:"t"`
+		Capacity    map[resourceapi.QualifiedName]resource.Quantity `json:"c"`
+	}{alt.adminAccess, alt.tolerations, alt.capacity})
+	if err != nil {
+		return "", err
+	}
+	return matchKey(alt) + "\x00" + namespace + "\x00" + string(decides), nil
+}
+
+// sameMap tells whether a and b are one map.
+func sameMap(a, b map[string]string) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
 // whyAlternatives explains why none of a request's alternatives can be
 // satisfied, or returns no code when one can as far as devices go.
 func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, alts []alternative, holders map[string]string) (string, string, error) {
@@ -525,8 +585,9 @@ func (s *Snapshot) whyAlternatives(ctx context.Context, namespace, what string, 
 			continue
 		}
 		var free []deviceRef
-		for _, c := range candidates {
-			state, detail := s.classify(c, alt, namespace, holders)
+		states := s.classifyAll(candidates, alt, namespace, holders)
+		for i, c := range candidates {
+			state, detail := states[i].state, states[i].detail
 			if state == tooBig {
 				never = append(never, detail)
 				continue
@@ -777,10 +838,21 @@ func (e *selectorError) Error() string {
 }
 
 // AllocatedDevices maps each device allocated without admin access
-// (driver/pool/device) to the claim that holds it (namespace/name).
+// (driver/pool/device) to the claim that holds it (namespace/name). The
+// map of a snapshot of NewSnapshot is made once and shared: read it only.
 func (s *Snapshot) AllocatedDevices() map[string]string {
-	m := map[string]string{}
-	for k, claim := range s.state().Held() {
+	c := s.matchCache
+	if c == nil {
+		return s.allocatedDevices()
+	}
+	c.allocatedOnce.Do(func() { c.allocated = s.allocatedDevices() })
+	return c.allocated
+}
+
+func (s *Snapshot) allocatedDevices() map[string]string {
+	held := s.state().Held()
+	m := make(map[string]string, len(held))
+	for k, claim := range held {
 		m[k.String()] = claim
 	}
 	return m
@@ -807,12 +879,7 @@ func (s *Snapshot) matching(ctx context.Context, alt alternative) ([]deviceRef, 
 	selectors := append(append([]resourceapi.DeviceSelector{}, class.Spec.Selectors...), alt.selectors...)
 	// The same alternative is matched once a snapshot: explaining a pod
 	// and listing its candidates read the same devices.
-	key := alt.class
-	for _, sel := range selectors {
-		if sel.CEL != nil {
-			key += "\x00" + sel.CEL.Expression
-		}
-	}
+	key := matchKey(alt)
 	c := s.matchCache
 	if c == nil {
 		return s.match(ctx, selectors, s.currentSlices())
@@ -830,6 +897,18 @@ func (s *Snapshot) matching(ctx context.Context, alt alternative) ([]deviceRef, 
 	return refs, err
 }
 
+// matchKey keys what matching finds for an alternative: its class (whose
+// selectors a snapshot's class name decides) and its own selectors.
+func matchKey(alt alternative) string {
+	key := alt.class
+	for _, sel := range alt.selectors {
+		if sel.CEL != nil {
+			key += "\x00" + sel.CEL.Expression
+		}
+	}
+	return key
+}
+
 // matchCache keeps what matching found, by alternative, for a snapshot,
 // and the holders of its allocated devices.
 type matchCache struct {
@@ -838,6 +917,20 @@ type matchCache struct {
 
 	holdersOnce sync.Once
 	holders     map[string][]Holder
+
+	allocatedOnce sync.Once
+	allocated     map[string]string
+
+	// classified are the states of the devices an alternative matched,
+	// by what decides them (classifyKey), against the snapshot's own
+	// holders.
+	classified map[string][]classified
+}
+
+// classified is a device's state for an alternative, and its detail.
+type classified struct {
+	state  deviceState
+	detail string
 }
 
 // matched is what matching found for an alternative.

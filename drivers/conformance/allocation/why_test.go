@@ -272,3 +272,33 @@ func TestWhyTogetherDerived(t *testing.T) {
 		}
 	}
 }
+
+// A snapshot of NewSnapshot classifies an alternative's devices once
+// against its own holders, and afresh against other holders or for other
+// tolerations: the memo never answers for what it was not asked.
+func TestClassifiedOnce(t *testing.T) {
+	ctx := context.Background()
+	taint := resourceapi.DeviceTaint{Key: "dralab.dev/unhealthy", Effect: resourceapi.DeviceTaintEffectNoSchedule}
+	base := snapshot([]resourceapi.Device{withTier(resourceapi.Device{Name: "gpu-0"}, "h100"), withTier(resourceapi.Device{Name: "gpu-1", Taints: []resourceapi.DeviceTaint{taint}}, "h100")},
+		claimOn("trainer", "gpu-0", nil))
+	s := NewSnapshot(Vocabulary{}, "", nil, base.AllClaims, base.Slices, []resourceapi.DeviceClass{*base.Classes["any"]}, nil, nil)
+	for range 2 {
+		code, msg, err := s.whyAlternatives(ctx, "ns", "request gpu", []alternative{tier("h100")}, s.AllocatedDevices())
+		if err != nil || code != AllAllocated || !strings.Contains(msg, "n/gpu-0 to trainer") || !strings.Contains(msg, "n/gpu-1 (dralab.dev/unhealthy:NoSchedule)") {
+			t.Fatalf("got %q %q %v; want AllAllocated naming the holder of gpu-0 and the taint of gpu-1", code, msg, err)
+		}
+	}
+	if n := len(s.matchCache.classified); n != 1 {
+		t.Errorf("one alternative asked twice against the snapshot's holders: %d classifications kept, want 1", n)
+	}
+	if code, msg, _ := s.whyAlternatives(ctx, "ns", "request gpu", []alternative{tier("h100")}, map[string]string{}); code != "" {
+		t.Errorf("against no holders: %q %q; want no reason, gpu-0 free", code, msg)
+	}
+	tolerates := resourceapi.DeviceToleration{Key: taint.Key, Operator: resourceapi.DeviceTolerationOpExists}
+	if code, msg, _ := s.whyAlternatives(ctx, "ns", "request gpu", []alternative{tier("h100", tolerates)}, s.AllocatedDevices()); code != "" {
+		t.Errorf("tolerating the taint: %q %q; want no reason, gpu-1 free to it", code, msg)
+	}
+	if n := len(s.matchCache.classified); n != 2 {
+		t.Errorf("after a second alternative: %d classifications kept, want 2", n)
+	}
+}

@@ -37,9 +37,12 @@ import (
 
 // memoryLimit is the heap kubectl dra keeps to where it can, unless
 // GOMEMLIMIT says otherwise: a cluster of 5,000 nodes and 20,000 pods reads
-// as about 250 MiB, and the collector's default room (as much again) would
-// double that.
-const memoryLimit = 384 << 20
+// as about 250 MiB (280 MiB with 120,000 partitioned devices), and the
+// collector's default room (as much again) would double that. Closer to
+// what the reading holds, the collector runs ever more often: at 384 MiB
+// it took a third of the partitioned cluster's answer; at 416 MiB the
+// answer's peak RSS stays under 450 MiB.
+const memoryLimit = 416 << 20
 
 func main() {
 	os.Exit(command())
