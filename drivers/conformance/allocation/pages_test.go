@@ -102,7 +102,9 @@ func TestListPages(t *testing.T) {
 			if src == nil {
 				t.Fatal("a client of a server has no REST client for its pages")
 			}
-			items := func(l *resourceapi.ResourceSliceList) ([]resourceapi.ResourceSlice, metav1.ListMeta) { return l.Items, l.ListMeta }
+			items := func(l *resourceapi.ResourceSliceList) ([]resourceapi.ResourceSlice, metav1.ListMeta) {
+				return l.Items, l.ListMeta
+			}
 			got, err := listPages(context.Background(), "resourceslices", metav1.ListOptions{}, src, nil,
 				pageDecoder[resourceapi.ResourceSlice](resourceapi.SchemeGroupVersion, "ResourceSliceList", items))
 			if err != nil {
