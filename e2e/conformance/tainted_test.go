@@ -15,6 +15,7 @@ import (
 	"github.com/dralab/dralab/drivers/conformance/target"
 	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/internal/labstate"
+	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
 )
 
@@ -41,24 +42,7 @@ func TestTaintedGPUNodes(t *testing.T) {
 			cfg.Nodes[i].Taints = append(cfg.Nodes[i].Taints, gpuTaint)
 		}
 	}
-	if err := cfg.Complete(); err != nil {
-		t.Fatal(err)
-	}
-	l, err := scratchlab.Start(ctx, cfg, cfg.Name)
-	t.Cleanup(func() {
-		if err := scratchlab.Stop(context.Background(), l); err != nil {
-			t.Error(err)
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tool := installTool(t)
-	consent := labConsent(t, l.Kubeconfig())
-	commandEnv, err := scratchlab.CommandEnv(ctx, l)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, tool, consent, commandEnv := toolLab(ctx, t, cfg)
 	driverManifest, err := filepath.Abs(defaultManifest)
 	if err != nil {
 		t.Fatal(err)
@@ -144,6 +128,33 @@ func installTool(t *testing.T) string {
 		t.Fatal(toolErr)
 	}
 	return toolPath
+}
+
+// toolLab starts a lab of cfg, stopped when the test ends, and installs
+// dralab-conformance to run on it as a driver author runs it: the lab, the
+// tool's path, the --target the lab's kubeconfig consents to, and the
+// environment of the manifest's commands there.
+func toolLab(ctx context.Context, t *testing.T, cfg *config.Config) (*lab.Lab, string, string, []string) {
+	t.Helper()
+	if err := cfg.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := scratchlab.Start(ctx, cfg, cfg.Name)
+	t.Cleanup(func() {
+		if err := scratchlab.Stop(context.Background(), l); err != nil {
+			t.Error(err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool := installTool(t)
+	consent := labConsent(t, l.Kubeconfig())
+	commandEnv, err := scratchlab.CommandEnv(ctx, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, tool, consent, commandEnv
 }
 
 // labConsent is the --target a lab's kubeconfig consents to: its current

@@ -253,8 +253,8 @@ func quoteCEL(s string) string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
-// nodeDevices lists the driver's devices published for node, from the
-// newest generation of each pool, those the allocator considers.
+// nodeDevices lists the driver's devices node reaches, from the newest
+// generation of each pool, those the allocator considers.
 func nodeDevices(ctx context.Context, client kubernetes.Interface, driver, node string) ([]device, error) {
 	st, err := nodeState(ctx, client, driver, node)
 	if err != nil {
@@ -263,8 +263,8 @@ func nodeDevices(ctx context.Context, client kubernetes.Interface, driver, node 
 	return fromDevices(st.Published(driver, node)), nil
 }
 
-// nodeSlices lists the driver's ResourceSlices published for node, of the
-// newest generation of each pool.
+// nodeSlices lists the driver's ResourceSlices with devices node reaches,
+// of the newest generation of each pool.
 func nodeSlices(ctx context.Context, client kubernetes.Interface, driver, node string) ([]resourceapi.ResourceSlice, error) {
 	st, err := nodeState(ctx, client, driver, node)
 	if err != nil {
@@ -273,11 +273,17 @@ func nodeSlices(ctx context.Context, client kubernetes.Interface, driver, node s
 	return st.Current(driver, node), nil
 }
 
-// nodeState holds the driver's slices of node; no claim.
+// nodeState holds the driver's slices and the cluster's nodes, so that a
+// node's devices are every device it reaches: its own slices', and those
+// a node selector or allNodes places there; no claim.
 func nodeState(ctx context.Context, client kubernetes.Interface, driver, node string) (*devices.State, error) {
-	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + driver + ",spec.nodeName=" + node})
+	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + driver})
 	if err != nil {
 		return nil, err
 	}
-	return &devices.State{Slices: list.Items}, nil
+	st := &devices.State{Slices: list.Items}
+	if err := st.ReadNodes(ctx, client); err != nil {
+		return nil, err
+	}
+	return st, nil
 }

@@ -51,16 +51,24 @@ func nodePools(ctx context.Context, client kubernetes.Interface, driver, node st
 	return out, nil
 }
 
-// driverNodes lists the nodes the driver publishes node-local slices for.
+// driverNodes lists the nodes the driver's devices reach: those it
+// publishes node-local slices for, and those its node selectors and
+// allNodes place devices on.
 func driverNodes(ctx context.Context, client kubernetes.Interface, driver string) ([]string, error) {
-	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + driver})
+	st, err := nodeState(ctx, client, driver, "")
 	if err != nil {
 		return nil, err
 	}
 	var nodes []string
-	for _, s := range list.Items {
-		if n := ptr.Deref(s.Spec.NodeName, ""); s.Spec.Driver == driver && n != "" && !slices.Contains(nodes, n) {
-			nodes = append(nodes, n)
+	for i := range st.Slices {
+		sl := &st.Slices[i]
+		if sl.Spec.Driver != driver {
+			continue
+		}
+		for _, n := range st.Reached(sl, nil) {
+			if !slices.Contains(nodes, n) {
+				nodes = append(nodes, n)
+			}
 		}
 	}
 	slices.Sort(nodes)

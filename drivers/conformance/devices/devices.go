@@ -11,14 +11,17 @@ package devices
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 
+	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
+	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
 )
 
@@ -50,6 +53,74 @@ type State struct {
 	Slices     []resourceapi.ResourceSlice
 	Claims     []resourceapi.ResourceClaim
 	TaintRules []resourceapi.DeviceTaintRule
+	// Nodes are the cluster's nodes by name, where read (ReadNodes): a
+	// device that a slice's or its own node selector or allNodes places
+	// is then a node's too, as the allocator matches it. Without them, a
+	// node's devices are those of the slices of its name.
+	Nodes map[string]*v1.Node
+}
+
+// ReadNodes reads the cluster's nodes into the state, so that the devices
+// of a node are every device it reaches.
+func (s *State) ReadNodes(ctx context.Context, client kubernetes.Interface) error {
+	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing Nodes: %w", err)
+	}
+	s.Nodes = make(map[string]*v1.Node, len(list.Items))
+	for i := range list.Items {
+		s.Nodes[list.Items[i].Name] = &list.Items[i]
+	}
+	return nil
+}
+
+// reachFeatures are the allocator's features node selection is matched
+// with: per-device node selection is partitionable devices'.
+var reachFeatures = structured.Features{PartitionableDevices: true}
+
+// Reaches tells whether device d of slice sl is node's: published for it
+// by name, or placed on it by the slice's or the device's own node
+// selection (nodeSelector, allNodes) as the allocator matches them, where
+// the state holds the node. A selector the allocator cannot match is
+// nobody's.
+func (s *State) Reaches(sl *resourceapi.ResourceSlice, d *resourceapi.Device, node string) bool {
+	spec := &sl.Spec
+	name, all, sel := ptr.Deref(spec.NodeName, ""), ptr.Deref(spec.AllNodes, false), spec.NodeSelector
+	if ptr.Deref(spec.PerDeviceNodeSelection, false) {
+		if d == nil {
+			for i := range spec.Devices {
+				if s.Reaches(sl, &spec.Devices[i], node) {
+					return true
+				}
+			}
+			return false
+		}
+		name, all, sel = ptr.Deref(d.NodeName, ""), ptr.Deref(d.AllNodes, false), d.NodeSelector
+	}
+	if name != "" {
+		return name == node
+	}
+	n := s.Nodes[node]
+	if n == nil || (!all && sel == nil) {
+		return false
+	}
+	ok, err := structured.NodeMatches(reachFeatures, n, "", all, sel)
+	return err == nil && ok
+}
+
+// Reached are the nodes of the state device d of slice sl reaches, sorted.
+func (s *State) Reached(sl *resourceapi.ResourceSlice, d *resourceapi.Device) []string {
+	var out []string
+	for name := range s.Nodes {
+		if s.Reaches(sl, d, name) {
+			out = append(out, name)
+		}
+	}
+	if name := ptr.Deref(sl.Spec.NodeName, ""); name != "" && s.Nodes[name] == nil {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Read lists the ResourceSlices of driver ("" for every driver's), the
@@ -127,8 +198,9 @@ func (s *State) Blocked(d Device, tolerations []resourceapi.DeviceToleration) []
 	return Untolerated(s.Taints(d), tolerations)
 }
 
-// Current returns the slices of driver on node ("" for any) of the newest
-// generation of each pool: those the allocator considers.
+// Current returns the slices of driver for node ("" for any: those with a
+// device the node reaches, see Reaches) of the newest generation of each
+// pool: those the allocator considers.
 func (s *State) Current(driver, node string) []resourceapi.ResourceSlice {
 	type poolKey struct{ driver, pool string }
 	newest := map[poolKey]int64{}
@@ -139,9 +211,10 @@ func (s *State) Current(driver, node string) []resourceapi.ResourceSlice {
 		}
 	}
 	var out []resourceapi.ResourceSlice
-	for _, sl := range s.Slices {
+	for i := range s.Slices {
+		sl := s.Slices[i]
 		// Filtered here too: a server may ignore a field selector.
-		if driver != "" && sl.Spec.Driver != driver || node != "" && ptr.Deref(sl.Spec.NodeName, "") != node {
+		if driver != "" && sl.Spec.Driver != driver || node != "" && !s.Reaches(&s.Slices[i], nil, node) {
 			continue
 		}
 		if sl.Spec.Pool.Generation == newest[poolKey{sl.Spec.Driver, sl.Spec.Pool.Name}] {
@@ -151,12 +224,15 @@ func (s *State) Current(driver, node string) []resourceapi.ResourceSlice {
 	return out
 }
 
-// Published returns the devices of the Current slices, in publication
-// order.
+// Published returns the devices of the Current slices that node ("" for
+// any) reaches, in publication order.
 func (s *State) Published(driver, node string) []Device {
 	var out []Device
 	for _, sl := range s.Current(driver, node) {
-		for _, d := range sl.Spec.Devices {
+		for i, d := range sl.Spec.Devices {
+			if node != "" && !s.Reaches(&sl, &sl.Spec.Devices[i], node) {
+				continue
+			}
 			out = append(out, Device{Driver: sl.Spec.Driver, Pool: sl.Spec.Pool.Name, Node: ptr.Deref(sl.Spec.NodeName, ""), Device: d})
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -254,5 +255,63 @@ func TestSharedDeviceConsumesCountersOnce(t *testing.T) {
 	s.Claims = []resourceapi.ResourceClaim{shares("twice", "gpu-1-shared", "gpu-1-shared")}
 	if q := s.CountersLeft()[SetKey{driver, "n1", "gpu-1"}]["memory"]; q.Cmp(resource.MustParse("80Gi")) != 0 {
 		t.Errorf("CountersLeft gpu-1/memory = %s with one claim sharing gpu-1-shared twice; want 80Gi", q.String())
+	}
+}
+
+// A node's devices are every device it reaches: its own slice's, a rack's
+// by the slice's node selector, everyone's by allNodes, and per device by
+// each device's own selection; without the nodes read, a node has only
+// the devices published for its name.
+func TestReachedDevices(t *testing.T) {
+	rack := func(r string) *v1.NodeSelector {
+		return &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{
+			{Key: "rack", Operator: v1.NodeSelectorOpIn, Values: []string{r}}}}}}
+	}
+	node := func(name, r string) v1.Node {
+		return v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"rack": r}}}
+	}
+	dev := func(name string) resourceapi.Device { return resourceapi.Device{Name: name} }
+	pool := func(name string) resourceapi.ResourcePool {
+		return resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: 1}
+	}
+	split := []resourceapi.Device{dev("split-0"), dev("split-1"), dev("split-2")}
+	split[0].NodeSelector, split[1].NodeName, split[2].AllNodes = rack("b"), ptr.To("a1"), ptr.To(true)
+	st := &State{Slices: []resourceapi.ResourceSlice{
+		{Spec: resourceapi.ResourceSliceSpec{Driver: driver, Pool: pool("a1"), NodeName: ptr.To("a1"), Devices: []resourceapi.Device{dev("local")}}},
+		{Spec: resourceapi.ResourceSliceSpec{Driver: driver, Pool: pool("rack-a"), NodeSelector: rack("a"), Devices: []resourceapi.Device{dev("rack-a")}}},
+		{Spec: resourceapi.ResourceSliceSpec{Driver: driver, Pool: pool("shared"), AllNodes: ptr.To(true), Devices: []resourceapi.Device{dev("shared")}}},
+		{Spec: resourceapi.ResourceSliceSpec{Driver: driver, Pool: pool("split"), PerDeviceNodeSelection: ptr.To(true), Devices: split}},
+	}}
+	names := func(ds []Device) []string {
+		var out []string
+		for _, d := range ds {
+			out = append(out, d.Name)
+		}
+		return out
+	}
+	if got := names(st.Published(driver, "a1")); !slices.Equal(got, []string{"local", "split-1"}) {
+		t.Errorf("a1's devices without the nodes read: %v, want [local split-1]", got)
+	}
+	client := fake.NewClientset(ptr.To(node("a1", "a")), ptr.To(node("b1", "b")))
+	if err := st.ReadNodes(context.Background(), client); err != nil {
+		t.Fatal(err)
+	}
+	for n, want := range map[string][]string{
+		"a1": {"local", "rack-a", "shared", "split-1", "split-2"},
+		"b1": {"shared", "split-0", "split-2"},
+		"c1": nil, // no such node: only slices of its name, none
+	} {
+		if got := names(st.Published(driver, n)); !slices.Equal(got, want) {
+			t.Errorf("%s's devices: %v, want %v", n, got, want)
+		}
+	}
+	if got := st.Reached(&st.Slices[1], nil); !slices.Equal(got, []string{"a1"}) {
+		t.Errorf("rack a's slice reaches %v, want [a1]", got)
+	}
+	if got := st.Reached(&st.Slices[3], &st.Slices[3].Spec.Devices[0]); !slices.Equal(got, []string{"b1"}) {
+		t.Errorf("split-0 reaches %v, want [b1]", got)
+	}
+	if got := len(st.Current(driver, "b1")); got != 2 {
+		t.Errorf("b1's current slices: %d, want 2 (shared, split)", got)
 	}
 }
