@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/dralab/dralab/drivers/conformance/target"
@@ -26,7 +28,8 @@ var gpuTaint = config.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: "No
 // on a conformance lab whose GPU nodes carry a cloud's NoSchedule taint:
 // without a toleration no check fails, each check that needs a pod is not
 // verified as the cluster's, naming the taint, and the run does not pass
-// (exit 2); given --toleration, it passes.
+// (exit 2); given --toleration, it passes. The GPU nodes publish their
+// pools a GPU a slice: the suite reads pools of many slices.
 func TestTaintedGPUNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an embedded lab and installs dralab-conformance: run without -short")
@@ -38,11 +41,32 @@ func TestTaintedGPUNodes(t *testing.T) {
 	}
 	cfg.Name = "t-tainted"
 	for i := range cfg.Nodes {
-		if cfg.Nodes[i].GPUs != nil {
+		if g := cfg.Nodes[i].GPUs; g != nil {
 			cfg.Nodes[i].Taints = append(cfg.Nodes[i].Taints, gpuTaint)
+			// And a pool of many slices: a GPU a slice (its partitions
+			// with it where they fit, its counter sets apart), as a
+			// driver with more devices than a slice holds publishes.
+			if g.Mode != config.GPUModeDevicePlugin {
+				g.DevicesPerSlice = 1
+			}
 		}
 	}
 	l, tool, consent, commandEnv := toolLab(ctx, t, cfg)
+	restConfig, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices, err := kubernetes.NewForConfigOrDie(restConfig).ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=gpu.dralab.dev"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools := map[string]int64{}
+	for _, sl := range slices.Items {
+		pools[sl.Spec.Pool.Name] = max(pools[sl.Spec.Pool.Name], sl.Spec.Pool.ResourceSliceCount)
+	}
+	if pools["nic-h100"] < 8 {
+		t.Fatalf("the 8 GPUs of nic-h100 in %d slices; want a GPU a slice (pools and their slices: %v)", pools["nic-h100"], pools)
+	}
 	driverManifest, err := filepath.Abs(defaultManifest)
 	if err != nil {
 		t.Fatal(err)
