@@ -154,7 +154,11 @@ func kindEngine(ctx context.Context, t *testing.T, cfg *config.Config, root stri
 	if st, err := probe.Status(ctx); err != nil {
 		t.Fatal(err)
 	} else if st.Phase == status.PhaseAbsent && st.Message != "" {
-		t.Skipf("kind run skipped on this machine: %s. The embedded lab runs the same scenarios here", st.Message)
+		if fail, why := withoutEngine(os.Getenv("CI"), st.Message); fail {
+			t.Fatal(why)
+		} else {
+			t.Skip(why)
+		}
 	}
 	start := time.Now()
 	img, err := lab.BuildKindNodeImage(ctx, lab.WithStateRoot(root), lab.WithProgress(logProgress(t)))
@@ -169,6 +173,17 @@ func kindEngine(ctx context.Context, t *testing.T, cfg *config.Config, root stri
 		t.Fatalf("a kind cluster %s runs on %s already, which is not this test's to reuse or delete: delete it first", cfg.Name, img.Engine)
 	}
 	return img.Engine
+}
+
+// withoutEngine says what becomes of a kind test where no container
+// engine answers (why: which engines were tried, and their answers): on a
+// developer's machine it is skipped, saying so; where CI is set it fails,
+// since a CI whose engine is broken must not pass green.
+func withoutEngine(ci, why string) (fail bool, message string) {
+	if ci != "" {
+		return true, "CI is set and no container engine answers, so the kind runs cannot be made: " + why
+	}
+	return false, "kind run skipped on this machine: " + why + ". The embedded lab runs the same scenarios here"
 }
 
 // TestKindNVMLLab brings up lab/examples/nvml-mock.yaml on kind: the GPU
@@ -401,5 +416,17 @@ func logProgress(t *testing.T) func(string) func(error) {
 			}
 			t.Logf("✓ %s (%s)", step, time.Since(start).Round(100*time.Millisecond))
 		}
+	}
+}
+
+// Where no engine answers, a kind test is skipped on a developer's
+// machine and fails in CI, naming the engines tried either way.
+func TestKindWithoutEngineFailsInCI(t *testing.T) {
+	const tried = "no container engine: docker: not installed; podman: exit status 125: crun: cgroups in hybrid mode not supported"
+	if fail, msg := withoutEngine("true", tried); !fail || !strings.Contains(msg, "CI is set") || !strings.Contains(msg, tried) {
+		t.Errorf("with CI set: fail %v, %q; want a failure naming the engines tried", fail, msg)
+	}
+	if fail, msg := withoutEngine("", tried); fail || !strings.Contains(msg, "skipped") || !strings.Contains(msg, tried) {
+		t.Errorf("without CI: fail %v, %q; want a skip naming the engines tried", fail, msg)
 	}
 }

@@ -119,6 +119,13 @@ func CheckEach(expect []Expectation, outcomes []PodOutcome, inv Inventory) []Exp
 			results = append(results, res)
 			continue
 		}
+		// count: 0 asks that none match: one that does is a failure,
+		// not an expectation that takes no pod.
+		if e.Count != nil && e.Count.N != nil && *e.Count.N == 0 && len(candidates) > 0 {
+			fail("expected no pod %s, found %d: %s", e.Pods, len(candidates), podNames(candidates))
+			results = append(results, res)
+			continue
+		}
 		if len(candidates) < n {
 			fail("expected %d pods (%s), found %d: %s", n, e.Count.String(), len(candidates), podNames(candidates))
 			results = append(results, res)

@@ -348,4 +348,36 @@ func TestCheckPatternMatchingNoPodFails(t *testing.T) {
 	if f := Check([]Expectation{none}, Outcomes(rows), Inventory{}); len(f) != 0 {
 		t.Errorf("count: 0 of a pattern that matches no pod: %v; want it to hold", f)
 	}
+	// count: 0 asks that none match: a pod that does fails it.
+	none.Pods = "worker-*"
+	if f := Check([]Expectation{none}, Outcomes(rows), Inventory{}); len(f) != 1 || !strings.Contains(f[0], "expected no pod worker-*, found 1: [worker-0]") {
+		t.Errorf("count: 0 of a pattern that matches a pod: %v; want one failure naming it", f)
+	}
+}
+
+// A count derived from the cluster that resolves to 0 asks nothing: the
+// scenario names each such count, and is unmet there; a literal 0 is a
+// count of none, not one of them.
+func TestZeroCountsAreNamed(t *testing.T) {
+	s := &Scenario{Name: "fallback", Steps: []Step{
+		{Name: "fill", CreatePods: &CreatePods{Manifest: "pod.yaml", Replicas: Count{DevicesOf: []string{"h100"}}}},
+		{Name: "check", Expect: []Expectation{
+			{Pods: "fill-*", Count: &Count{DevicesOf: []string{"h100"}}},
+			{Pods: "late-*", Count: &Count{N: ptr.To(0)}},
+			{Pods: "fill-*", Count: &Count{DevicesOf: []string{"a100"}}},
+		}},
+	}}
+	got := s.zeroCounts(Inventory{Devices: map[string]int{"a100": 2}})
+	want := []string{`steps[0] "fill" createPods.replicas {devicesOf: [h100]}`, `steps[1] "check" expect[0].count {devicesOf: [h100]}`}
+	if len(got) != len(want) {
+		t.Fatalf("zero counts %q, want %q", got, want)
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], strings.Fields(want[i])[0]) || !strings.Contains(got[i], "h100") {
+			t.Errorf("zero count %d: %q, want like %q", i, got[i], want[i])
+		}
+	}
+	if got := s.zeroCounts(Inventory{Devices: map[string]int{"h100": 1, "a100": 2}}); len(got) != 0 {
+		t.Errorf("every derived count above 0: %q named", got)
+	}
 }

@@ -128,6 +128,11 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (_ *Result, err error) {
 	if err := inv.meets(s.Requires); err != nil {
 		return nil, fmt.Errorf("scenario %s: %w; it is written for lab/examples/%s (DRALAB_CONFIG=lab/examples/%s go run mage.go lab:up)", s.Name, err, s.LabFile(), s.LabFile())
 	}
+	if zero := s.zeroCounts(inv); len(zero) > 0 {
+		// A count the cluster makes zero asks nothing: the expectation
+		// would hold whatever happened.
+		return nil, fmt.Errorf("scenario %s: %w: on this cluster %s resolves to 0, which would hold vacuously; it is written for lab/examples/%s", s.Name, ErrUnmet, strings.Join(zero, ", "), s.LabFile())
+	}
 	if err := r.serves(s.Requires.Resources); err != nil {
 		return nil, fmt.Errorf("scenario %s: %w", s.Name, err)
 	}

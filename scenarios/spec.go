@@ -294,6 +294,35 @@ type FailGPU struct {
 	XID  int    `json:"xid,omitempty"`
 }
 
+// zeroCounts names the counts of the scenario derived from the cluster
+// (devicesOf, partitionsOf, …) that inv resolves to 0: the pods to
+// create, delete or expect, the devices a pod holds, the groups.
+func (s *Scenario) zeroCounts(inv Inventory) []string {
+	var out []string
+	check := func(where string, c *Count) {
+		if c != nil && c.N == nil && inv.Resolve(c) == 0 {
+			out = append(out, fmt.Sprintf("%s %s", where, c.String()))
+		}
+	}
+	for i, st := range s.Steps {
+		at := fmt.Sprintf("steps[%d] %q", i, st.Name)
+		if st.CreatePods != nil {
+			check(at+" createPods.replicas", &st.CreatePods.Replicas)
+		}
+		if st.DeletePods != nil {
+			check(at+" deletePods.count", st.DeletePods.Count)
+		}
+		for j, e := range st.Expect {
+			check(fmt.Sprintf("%s expect[%d].count", at, j), e.Count)
+			check(fmt.Sprintf("%s expect[%d].devices", at, j), e.Devices)
+		}
+		for j, e := range st.ExpectGroups {
+			check(fmt.Sprintf("%s expectGroups[%d].count", at, j), e.Count)
+		}
+	}
+	return out
+}
+
 // Count is a number, or a number derived from the cluster: the GPUs of some
 // tiers published through DRA (devicesOf) or counted through the
 // device-plugin API (countedOf), the MIG devices of some profiles that the

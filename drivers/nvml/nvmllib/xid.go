@@ -36,9 +36,12 @@ const XIDLost = 79
 // when it is registered, so that an event of a GPU that can no longer
 // report its UUID (one that fell off the bus) is still its own. When the
 // wait says a GPU is lost, the GPUs that no longer answer are reported
-// lost (Xid 79), each once; when none can be told apart, every GPU is, as
-// NVIDIA's own drivers do; and the watch waits before it waits again, so
-// that a lost GPU does not make it spin.
+// lost (Xid 79), each once, and the event set is made again without them:
+// while a lost GPU is in a set, NVML answers every wait of it with the
+// loss, and the other GPUs' Xids would go unseen. A lost GPU that answers
+// again (reset) is watched again. When none can be told apart, every GPU
+// is reported lost, as NVIDIA's own drivers do; and the watch waits
+// before it waits again, so that a lost GPU does not make it spin.
 func (l *lister) WatchXIDs(ctx context.Context, emit func(dnvml.XIDEvent)) error {
 	logger := klog.FromContext(ctx)
 	l.mu.Lock()
@@ -46,20 +49,13 @@ func (l *lister) WatchXIDs(ctx context.Context, emit func(dnvml.XIDEvent)) error
 		l.mu.Unlock()
 		return errors.New("NVML lister is closed")
 	}
-	set, ret := l.lib.EventSetCreate()
-	if ret != nvml.SUCCESS {
-		l.mu.Unlock()
-		return &callError{call: "EventSetCreate", ret: ret}
-	}
-	defer set.Free()
 	count, ret := l.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		l.mu.Unlock()
 		return &callError{call: "DeviceGetCount", ret: ret}
 	}
-	watched := 0
-	// uuids are the registered GPUs' UUIDs by handle; handles are the
-	// registered GPUs in index order.
+	// uuids are the GPUs' UUIDs by handle; handles are the GPUs in index
+	// order.
 	uuids := map[nvml.Device]string{}
 	var handles []nvml.Device
 	for i := range count {
@@ -74,23 +70,60 @@ func (l *lister) WatchXIDs(ctx context.Context, emit func(dnvml.XIDEvent)) error
 			logger.Info("A GPU that cannot report its UUID is not watched", "index", i, "err", &callError{call: "GetUUID", ret: ret})
 			continue
 		}
-		switch ret := d.RegisterEvents(nvml.EventTypeXidCriticalError, set); ret {
-		case nvml.SUCCESS:
-			watched++
-			uuids[d] = uuid
-			handles = append(handles, d)
-		case nvml.ERROR_NOT_SUPPORTED:
-			logger.Info("A GPU reports no Xid events; its failures go unnoticed", "index", i)
-		default:
-			l.mu.Unlock()
-			return fmt.Errorf("GPU at index %d: %w", i, &callError{call: "RegisterEvents", ret: ret})
-		}
+		uuids[d] = uuid
+		handles = append(handles, d)
 	}
 	l.mu.Unlock()
-	logger.Info("Watching the GPUs' critical Xid events", "gpus", watched)
 	// lost are the GPUs known to have fallen off the bus: the watch
-	// reports a GPU lost by its waits once, and not after its Xid 79.
+	// reports a GPU lost by its waits once, and not after its Xid 79,
+	// and leaves it out of its event set until it answers again.
 	lost := map[string]bool{}
+	unsupported := map[nvml.Device]bool{}
+	var (
+		set        nvml.EventSet
+		registered []nvml.Device
+	)
+	defer func() {
+		if set != nil {
+			set.Free()
+		}
+	}()
+	// watch makes the event set of the GPUs not lost.
+	watch := func() error {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.lib == nil {
+			return errors.New("NVML lister is closed")
+		}
+		if set != nil {
+			set.Free()
+			set, registered = nil, nil
+		}
+		s, ret := l.lib.EventSetCreate()
+		if ret != nvml.SUCCESS {
+			return &callError{call: "EventSetCreate", ret: ret}
+		}
+		set = s
+		for i, d := range handles {
+			if lost[uuids[d]] || unsupported[d] {
+				continue
+			}
+			switch ret := d.RegisterEvents(nvml.EventTypeXidCriticalError, set); ret {
+			case nvml.SUCCESS:
+				registered = append(registered, d)
+			case nvml.ERROR_NOT_SUPPORTED:
+				unsupported[d] = true
+				logger.Info("A GPU reports no Xid events; its failures go unnoticed", "index", i)
+			default:
+				return fmt.Errorf("GPU %s: %w", uuids[d], &callError{call: "RegisterEvents", ret: ret})
+			}
+		}
+		return nil
+	}
+	if err := watch(); err != nil {
+		return err
+	}
+	logger.Info("Watching the GPUs' critical Xid events", "gpus", len(registered))
 	report := func(uuid string, xid int) {
 		if xid == XIDLost {
 			lost[uuid] = true
@@ -104,43 +137,64 @@ func (l *lister) WatchXIDs(ctx context.Context, emit func(dnvml.XIDEvent)) error
 		report(uuid, XIDLost)
 		return true
 	}
+	// answering are the GPUs in lost that answer again.
+	answering := func() []string {
+		var back []string
+		for _, d := range handles {
+			if _, ret := d.GetUUID(); lost[uuids[d]] && ret == nvml.SUCCESS {
+				back = append(back, uuids[d])
+			}
+		}
+		return back
+	}
 	for ctx.Err() == nil {
 		data, ret := set.Wait(eventWait)
 		switch ret {
 		case nvml.SUCCESS:
 		case nvml.ERROR_TIMEOUT:
+			if back := answering(); len(back) > 0 {
+				// Reset: watched again.
+				for _, uuid := range back {
+					delete(lost, uuid)
+				}
+				logger.Info("Lost GPUs answer again: watching them", "gpus", back)
+				if err := watch(); err != nil {
+					return err
+				}
+			}
 			continue
 		case nvml.ERROR_GPU_IS_LOST:
-			var gone, answering []string
-			for _, d := range handles {
+			var gone, others []string
+			for _, d := range registered {
 				if _, ret := d.GetUUID(); ret == nvml.ERROR_GPU_IS_LOST {
 					gone = append(gone, uuids[d])
 				} else {
-					answering = append(answering, uuids[d])
+					others = append(others, uuids[d])
 				}
 			}
 			if len(gone) == 0 {
 				// Every GPU answers: NVML has not said which one it lost.
 				newly := false
-				for _, uuid := range answering {
+				for _, uuid := range others {
 					newly = reportLost(uuid) || newly
 				}
 				if newly {
 					logger.Info("NVML lost a GPU it does not name, and every GPU answers: reporting them all lost")
 				}
-			} else {
-				for _, uuid := range gone {
-					reportLost(uuid)
+				// A lost GPU's wait returns at once, every time.
+				select {
+				case <-ctx.Done():
+				case <-timeAfterMs(eventWait):
 				}
-				// Those that answer again were reset.
-				for _, uuid := range answering {
-					delete(lost, uuid)
-				}
+				continue
 			}
-			// A lost GPU's wait returns at once, every time.
-			select {
-			case <-ctx.Done():
-			case <-timeAfterMs(eventWait):
+			for _, uuid := range gone {
+				reportLost(uuid)
+			}
+			// The others go on being watched, in a set without the
+			// lost GPUs.
+			if err := watch(); err != nil {
+				return err
 			}
 			continue
 		default:
@@ -154,7 +208,7 @@ func (l *lister) WatchXIDs(ctx context.Context, emit func(dnvml.XIDEvent)) error
 			uuid, ret = data.Device.GetUUID()
 			if ret != nvml.SUCCESS {
 				logger.Info("An Xid event of a GPU that cannot be told apart: reporting it for every GPU", "xid", data.EventData, "err", &callError{call: "GetUUID", ret: ret})
-				for _, d := range handles {
+				for _, d := range registered {
 					report(uuids[d], int(data.EventData))
 				}
 				continue
@@ -248,9 +302,10 @@ func (l *lister) ResetGPU(uuid string) error {
 }
 
 // patchMockEvents gives a mock server the event sets that go-nvml's mock
-// lacks (EventSetCreate, RegisterEvents, EventSet.Wait): every set reports
-// the injected events of the devices registered with it, then, while one
-// of them has fallen off the bus, ERROR_GPU_IS_LOST at once on every wait;
+// lacks (EventSetCreate, RegisterEvents, EventSet.Wait): while a device
+// registered with a set has fallen off the bus, every wait of the set
+// answers ERROR_GPU_IS_LOST at once, as NVML's do; else a set reports the
+// injected events of the devices registered with it;
 // a lost GPU answers ERROR_GPU_IS_LOST for its UUID.
 func patchMockEvents(s *server.Server, m *mockEvents) {
 	for _, dev := range s.Devices {
@@ -274,11 +329,8 @@ func patchMockEvents(s *server.Server, m *mockEvents) {
 			return ev, nvml.SUCCESS
 		}
 		set.WaitFunc = func(timeoutMs uint32) (nvml.EventData, nvml.Return) {
-			select {
-			case ev := <-m.events:
-				return deliver(ev)
-			default:
-			}
+			// As NVML: while a GPU of the set is lost, every wait says
+			// so at once, before any event of the others.
 			if m.anyLost(registered) {
 				return nvml.EventData{}, nvml.ERROR_GPU_IS_LOST
 			}

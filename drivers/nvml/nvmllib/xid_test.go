@@ -95,14 +95,29 @@ func watchLost(t *testing.T, lost ...int) ([]dnvml.XIDEvent, int64) {
 	l := openDGX(t)
 	s := l.lib.(*server.Server)
 	var waits atomic.Int64
+	// Every wait says a GPU is lost: with none named (lost empty), always;
+	// else while a lost GPU is in the set, as NVML does; a set without
+	// them waits out its timeout.
 	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+		var registered []*server.Device
 		for _, dev := range s.Devices {
-			dev.(*server.Device).RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
+			d := dev.(*server.Device)
+			d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return {
+				registered = append(registered, d)
+				return nvml.SUCCESS
+			}
 		}
 		return &mock.EventSet{
 			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
-			WaitFunc: func(uint32) (nvml.EventData, nvml.Return) {
-				return nvml.EventData{}, nvml.ERROR_GPU_IS_LOST
+			WaitFunc: func(timeoutMs uint32) (nvml.EventData, nvml.Return) {
+				if len(lost) == 0 || slices.ContainsFunc(registered, func(d *server.Device) bool {
+					_, ret := d.GetUUID()
+					return ret == nvml.ERROR_GPU_IS_LOST
+				}) {
+					return nvml.EventData{}, nvml.ERROR_GPU_IS_LOST
+				}
+				<-timeAfterMs(timeoutMs)
+				return nvml.EventData{}, nvml.ERROR_TIMEOUT
 			},
 		}, nvml.SUCCESS
 	}
@@ -256,8 +271,43 @@ func TestInjectedXID79LosesTheMockGPU(t *testing.T) {
 	if got, ret := d.GetUUID(); ret != nvml.SUCCESS || got != uuid {
 		t.Errorf("reset, the GPU answers %q, %v", got, ret)
 	}
+	// The watch registers the GPU again at its next quiet wait.
+	time.Sleep(3 * eventWait * time.Millisecond)
 	if err := injected.InjectXID(uuid, 79); err != nil {
 		t.Fatal(err)
 	}
 	expectOne("a second Xid 79 after a reset")
+}
+
+// A lost GPU does not blind the watch to the others: while a lost GPU is
+// in an event set, NVML answers every wait with the loss, so the watch
+// makes its set again without it; another GPU's Xid then comes through.
+func TestLostGPUDoesNotBlindTheWatch(t *testing.T) {
+	l := openDGX(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := make(chan dnvml.XIDEvent, 16)
+	go func() { _ = dnvml.XIDWatcher(l).WatchXIDs(ctx, func(ev dnvml.XIDEvent) { events <- ev }) }()
+	time.Sleep(100 * time.Millisecond)
+	injected := dnvml.XIDInjector(l)
+	expect := func(want dnvml.XIDEvent) {
+		t.Helper()
+		select {
+		case ev := <-events:
+			if ev != want {
+				t.Errorf("event %+v, want %+v", ev, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no event; want %+v", want)
+		}
+	}
+	lostGPU, other := gpu.DeviceUUID(node, 3), gpu.DeviceUUID(node, 5)
+	if err := injected.InjectXID(lostGPU, 79); err != nil {
+		t.Fatal(err)
+	}
+	expect(dnvml.XIDEvent{UUID: lostGPU, XID: 79})
+	if err := injected.InjectXID(other, 48); err != nil {
+		t.Fatal(err)
+	}
+	expect(dnvml.XIDEvent{UUID: other, XID: 48})
 }
