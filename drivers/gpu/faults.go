@@ -99,6 +99,11 @@ type Faults struct {
 // GPUFault is one failed GPU.
 type GPUFault struct {
 	XID int `json:"xid"`
+	// Unattributed: NVML lost a GPU it did not name, and this one still
+	// answers: it is kept from new claims (NoSchedule) whatever the Xid's
+	// effect, and what runs on it goes on, as NVIDIA's device plugin and
+	// DRA driver mark every device unhealthy then and evict nothing.
+	Unattributed bool `json:"unattributed,omitempty"`
 }
 
 // ReadFaults reads a faults file strictly; a missing file is no fault.
@@ -188,6 +193,10 @@ func DeviceFaults(devices []kit.Device, gpus map[string]GPUFault) (map[string]ki
 		fault, ok := LookupXID(g.XID).Fault()
 		if !ok {
 			continue
+		}
+		if g.Unattributed {
+			fault.Message = fmt.Sprintf("NVML lost a GPU it does not name (XID %d); this one still answers: kept from new claims", g.XID)
+			fault.Taint.Effect = resourceapi.DeviceTaintEffectNoSchedule
 		}
 		for _, d := range devices {
 			parent := d.API.Attributes[AttrParentUUID].StringValue

@@ -99,6 +99,21 @@ func TestDeviceFaultsReachMIGDevices(t *testing.T) {
 	if _, err := DeviceFaults(devs, map[string]GPUFault{"gpu-9": {XID: 79}}); err == nil || !strings.Contains(err.Error(), "GPUs: gpu-0, gpu-1") {
 		t.Errorf("an unknown GPU: %v", err)
 	}
+	// A GPU lost (Xid 79) is NoExecute: its pods go. One only suspect,
+	// NVML having lost a GPU it did not name, is NoSchedule: its pods
+	// stay, new claims keep off.
+	for _, tc := range []struct {
+		fault GPUFault
+		want  resourceapi.DeviceTaintEffect
+	}{{GPUFault{XID: 79}, resourceapi.DeviceTaintEffectNoExecute}, {GPUFault{XID: 79, Unattributed: true}, resourceapi.DeviceTaintEffectNoSchedule}} {
+		got, err := DeviceFaults(devs, map[string]GPUFault{"gpu-1": tc.fault})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := got["gpu-1"]; f.Taint == nil || f.Taint.Effect != tc.want || got["gpu-1-mig-1g10gb-0"].Taint.Effect != tc.want {
+			t.Errorf("%+v: faults %+v, want the GPU and its MIG device tainted %s", tc.fault, got, tc.want)
+		}
+	}
 }
 
 // The watcher hands over every change; a file that does not decode keeps

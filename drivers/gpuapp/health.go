@@ -106,7 +106,10 @@ func (h *gpuHealth) xid(ctx context.Context) func(nvml.XIDEvent) {
 		}
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		h.gpus[name] = gpu.GPUFault{XID: ev.XID}
+		if f, failed := h.gpus[name]; failed && !f.Unattributed && ev.Unattributed {
+			return // known failed: suspicion adds nothing
+		}
+		h.gpus[name] = gpu.GPUFault{XID: ev.XID, Unattributed: ev.Unattributed}
 		if err := h.apply(ctx); err != nil {
 			logger.Error(err, "Recording a GPU's Xid")
 		}

@@ -7,6 +7,9 @@ import "context"
 type XIDEvent struct {
 	UUID string
 	XID  int
+	// Unattributed: NVML said a GPU was lost without naming it, and this
+	// GPU still answers: it is suspect, not known gone.
+	Unattributed bool
 }
 
 // XIDWatcher is a Lister that reports GPUs' critical Xid events.

@@ -40,8 +40,8 @@ const XIDLost = 79
 // while a lost GPU is in a set, NVML answers every wait of it with the
 // loss, and the other GPUs' Xids would go unseen. A lost GPU that answers
 // again (reset) is watched again. When none can be told apart, every GPU
-// is reported lost, as NVIDIA's own drivers do; and the watch waits
-// before it waits again, so that a lost GPU does not make it spin.
+// is reported suspect (Unattributed), once, and the watch waits before it
+// waits again, so that a lost GPU does not make it spin.
 func (l *lister) WatchXIDs(ctx context.Context, emit func(dnvml.XIDEvent)) error {
 	logger := klog.FromContext(ctx)
 	l.mu.Lock()
@@ -78,6 +78,8 @@ func (l *lister) WatchXIDs(ctx context.Context, emit func(dnvml.XIDEvent)) error
 	// reports a GPU lost by its waits once, and not after its Xid 79,
 	// and leaves it out of its event set until it answers again.
 	lost := map[string]bool{}
+	// suspect are the GPUs reported when NVML lost one it did not name.
+	suspect := map[string]bool{}
 	unsupported := map[nvml.Device]bool{}
 	var (
 		set        nvml.EventSet
@@ -174,12 +176,18 @@ func (l *lister) WatchXIDs(ctx context.Context, emit func(dnvml.XIDEvent)) error
 			}
 			if len(gone) == 0 {
 				// Every GPU answers: NVML has not said which one it lost.
+				// Each is suspect, reported once as such: kept from new
+				// work, as NVIDIA's drivers mark every device unhealthy
+				// on a wait error, none known gone.
 				newly := false
 				for _, uuid := range others {
-					newly = reportLost(uuid) || newly
+					if !suspect[uuid] && !lost[uuid] {
+						suspect[uuid], newly = true, true
+						emit(dnvml.XIDEvent{UUID: uuid, XID: XIDLost, Unattributed: true})
+					}
 				}
 				if newly {
-					logger.Info("NVML lost a GPU it does not name, and every GPU answers: reporting them all lost")
+					logger.Info("NVML lost a GPU it does not name, and every GPU answers: reporting them all suspect")
 				}
 				// A lost GPU's wait returns at once, every time.
 				select {

@@ -180,16 +180,17 @@ func TestWatchXIDsLostGPU(t *testing.T) {
 }
 
 // A lost GPU that NVML does not name, every GPU still answering: every
-// GPU is reported lost, once each, as NVIDIA's drivers mark the node's
-// devices unhealthy when they cannot tell which one failed.
+// GPU is reported suspect (unattributed), once each, as NVIDIA's drivers
+// mark the node's devices unhealthy when they cannot tell which one
+// failed; none is reported gone.
 func TestWatchXIDsLostGPUUnnamed(t *testing.T) {
 	events, _ := watchLost(t)
 	if len(events) != 8 {
 		t.Fatalf("%d events, want one for each of the 8 GPUs: %+v", len(events), events)
 	}
 	for i, ev := range events {
-		if ev != (dnvml.XIDEvent{UUID: gpu.DeviceUUID(node, i), XID: XIDLost}) {
-			t.Errorf("event %d: %+v, want GPU %d's Xid 79", i, ev, i)
+		if ev != (dnvml.XIDEvent{UUID: gpu.DeviceUUID(node, i), XID: XIDLost, Unattributed: true}) {
+			t.Errorf("event %d: %+v, want GPU %d's Xid 79, unattributed", i, ev, i)
 		}
 	}
 }

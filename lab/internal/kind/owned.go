@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"k8s.io/klog/v2"
 )
@@ -199,11 +200,49 @@ const inotifyPerNode = 12
 // namespaces). A variable for the tests.
 var inotifyLimit = "/proc/sys/fs/inotify/max_user_instances"
 
+// procRoot is where the processes are read (/proc). A variable for the
+// tests.
+var procRoot = "/proc"
+
+// inotifyInUse counts the inotify instances of the processes of user uid:
+// the limit is per user, and another user's (a desktop session's) take
+// none of the nodes' room.
+func inotifyInUse(uid int) int {
+	used := 0
+	owners := map[string]bool{}
+	links, _ := filepath.Glob(filepath.Join(procRoot, "[0-9]*", "fd", "*"))
+	for _, l := range links {
+		pid := filepath.Dir(filepath.Dir(l))
+		ours, seen := owners[pid]
+		if !seen {
+			ours = ownedBy(pid, uid)
+			owners[pid] = ours
+		}
+		if !ours {
+			continue
+		}
+		if target, err := os.Readlink(l); err == nil && target == "anon_inode:inotify" {
+			used++
+		}
+	}
+	return used
+}
+
+// ownedBy tells whether the file (a process's /proc folder) is uid's.
+func ownedBy(file string, uid int) bool {
+	fi, err := os.Stat(file)
+	if err != nil {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == uid
+}
+
 // inotifyRoom refuses a cluster of n nodes whose processes could not
 // watch files: past the per-user limit on inotify instances the kubelets
 // fail ("too many open files") and never register, which kind's own
-// error does not say. Only root's own instances are counted, the nodes
-// being root's.
+// error does not say. Only the instances of the lab's user (root, the
+// engine's) are counted, the nodes being that user's.
 func inotifyRoom(nodes int) error {
 	data, err := os.ReadFile(inotifyLimit)
 	if err != nil {
@@ -213,13 +252,7 @@ func inotifyRoom(nodes int) error {
 	if err != nil {
 		return nil
 	}
-	used := 0
-	links, _ := filepath.Glob("/proc/[0-9]*/fd/*")
-	for _, l := range links {
-		if target, err := os.Readlink(l); err == nil && target == "anon_inode:inotify" {
-			used++
-		}
-	}
+	used := inotifyInUse(os.Geteuid())
 	need := inotifyPerNode * (nodes + 1)
 	if used+need > limit {
 		return fmt.Errorf("this host allows %d inotify instances per user (fs.inotify.max_user_instances) and %d are in use: a kind cluster of %d nodes needs about %d more, without which its kubelets fail (\"too many open files\") and never register; delete another cluster or raise the limit (sysctl fs.inotify.max_user_instances=512)", limit, used, nodes+1, need)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -153,5 +154,50 @@ func TestInotifyRoom(t *testing.T) {
 		if (err == nil) != ok || (err != nil && !strings.Contains(err.Error(), "fs.inotify.max_user_instances=512")) {
 			t.Errorf("limit %s: %v", max, err)
 		}
+	}
+}
+
+// The limit is per user: only the instances of the lab's user's processes
+// count. A desktop session's hundreds (another user's) refuse nothing;
+// as many of root's do.
+func TestInotifyRoomCountsTheLabUsersOnly(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("makes a process folder of another user: needs root, as the lab does")
+	}
+	limit, proc := inotifyLimit, procRoot
+	t.Cleanup(func() { inotifyLimit, procRoot = limit, proc })
+	inotifyLimit = filepath.Join(t.TempDir(), "max_user_instances")
+	if err := os.WriteFile(inotifyLimit, []byte("128\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	procRoot = t.TempDir()
+	process := func(pid string, uid, instances int) {
+		fds := filepath.Join(procRoot, pid, "fd")
+		if err := os.MkdirAll(fds, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i := range instances {
+			if err := os.Symlink("anon_inode:inotify", filepath.Join(fds, strconv.Itoa(i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Symlink("/dev/null", filepath.Join(fds, "x")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(filepath.Join(procRoot, pid), uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	process("100", os.Geteuid(), 10)
+	process("200", 1000, 100)
+	if got := inotifyInUse(os.Geteuid()); got != 10 {
+		t.Errorf("root's instances: %d, want 10 (not the other user's 100)", got)
+	}
+	if err := inotifyRoom(3); err != nil {
+		t.Errorf("10 of root's in use, 48 needed, limit 128: %v", err)
+	}
+	process("300", os.Geteuid(), 100)
+	if err := inotifyRoom(3); err == nil || !strings.Contains(err.Error(), "110 are in use") {
+		t.Errorf("110 of root's in use, 48 needed, limit 128: %v; want a refusal", err)
 	}
 }
