@@ -24,6 +24,11 @@ import (
 // a critical XID; its value is the XID.
 const TaintKeyXID = DriverName + "/xid"
 
+// TaintKeyUnwatched is the taint, of effect None, on a device whose GPU's
+// Xids the driver cannot watch: its health is unknown; claims may still
+// have it.
+const TaintKeyUnwatched = DriverName + "/unwatched"
+
 // XID is one of NVIDIA's Xid error codes, as the kernel driver logs them
 // (NVIDIA's "XID Errors" catalogue) and NVML reports them as critical Xid
 // events.
@@ -104,6 +109,10 @@ type GPUFault struct {
 	// effect, and what runs on it goes on, as NVIDIA's device plugin and
 	// DRA driver mark every device unhealthy then and evict nothing.
 	Unattributed bool `json:"unattributed,omitempty"`
+	// Unwatched: no Xid of the GPU can be seen (its events cannot be
+	// registered, or the watch is down): its health is unknown, said in a
+	// taint of effect None. XID is 0.
+	Unwatched bool `json:"unwatched,omitempty"`
 }
 
 // ReadFaults reads a faults file strictly; a missing file is no fault.
@@ -191,6 +200,13 @@ func DeviceFaults(devices []kit.Device, gpus map[string]GPUFault) (map[string]ki
 			return nil, fmt.Errorf("GPU fault of %q: no such GPU on this node; GPUs: %s", name, strings.Join(slices.SortedFunc(maps.Keys(uuids), natural.Compare), ", "))
 		}
 		fault, ok := LookupXID(g.XID).Fault()
+		if g.Unwatched {
+			fault, ok = kit.DeviceFault{
+				Message: "its Xid events are not watched: health unknown",
+				Taint:   &resourceapi.DeviceTaint{Key: TaintKeyUnwatched, Effect: resourceapi.DeviceTaintEffectNone},
+				Unknown: true,
+			}, true
+		}
 		if !ok {
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -22,7 +23,7 @@ func watchHealth(ctx context.Context, o Options, inv kit.Inventory, d kit.Device
 	if err != nil {
 		return err
 	}
-	h := &gpuHealth{driver: d, devs: devs, gpus: map[string]gpu.GPUFault{}, ignored: o.IgnoredXIDs}
+	h := &gpuHealth{driver: d, devs: devs, gpus: map[string]gpu.GPUFault{}, ignored: o.IgnoredXIDs, unwatched: map[string]bool{}}
 	nv, isNVML := inv.(*nvml.Inventory)
 	if !isNVML {
 		if o.FaultsFile != "" {
@@ -36,15 +37,63 @@ func watchHealth(ctx context.Context, o Options, inv kit.Inventory, d kit.Device
 	if !ok {
 		return nil
 	}
-	go func() {
-		if err := watcher.WatchXIDs(ctx, h.xid(ctx)); err != nil {
-			klog.FromContext(ctx).Error(err, "Watching Xid events stopped; GPU failures go unnoticed until the driver restarts")
-		}
-	}()
+	go h.watch(ctx, watcher)
 	if inj, ok := nv.Lister.(nvml.XIDInjector); ok && o.FaultsFile != "" {
 		go gpu.WatchFaults(ctx, o.FaultsFile, faultsPoll, h.inject(inj))
 	}
 	return nil
+}
+
+// Watch retries: a watch that ends in an error is started again after
+// watchBackoff, doubling to watchBackoffMax; from its watchUnknownAfter-th
+// failure in a row its GPUs' health is unknown until a watch runs again.
+var (
+	watchBackoff      = time.Second
+	watchBackoffMax   = 30 * time.Second
+	watchUnknownAfter = 3
+)
+
+// watch runs the Xid watch until ctx ends, again after each error.
+func (h *gpuHealth) watch(ctx context.Context, watcher nvml.XIDWatcher) {
+	logger := klog.FromContext(ctx)
+	emit := h.xid(ctx)
+	backoff, failures := watchBackoff, 0
+	for ctx.Err() == nil {
+		started := time.Now()
+		err := watcher.WatchXIDs(ctx, emit)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(started) > watchBackoffMax {
+			// It ran a while: a new failure, not the same one again.
+			backoff, failures = watchBackoff, 0
+		}
+		failures++
+		logger.Error(err, "Watching Xid events stopped; watching again", "failures", failures, "in", backoff)
+		if failures == watchUnknownAfter {
+			h.unwatchAll(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, watchBackoffMax)
+	}
+}
+
+// unwatchAll says the health of every GPU unknown: none is watched.
+func (h *gpuHealth) unwatchAll(ctx context.Context) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, d := range h.devs {
+		if d.API.Attributes[gpu.AttrUUID].StringValue != nil {
+			h.unwatched[d.API.Name] = true
+		}
+	}
+	if err := h.apply(ctx); err != nil {
+		klog.FromContext(ctx).Error(err, "Saying the GPUs' health unknown")
+	}
 }
 
 // gpuHealth is the failed GPUs of a node, by device name, from which the
@@ -62,6 +111,9 @@ type gpuHealth struct {
 	injected map[string]gpu.GPUFault
 	// ignored are the node's own application-error Xids (--ignored-xids).
 	ignored []int
+	// unwatched are the GPUs whose Xids the watch does not see: their
+	// health is unknown, unless they failed.
+	unwatched map[string]bool
 }
 
 // set replaces the failed GPUs.
@@ -77,6 +129,11 @@ func (h *gpuHealth) set(ctx context.Context, gpus map[string]gpu.GPUFault) error
 func (h *gpuHealth) apply(ctx context.Context) error {
 	gpus := maps.Clone(h.gpus)
 	maps.DeleteFunc(gpus, func(_ string, f gpu.GPUFault) bool { return slices.Contains(h.ignored, f.XID) })
+	for name := range h.unwatched {
+		if _, failed := gpus[name]; !failed {
+			gpus[name] = gpu.GPUFault{Unwatched: true}
+		}
+	}
 	faults, err := gpu.DeviceFaults(h.devs, gpus)
 	if err != nil {
 		return err
@@ -94,9 +151,29 @@ func (h *gpuHealth) xid(ctx context.Context) func(nvml.XIDEvent) {
 		}
 	}
 	return func(ev nvml.XIDEvent) {
+		name, ok := names[ev.UUID]
+		if ev.Watched || ev.Unwatched {
+			if !ok {
+				return
+			}
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if h.unwatched[name] == ev.Unwatched {
+				return
+			}
+			if ev.Unwatched {
+				h.unwatched[name] = true
+				logger.Info("A GPU's Xids are not watched: its health is unknown", "gpu", name)
+			} else {
+				delete(h.unwatched, name)
+			}
+			if err := h.apply(ctx); err != nil {
+				logger.Error(err, "Recording which GPUs are watched")
+			}
+			return
+		}
 		x := gpu.LookupXID(ev.XID)
 		logger.Info("GPU reported an Xid", "uuid", ev.UUID, "xid", ev.XID, "description", x.Description)
-		name, ok := names[ev.UUID]
 		if !ok {
 			logger.Info("An Xid of a GPU this driver does not publish", "uuid", ev.UUID)
 			return

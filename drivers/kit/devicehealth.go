@@ -24,6 +24,10 @@ type DeviceFault struct {
 	// controller also evicts the pods that hold it (NoExecute). Its
 	// TimeAdded is set when the taint first appears.
 	Taint *resourceapi.DeviceTaint
+	// Unknown: the monitor cannot tell the device's health (it does not
+	// watch it); the kubelet hears Unknown, not Unhealthy. A taint of
+	// effect None says so in the ResourceSlice without keeping claims off.
+	Unknown bool
 }
 
 // Health reporting: every HealthResend the driver sends the kubelet the
@@ -67,7 +71,7 @@ func (d *Driver) SetDeviceHealth(ctx context.Context, faults map[string]DeviceFa
 	for _, name := range d.order {
 		old, wasFaulty := h.faults[name]
 		f, faulty := faults[name]
-		if faulty != wasFaulty || f.Message != old.Message || !sameTaint(f.Taint, old.Taint) {
+		if faulty != wasFaulty || f.Message != old.Message || f.Unknown != old.Unknown || !sameTaint(f.Taint, old.Taint) {
 			changed = true
 			h.since[name] = now
 			if faulty && f.Taint != nil {
@@ -89,6 +93,13 @@ func (d *Driver) SetDeviceHealth(ctx context.Context, faults map[string]DeviceFa
 		return nil
 	}
 	h.faults = faults
+	unknown := 0
+	for _, f := range faults {
+		if f.Unknown {
+			unknown++
+		}
+	}
+	d.opts.Metrics.setHealth(len(d.order)-len(faults), len(faults)-unknown, unknown)
 	close(h.changed)
 	h.changed = make(chan struct{})
 	h.mu.Unlock()
@@ -191,6 +202,9 @@ func (d *Driver) healthReport() (kubeletplugin.DeviceHealthReport, <-chan struct
 		}
 		if f, ok := h.faults[name]; ok {
 			dh.Health, dh.Message = kubeletplugin.HealthStatusUnhealthy, f.Message
+			if f.Unknown {
+				dh.Health = kubeletplugin.HealthStatusUnknown
+			}
 		}
 		report.Devices = append(report.Devices, dh)
 	}

@@ -212,6 +212,7 @@ func newDriver(ctx context.Context, opts Options) (*Driver, error) {
 	if err := CheckNames(opts.DriverName, reached); err != nil {
 		return nil, fmt.Errorf("inventory: %w", err)
 	}
+	opts.Metrics.setHealth(len(d.order), 0, 0)
 	if ci, ok := opts.Inventory.(CounterInventory); ok {
 		if d.sets, err = ci.CounterSets(ctx); err != nil {
 			return nil, fmt.Errorf("enumerating counter sets: %w", err)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 )
 
 // endpoint serves handler on a loopback port, as the driver command does.
@@ -125,5 +126,22 @@ func TestMetrics(t *testing.T) {
 		`dralab_driver_prepared_claims{driver="gpu.test.dev"} 0`,
 		`dralab_driver_claim_operations_total{`+l+`"unprepare"} 1`,
 		`dralab_driver_claim_operation_errors_total{`+l+`"unprepare"} 0`,
+		`dralab_driver_devices{driver="gpu.test.dev",health="healthy"} 2`,
 	)
+	// A device whose health the monitor cannot tell is Unknown to the
+	// kubelet and in the metrics, not Unhealthy.
+	if err := h.driver.SetDeviceHealth(context.Background(), map[string]DeviceFault{"gpu-1": {Message: "not watched", Unknown: true}}); err != nil {
+		t.Fatal(err)
+	}
+	expect("after gpu-1's health is unknown",
+		`dralab_driver_devices{driver="gpu.test.dev",health="healthy"} 1`,
+		`dralab_driver_devices{driver="gpu.test.dev",health="unhealthy"} 0`,
+		`dralab_driver_devices{driver="gpu.test.dev",health="unknown"} 1`,
+	)
+	report, _ := h.driver.healthReport()
+	for _, dh := range report.Devices {
+		if want := map[string]kubeletplugin.HealthStatus{"gpu-0": kubeletplugin.HealthStatusHealthy, "gpu-1": kubeletplugin.HealthStatusUnknown}[dh.DeviceName]; dh.Health != want {
+			t.Errorf("the kubelet hears %s is %s, want %s", dh.DeviceName, dh.Health, want)
+		}
+	}
 }

@@ -24,6 +24,7 @@ type Metrics struct {
 	calls    *prometheus.CounterVec
 	errors   *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	health   *prometheus.GaugeVec
 }
 
 // NewMetrics returns the metrics of the named driver, all zero.
@@ -49,8 +50,12 @@ func NewMetrics(driver string) *Metrics {
 			// From a cached claim (under a millisecond) to a slow disk.
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}, []string{"operation"}),
+		health: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dralab_driver_devices", ConstLabels: labels,
+			Help: "The driver's devices by health, as it reports them to the kubelet: healthy, unhealthy, or unknown (not watched).",
+		}, []string{"health"}),
 	}
-	m.registry.MustRegister(m.prepared, m.calls, m.errors, m.duration,
+	m.registry.MustRegister(m.prepared, m.calls, m.errors, m.duration, m.health,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, op := range []string{opPrepare, opUnprepare} {
 		// Present at zero, so that a rate is defined before the first call.
@@ -75,6 +80,16 @@ func (m *Metrics) observe(op string, start time.Time, err error) {
 	if err != nil {
 		m.errors.WithLabelValues(op).Inc()
 	}
+}
+
+// setHealth records how many devices are of each health.
+func (m *Metrics) setHealth(healthy, unhealthy, unknown int) {
+	if m == nil {
+		return
+	}
+	m.health.WithLabelValues("healthy").Set(float64(healthy))
+	m.health.WithLabelValues("unhealthy").Set(float64(unhealthy))
+	m.health.WithLabelValues("unknown").Set(float64(unknown))
 }
 
 func (m *Metrics) setPrepared(n int) {

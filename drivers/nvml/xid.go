@@ -10,12 +10,17 @@ type XIDEvent struct {
 	// Unattributed: NVML said a GPU was lost without naming it, and this
 	// GPU still answers: it is suspect, not known gone.
 	Unattributed bool
+	// Watched and Unwatched are no Xid: the watch now watches the GPU's
+	// Xids (at its start, and again after a reset), or cannot (its events
+	// cannot be registered): its health is unknown.
+	Watched, Unwatched bool
 }
 
 // XIDWatcher is a Lister that reports GPUs' critical Xid events.
 type XIDWatcher interface {
 	// WatchXIDs hands every critical Xid event of the node's GPUs to emit,
-	// until ctx ends or NVML fails.
+	// and which GPUs it watches (Watched, Unwatched), until ctx ends or
+	// NVML fails.
 	WatchXIDs(ctx context.Context, emit func(XIDEvent)) error
 }
 

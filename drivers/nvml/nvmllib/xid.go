@@ -61,8 +61,9 @@ func (l *lister) WatchXIDs(ctx context.Context, emit func(dnvml.XIDEvent)) error
 	for i := range count {
 		d, ret := l.lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
-			l.mu.Unlock()
-			return fmt.Errorf("GPU at index %d: %w", i, &callError{call: "DeviceGetHandleByIndex", ret: ret})
+			// A GPU lost before the watch starts: the others are watched.
+			logger.Info("A GPU without a handle is not watched", "index", i, "err", &callError{call: "DeviceGetHandleByIndex", ret: ret})
+			continue
 		}
 		uuid, ret := d.GetUUID()
 		if ret != nvml.SUCCESS {
@@ -90,10 +91,27 @@ func (l *lister) WatchXIDs(ctx context.Context, emit func(dnvml.XIDEvent)) error
 			set.Free()
 		}
 	}()
-	// watch makes the event set of the GPUs not lost.
+	// watching are the GPUs whose Xids the set takes, as last emitted.
+	watching := map[string]bool{}
+	// registerAll makes the set, under the lister's lock, and collects
+	// what to say of the GPUs watched.
+	var registerAll func(said *[]dnvml.XIDEvent) error
+	// watch makes the event set of the GPUs not lost, and says which
+	// GPUs it watches now and which it cannot.
 	watch := func() error {
-		l.mu.Lock()
-		defer l.mu.Unlock()
+		var said []dnvml.XIDEvent
+		err := func() error {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return registerAll(&said)
+		}()
+		// Said outside the lock: what hears it may publish.
+		for _, ev := range said {
+			emit(ev)
+		}
+		return err
+	}
+	registerAll = func(said *[]dnvml.XIDEvent) error {
 		if l.lib == nil {
 			return errors.New("NVML lister is closed")
 		}
@@ -107,17 +125,33 @@ func (l *lister) WatchXIDs(ctx context.Context, emit func(dnvml.XIDEvent)) error
 		}
 		set = s
 		for i, d := range handles {
-			if lost[uuids[d]] || unsupported[d] {
-				continue
+			uuid := uuids[d]
+			if lost[uuid] {
+				continue // failed, reported as such
 			}
-			switch ret := d.RegisterEvents(nvml.EventTypeXidCriticalError, set); ret {
+			ret := nvml.ERROR_NOT_SUPPORTED
+			if !unsupported[d] {
+				ret = d.RegisterEvents(nvml.EventTypeXidCriticalError, set)
+			}
+			switch ret {
 			case nvml.SUCCESS:
 				registered = append(registered, d)
+				if !watching[uuid] {
+					watching[uuid] = true
+					*said = append(*said, dnvml.XIDEvent{UUID: uuid, Watched: true})
+				}
+				continue
 			case nvml.ERROR_NOT_SUPPORTED:
-				unsupported[d] = true
-				logger.Info("A GPU reports no Xid events; its failures go unnoticed", "index", i)
+				if !unsupported[d] {
+					unsupported[d] = true
+					logger.Info("A GPU reports no Xid events; its failures go unnoticed", "index", i)
+				}
 			default:
-				return fmt.Errorf("GPU %s: %w", uuids[d], &callError{call: "RegisterEvents", ret: ret})
+				logger.Info("A GPU's Xid events cannot be registered; its failures go unnoticed", "index", i, "err", &callError{call: "RegisterEvents", ret: ret})
+			}
+			if w, known := watching[uuid]; w || !known {
+				watching[uuid] = false
+				*said = append(*said, dnvml.XIDEvent{UUID: uuid, Unwatched: true})
 			}
 		}
 		return nil

@@ -55,7 +55,7 @@ func TestWatchXIDs(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	events := make(chan dnvml.XIDEvent, 4)
 	done := make(chan error, 1)
-	go func() { done <- dnvml.XIDWatcher(l).WatchXIDs(ctx, func(ev dnvml.XIDEvent) { events <- ev }) }()
+	go func() { done <- dnvml.XIDWatcher(l).WatchXIDs(ctx, xidsOnly(func(ev dnvml.XIDEvent) { events <- ev })) }()
 	uuid := gpu.DeviceUUID(node, 2)
 	// The watch registers its GPUs before it waits; an event injected
 	// earlier would find no registration.
@@ -148,11 +148,11 @@ func watchLost(t *testing.T, lost ...int) ([]dnvml.XIDEvent, int64) {
 		}
 	})
 	go func() {
-		done <- dnvml.XIDWatcher(l).WatchXIDs(ctx, func(ev dnvml.XIDEvent) {
+		done <- dnvml.XIDWatcher(l).WatchXIDs(ctx, xidsOnly(func(ev dnvml.XIDEvent) {
 			mu.Lock()
 			defer mu.Unlock()
 			events = append(events, ev)
-		})
+		}))
 	}()
 	time.Sleep(time.Second)
 	cancel()
@@ -204,7 +204,7 @@ func TestWatchXIDsOfAGPUWithoutUUID(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	events := make(chan dnvml.XIDEvent, 4)
-	go func() { _ = dnvml.XIDWatcher(l).WatchXIDs(ctx, func(ev dnvml.XIDEvent) { events <- ev }) }()
+	go func() { _ = dnvml.XIDWatcher(l).WatchXIDs(ctx, xidsOnly(func(ev dnvml.XIDEvent) { events <- ev })) }()
 	time.Sleep(100 * time.Millisecond)
 	d, ret := l.lib.DeviceGetHandleByIndex(3)
 	if ret != nvml.SUCCESS {
@@ -233,7 +233,7 @@ func TestInjectedXID79LosesTheMockGPU(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	events := make(chan dnvml.XIDEvent, 16)
-	go func() { _ = dnvml.XIDWatcher(l).WatchXIDs(ctx, func(ev dnvml.XIDEvent) { events <- ev }) }()
+	go func() { _ = dnvml.XIDWatcher(l).WatchXIDs(ctx, xidsOnly(func(ev dnvml.XIDEvent) { events <- ev })) }()
 	time.Sleep(100 * time.Millisecond)
 	uuid := gpu.DeviceUUID(node, 3)
 	injected := dnvml.XIDInjector(l)
@@ -288,7 +288,7 @@ func TestLostGPUDoesNotBlindTheWatch(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	events := make(chan dnvml.XIDEvent, 16)
-	go func() { _ = dnvml.XIDWatcher(l).WatchXIDs(ctx, func(ev dnvml.XIDEvent) { events <- ev }) }()
+	go func() { _ = dnvml.XIDWatcher(l).WatchXIDs(ctx, xidsOnly(func(ev dnvml.XIDEvent) { events <- ev })) }()
 	time.Sleep(100 * time.Millisecond)
 	injected := dnvml.XIDInjector(l)
 	expect := func(want dnvml.XIDEvent) {
@@ -311,4 +311,81 @@ func TestLostGPUDoesNotBlindTheWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(dnvml.XIDEvent{UUID: other, XID: 48})
+}
+
+// xidsOnly hands f the Xid events alone, not which GPUs are watched.
+func xidsOnly(f func(dnvml.XIDEvent)) func(dnvml.XIDEvent) {
+	return func(ev dnvml.XIDEvent) {
+		if !ev.Watched && !ev.Unwatched {
+			f(ev)
+		}
+	}
+}
+
+// A GPU whose handle NVML cannot give (lost before the watch starts), and
+// one whose events cannot be registered, do not stop the watch: the
+// others are watched, said so, and the one that cannot be is said
+// unwatched; an Xid of a watched GPU still comes through. Before, either
+// ended the watch and every GPU ran unmonitored.
+func TestWatchGoesOnWithoutAGPU(t *testing.T) {
+	l := openDGX(t)
+	s := l.lib.(*server.Server)
+	byIndex := s.DeviceGetHandleByIndexFunc
+	s.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+		if i == 1 {
+			return nil, nvml.ERROR_GPU_IS_LOST
+		}
+		return byIndex(i)
+	}
+	create := s.EventSetCreateFunc
+	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+		set, ret := create()
+		d := s.Devices[4].(*server.Device)
+		d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.ERROR_UNKNOWN }
+		return set, ret
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var got []dnvml.XIDEvent
+	done := make(chan error, 1)
+	go func() {
+		done <- dnvml.XIDWatcher(l).WatchXIDs(ctx, func(ev dnvml.XIDEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, ev)
+		})
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if err := dnvml.XIDInjector(l).InjectXID(gpu.DeviceUUID(node, 6), 48); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(700 * time.Millisecond)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("WatchXIDs ended with %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var watched, unwatched []string
+	xid := false
+	for _, ev := range got {
+		switch {
+		case ev.Watched:
+			watched = append(watched, ev.UUID)
+		case ev.Unwatched:
+			unwatched = append(unwatched, ev.UUID)
+		case ev == (dnvml.XIDEvent{UUID: gpu.DeviceUUID(node, 6), XID: 48}):
+			xid = true
+		}
+	}
+	if len(watched) != 6 || slices.Contains(watched, gpu.DeviceUUID(node, 1)) || slices.Contains(watched, gpu.DeviceUUID(node, 4)) {
+		t.Errorf("watched %v; want the 6 GPUs but 1 (no handle) and 4 (no registration)", watched)
+	}
+	if !slices.Equal(unwatched, []string{gpu.DeviceUUID(node, 4)}) {
+		t.Errorf("unwatched %v; want GPU 4's alone", unwatched)
+	}
+	if !xid {
+		t.Errorf("GPU 6's Xid 48 did not come through: %+v", got)
+	}
 }
