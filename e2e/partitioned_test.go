@@ -264,8 +264,9 @@ var matrixLabs = []struct {
 	// Every kind of DRA GPU, none counted.
 	{"soak.yaml", slices.Concat([]string{"counting", "fabric-attach"}, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios, racksScenarios)},
 	// Two L4s in nodes (no H100 or A100 in a node, none counted, shared
-	// or partitioned), and enclosures of network-attached GPUs.
-	{"racks.yaml", slices.Concat([]string{"admin-access", "claim-status", "claims", "counting", "device-taint", "extended-resource", "fabric-attach", "gpu-failure", "gpu-sharing", "mig-fallback", "mig-partitions", "prioritized-fallback"}, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios)},
+	// or partitioned; one a node, so no pair for multi-gpu), and
+	// enclosures of network-attached GPUs.
+	{"racks.yaml", slices.Concat([]string{"admin-access", "claim-status", "claims", "counting", "device-taint", "extended-resource", "fabric-attach", "gpu-failure", "gpu-sharing", "mig-fallback", "mig-partitions", "multi-gpu", "prioritized-fallback"}, workloadScenarios, nicScenarios, frontierScenarios, cloudScenarios)},
 	// NVML's mock servers: MIG on an A100, no H100 MIG, nothing counted;
 	// the PodGroup API on (for the conformance run's group claims), so
 	// the workload scenarios that fit its 10 H100s run: a group's claim
