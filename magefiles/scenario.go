@@ -84,6 +84,9 @@ func (Scenario) Run(ctx context.Context, name string) error {
 		err = fmt.Errorf("scenario %s: outcomes differ from %s:\n  %s", s.Name, s.Source("scenario.yaml"), strings.Join(res.Failures(), "\n  "))
 	}
 	done(err)
+	if res != nil && len(res.Swept) > 0 {
+		u.Println("Removed what interrupted runs left: " + strings.Join(res.Swept, ", "))
+	}
 	path, rerr := writeScenarioReport(ctx, s, res, err)
 	if rerr != nil {
 		u.Println(fmt.Sprintf("No HTML report: %v", rerr))

@@ -88,6 +88,9 @@ type Result struct {
 	Namespace string
 	Steps     []StepResult
 	Duration  time.Duration
+	// Swept is what interrupted runs had left, which this run removed
+	// before it began (kind/name).
+	Swept []string
 }
 
 // StepResult is one step's allocation table and mismatches.
@@ -139,16 +142,25 @@ func (r *Runner) Run(ctx context.Context, s *Scenario) (_ *Result, err error) {
 	if s.FailsGPUs() && r.GPUFaults == nil {
 		return nil, fmt.Errorf("scenario %s: %w: it fails GPUs through their drivers (failGPU), which only a dralab lab can: run it on one (go run mage.go scenario:run %s)", s.Name, ErrUnmet, s.Name)
 	}
+	swept, err := r.Sweep(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("removing what interrupted scenario runs left: %w", err)
+	}
+	name := fmt.Sprintf("dralab-%s-%s", s.Name, rand.String(5))
 	ns := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name:   fmt.Sprintf("dralab-%s-%s", s.Name, rand.String(5)),
-		Labels: s.NamespaceLabels,
+		Name:        name,
+		Labels:      runLabels(s, name),
+		Annotations: map[string]string{AnnotationAliveUntil: aliveUntil(time.Now())},
 	}}
 	if err := cluster.CreateNamespace(ctx, r.Client, ns); err != nil {
 		return nil, fmt.Errorf("creating the scenario's namespace: %w", err)
 	}
 	run := &run{Runner: r, s: s, ns: ns.Name, inv: inv}
-	result := &Result{Scenario: s.Name, Namespace: ns.Name}
+	result := &Result{Scenario: s.Name, Namespace: ns.Name, Swept: swept}
+	aliveCtx, stopAlive := context.WithCancel(ctx)
+	go run.keepAlive(aliveCtx)
 	defer func() {
+		stopAlive()
 		cctx := context.WithoutCancel(ctx)
 		if r.BeforeCleanup != nil {
 			r.BeforeCleanup(cctx, result)

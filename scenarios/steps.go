@@ -193,7 +193,7 @@ func (r *run) apply(ctx context.Context, obj *unstructured.Unstructured) error {
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	labels[LabelManagedBy] = fieldManager
+	labels[LabelManagedBy], labels[LabelRun] = fieldManager, r.ns
 	obj.SetLabels(labels)
 	a := kubeapply.Applier{Dynamic: r.Dynamic, Mapper: r.Mapper, FieldManager: fieldManager, RefuseDropped: true,
 		Owned: func(existing *unstructured.Unstructured) bool {
@@ -392,6 +392,7 @@ func (r *run) taintAllocated(ctx context.Context, t *TaintAllocated) error {
 		return err
 	}
 	n := 0
+	var made []string
 	for _, row := range rows {
 		rule := &resourceapi.DeviceTaintRule{
 			TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "DeviceTaintRule"},
@@ -408,12 +409,31 @@ func (r *run) taintAllocated(ctx context.Context, t *TaintAllocated) error {
 		if err := r.apply(ctx, u); err != nil {
 			return fmt.Errorf("DeviceTaintRule for %s: %w", row.DeviceRef(), err)
 		}
+		made = append(made, rule.Name)
 		if t.Effect == string(resourceapi.DeviceTaintEffectNoExecute) {
 			r.gone = append(r.gone, row.Pod)
 		}
 		n++
 	}
-	return nil
+	return r.stillOnlyOurs(ctx, rows, made)
+}
+
+// stillOnlyOurs checks again, once the rules are made, that no claim of
+// another namespace holds a device they taint: one may have been given it
+// between the first check and the rules. If one has, the rules made are
+// removed at once, and the step fails saying whose claim it was.
+func (r *run) stillOnlyOurs(ctx context.Context, rows []allocation.Row, made []string) error {
+	err := r.onlyOurs(ctx, rows)
+	if err == nil {
+		return nil
+	}
+	errs := []error{fmt.Errorf("a claim of another namespace was given a device while the scenario tainted it; its DeviceTaintRules are removed: %w", err)}
+	for _, name := range made {
+		if derr := r.Client.ResourceV1().DeviceTaintRules().Delete(ctx, name, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) {
+			errs = append(errs, fmt.Errorf("removing DeviceTaintRule %s: %w", name, derr))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // onlyOurs refuses, before any rule is made, to taint a device that a
