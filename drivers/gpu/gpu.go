@@ -49,6 +49,10 @@ const (
 	// containers device metadata files: what a workload (or a scenario)
 	// that reads them selects nodes by.
 	NodeDeviceMetadataLabel = "gpu.dralab.dev/device-metadata"
+	// DevicePluginSocket is the socket the driver serves the device-plugin
+	// API on, in the kubelet's device-plugin directory, where its GPUs
+	// are counted.
+	DevicePluginSocket = "dralab-gpu.sock"
 )
 
 // Tier is a family of GPU models that a workload treats alike.

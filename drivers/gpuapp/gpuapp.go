@@ -206,7 +206,7 @@ func Run(ctx context.Context, o Options) error {
 			p, err := kit.StartDevicePlugin(ctx, kit.DevicePluginOptions{
 				ResourceName: gpu.ExtendedResource,
 				Dir:          o.DevicePluginsDir,
-				Socket:       "dralab-gpu.sock",
+				Socket:       gpu.DevicePluginSocket,
 				EnvPrefix:    gpu.EnvPrefix,
 				Inventory:    ko.Inventory,
 			})

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/atomicfile"
 	"github.com/dralab/dralab/internal/labstate"
 )
@@ -67,6 +68,28 @@ var KubeletHostPaths = []string{
 	DevicePluginsDir,
 	KubeletSocket,
 	DevicePluginsDir + "/kubelet_internal_checkpoint",
+	// The lab's GPU driver's device-plugin socket, where it counts GPUs.
+	DevicePluginsDir + "/" + gpu.DevicePluginSocket,
+}
+
+// kubeletChains are the iptables chains the kubelet creates, by table:
+// the hint chain, its firewall chain (IPv4) and its canary. Only these
+// are recorded as the node's: a KUBE-* chain another program makes on the
+// host meanwhile (kube-proxy, another cluster's node) is not the lab's.
+var kubeletChains = map[string][]string{
+	"mangle": {"KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"},
+	"filter": {"KUBE-FIREWALL", "KUBE-KUBELET-CANARY"},
+	"nat":    {"KUBE-KUBELET-CANARY"},
+}
+
+// kubeletChain tells whether a chain ("family/table/chain", or
+// "table/chain") is one the kubelet creates.
+func kubeletChain(c string) bool {
+	parts := strings.Split(c, "/")
+	if len(parts) < 2 {
+		return false
+	}
+	return slices.Contains(kubeletChains[parts[len(parts)-2]], parts[len(parts)-1])
 }
 
 // CgroupMountsFile lists the host's mounts; a variable for tests.
@@ -158,7 +181,7 @@ func (rec *HostRecord) RecordStarted(ctx context.Context, p Paths) error {
 	}
 	rec.ChainsCreated = nil
 	for _, c := range IptablesChains(ctx) {
-		if !had[c] && strings.Contains(c, "/KUBE-") {
+		if !had[c] && kubeletChain(c) {
 			rec.ChainsCreated = append(rec.ChainsCreated, c)
 		}
 	}
@@ -168,6 +191,11 @@ func (rec *HostRecord) RecordStarted(ctx context.Context, p Paths) error {
 		if _, err := os.Lstat(path); err == nil && !slices.Contains(rec.PathsBefore, path) {
 			rec.PathsCreated = append(rec.PathsCreated, path)
 		}
+	}
+	// The driver's socket may come after the kubelet's: whatever was not
+	// there before the node started is the node's, recorded or not yet.
+	if sock := DevicePluginsDir + "/" + gpu.DevicePluginSocket; !slices.Contains(rec.PathsBefore, sock) && !slices.Contains(rec.PathsCreated, sock) {
+		rec.PathsCreated = append(rec.PathsCreated, sock)
 	}
 	return rec.Write(p)
 }

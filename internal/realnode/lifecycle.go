@@ -192,21 +192,23 @@ func Cleanup(ctx context.Context, p Paths) error {
 }
 
 // removeKubeletPaths removes the kubelet's host paths the node created,
-// deepest first: the files the kubelet put in the device-plugin directory,
-// the directory (with the device plugins' sockets, if the node created
-// it), then its parent if the node created that too and nothing else lies
-// in it.
+// by name, deepest first: the files the kubelet and the lab's driver put
+// in the device-plugin directory, then the directory and its parent where
+// the node created them and nothing else lies in them. A folder that holds
+// what someone else put there stays, with what it holds.
 func removeKubeletPaths(rec *HostRecord) []error {
 	paths := slices.Clone(rec.PathsCreated)
 	sort.Slice(paths, func(i, j int) bool { return len(paths[i]) > len(paths[j]) })
 	var errs []error
 	for _, path := range paths {
-		remove := os.Remove
-		if path == DevicePluginsDir {
-			remove = os.RemoveAll
+		err := os.Remove(path)
+		if fi, serr := os.Lstat(path); err != nil && serr == nil && fi.IsDir() {
+			if entries, rerr := os.ReadDir(path); rerr == nil && len(entries) > 0 {
+				continue // holds what the node did not make: left
+			}
 		}
-		if err := remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("removing %s, which the real node created (remove it with: rm -r %s): %w", path, path, err))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing %s, which the real node created (remove it with: rm %s): %w", path, path, err))
 		}
 	}
 	return errs
