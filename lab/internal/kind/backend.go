@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/kind/pkg/cluster"
 	"sigs.k8s.io/kind/pkg/cluster/nodeutils"
-	kindlog "sigs.k8s.io/kind/pkg/log"
 
 	"github.com/dralab/dralab/charts"
 	"github.com/dralab/dralab/charts/release"
@@ -50,10 +49,10 @@ func (b *Backend) Capabilities() backend.Capabilities {
 // Kubeconfig implements backend.Backend.
 func (b *Backend) Kubeconfig(name string) string { return kindcmd.Kubeconfig(b.root, name) }
 
-// provider returns kind's provider on the container engine that answers
-// (pickEngine) and the clusters it runs.
-func (b *Backend) provider() (*cluster.Provider, []string, error) {
-	p, _, clusters, err := pickEngine(kindlog.NoopLogger{})
+// provider returns kind's provider on the container engine the lab's
+// nodes run on (labEngine) and the clusters it runs.
+func (b *Backend) provider(name string) (*cluster.Provider, []string, error) {
+	p, _, clusters, err := labEngine(b.root, name)
 	return p, clusters, err
 }
 
@@ -61,7 +60,7 @@ func (b *Backend) provider() (*cluster.Provider, []string, error) {
 // driver image into every node, install the driver chart once per GPU
 // mode, and wait for the nodes and their GPUs.
 func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progress) (status.UpResult, error) {
-	p, engine, existing, err := pickEngine(kindlog.NoopLogger{})
+	p, engine, existing, err := labEngine(b.root, cfg.Name)
 	if err != nil {
 		return status.UpResult{}, err
 	}
@@ -100,9 +99,14 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 		if _, err := prepareHost(ctx, engine, b.root, len(cfg.Nodes)); err != nil {
 			return status.UpResult{}, err
 		}
-		// Recorded like every lab's, so that lab:list and lab:down find it.
+		// Recorded like every lab's, so that lab:list and lab:down find it,
+		// with the engine its nodes run on, which lab:down and lab:status
+		// ask and no other.
 		if err := cfg.Record(filepath.Join(filepath.Dir(kubeconfig), "config.json")); err != nil {
 			return status.UpResult{}, err
+		}
+		if err := os.WriteFile(engineFile(b.root, cfg.Name), []byte(engine+"\n"), 0o600); err != nil {
+			return status.UpResult{}, fmt.Errorf("recording the lab's engine: %w", err)
 		}
 		done := progress(fmt.Sprintf("Creating kind cluster %q (%s, %d workers)", cfg.Name, nodeImage(cfg), len(cfg.Nodes)))
 		// kind keeps a cluster it failed to create: the lab collects its
@@ -180,7 +184,7 @@ func (b *Backend) loadDriverImage(ctx context.Context, p *cluster.Provider, name
 
 // Down implements backend.Backend.
 func (b *Backend) Down(ctx context.Context, name string) error {
-	p, _, err := b.provider()
+	p, engine, _, err := labEngine(b.root, name)
 	if err != nil {
 		return err
 	}
@@ -191,7 +195,7 @@ func (b *Backend) Down(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if err := releaseHost(ctx, b.root, len(left)); err != nil {
+	if err := releaseHost(ctx, b.root, engine, len(left)); err != nil {
 		return err
 	}
 	return os.RemoveAll(filepath.Dir(b.Kubeconfig(name)))
@@ -200,9 +204,13 @@ func (b *Backend) Down(ctx context.Context, name string) error {
 // Status implements backend.Backend.
 func (b *Backend) Status(ctx context.Context, name string) (*status.Status, error) {
 	st := &status.Status{Name: name, Backend: b.Name(), Phase: status.PhaseAbsent, Kubeconfig: b.Kubeconfig(name), StateDir: filepath.Dir(b.Kubeconfig(name))}
-	_, clusters, err := b.provider()
+	_, clusters, err := b.provider(name)
 	if err != nil {
 		st.Message = err.Error()
+		if recordedEngine(b.root, name) != "" {
+			// Its nodes may run, on an engine that does not answer.
+			st.Phase = status.PhaseFailed
+		}
 		return st, nil
 	}
 	if !slices.Contains(clusters, name) {
@@ -264,7 +272,7 @@ func describe(cfg *config.Config, n config.Node) (profile, driver string) {
 
 // CollectLogs implements backend.Backend with kind's own log export.
 func (b *Backend) CollectLogs(ctx context.Context, name, dir string) error {
-	p, _, err := b.provider()
+	p, _, err := b.provider(name)
 	if err != nil {
 		return err
 	}

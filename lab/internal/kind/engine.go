@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 
 	"sigs.k8s.io/kind/pkg/cluster"
 	kindexec "sigs.k8s.io/kind/pkg/exec"
 	kindlog "sigs.k8s.io/kind/pkg/log"
 
+	"github.com/dralab/dralab/lab/internal/kindcmd"
 	"github.com/dralab/dralab/lab/status"
 )
 
@@ -37,7 +39,12 @@ var engines = []struct {
 // (kind's own detection stops at the docker command). When none answers,
 // the error says what each one said.
 func pickEngine(logger kindlog.Logger) (*cluster.Provider, string, []string, error) {
-	want := os.Getenv(EnvProvider)
+	return pickEngineNamed(logger, os.Getenv(EnvProvider))
+}
+
+// pickEngineNamed is pickEngine on the engine named ("": the first that
+// answers).
+func pickEngineNamed(logger kindlog.Logger, want string) (*cluster.Provider, string, []string, error) {
 	var tried []string
 	for _, e := range engines {
 		if want != "" && e.name != want {
@@ -78,3 +85,43 @@ func withOutput(err error) error {
 	}
 	return fmt.Errorf("%w: %s", err, strings.Join(lines, " | "))
 }
+
+// engineFile is where a kind lab records the engine its nodes run on, in
+// its state directory.
+func engineFile(root, name string) string {
+	return filepath.Join(filepath.Dir(kindcmd.Kubeconfig(root, name)), "engine")
+}
+
+// recordedEngine is the engine a lab's nodes run on, as Up recorded it;
+// "" for a lab that recorded none (made before labs recorded it).
+func recordedEngine(root, name string) string {
+	data, err := os.ReadFile(engineFile(root, name))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(data))
+}
+
+// labEngine returns kind's provider on the engine the lab's nodes run on:
+// the one it recorded, else the first that answers. A lab whose engine
+// does not answer gets an error naming it, even where another engine
+// answers: its nodes are not there, and kind's delete would find nothing
+// to delete.
+func labEngine(root, name string) (*cluster.Provider, string, []string, error) {
+	rec := recordedEngine(root, name)
+	if rec == "" {
+		return pickEngine(kindlog.NoopLogger{})
+	}
+	if env := os.Getenv(EnvProvider); env != "" && env != rec {
+		return nil, rec, nil, fmt.Errorf("%w: lab %s runs on %s, and $%s names %s: unset it, or bring the lab down on %s first", ErrOtherEngine, name, rec, EnvProvider, env, rec)
+	}
+	p, engine, clusters, err := pickEngineNamed(kindlog.NoopLogger{}, rec)
+	if err != nil {
+		return nil, rec, nil, fmt.Errorf("lab %s runs on %s, which does not answer now; its nodes are there, not on any other engine: %w", name, rec, err)
+	}
+	return p, engine, clusters, nil
+}
+
+// ErrOtherEngine means a kind lab runs on another engine than the one
+// asked for.
+var ErrOtherEngine = errors.New("the lab runs on another container engine")

@@ -1,6 +1,7 @@
 package kind
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -78,5 +79,50 @@ func TestErrorsKeepTheCommandsOutput(t *testing.T) {
 	}
 	if plain := errors.New("no command"); withOutput(plain) != plain {
 		t.Errorf("withOutput changed an error that ran no command")
+	}
+}
+
+// A lab records the engine its nodes run on, and lab:down and lab:status
+// ask that engine alone: where it does not answer, even with another
+// engine answering, lab:down removes nothing and says which engine, and
+// lab:status says the lab failed; $KIND_EXPERIMENTAL_PROVIDER naming
+// another engine is refused. Before, docker answering made lab:down a
+// silent no-op on a podman lab's nodes, whose state it then removed.
+func TestALabAsksItsOwnEngine(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Dir(engineFile(root, "lab-p")), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(engineFile(root, "lab-p"), []byte("podman\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	engineCommands(t, map[string]string{
+		"docker": `exit 0`,
+		"podman": `echo "Error: cannot open the podman socket" >&2; exit 125`,
+	})
+	t.Setenv(EnvProvider, "")
+	_, engine, _, err := labEngine(root, "lab-p")
+	if err == nil || engine != "podman" || !strings.Contains(err.Error(), "lab lab-p runs on podman, which does not answer") || !strings.Contains(err.Error(), "cannot open the podman socket") {
+		t.Fatalf("the lab's engine not answering: %q, %v; want an error naming podman and what it said", engine, err)
+	}
+	b := New(root)
+	if err := b.Down(context.Background(), "lab-p"); err == nil || !strings.Contains(err.Error(), "podman") {
+		t.Errorf("lab:down with the lab's engine silent: %v; want a refusal naming podman", err)
+	}
+	if _, err := os.Stat(engineFile(root, "lab-p")); err != nil {
+		t.Errorf("lab:down removed the lab's state though its nodes may run: %v", err)
+	}
+	st, err := b.Status(context.Background(), "lab-p")
+	if err != nil || st.Phase != status.PhaseFailed || !strings.Contains(st.Message, "podman") {
+		t.Errorf("lab:status: %+v, %v; want Failed naming podman", st, err)
+	}
+	t.Setenv(EnvProvider, "docker")
+	if _, _, _, err := labEngine(root, "lab-p"); !errors.Is(err, ErrOtherEngine) || !strings.Contains(err.Error(), "runs on podman") {
+		t.Errorf("$%s=docker for a podman lab: %v; want ErrOtherEngine", EnvProvider, err)
+	}
+	// A lab that recorded none (older) takes the first that answers.
+	t.Setenv(EnvProvider, "")
+	if _, engine, _, err := labEngine(root, "lab-old"); err != nil || engine != "docker" {
+		t.Errorf("a lab without a record: %q, %v; want docker, the first that answers", engine, err)
 	}
 }

@@ -23,7 +23,7 @@ const FaultsFile = "/var/lib/dralab-driver/gpu-faults.json"
 
 // node is the kind node container that stands for lab node node.
 func (b *Backend) node(ctx context.Context, name, node string) (nodes.Node, error) {
-	p, _, err := b.provider()
+	p, _, err := b.provider(name)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"k8s.io/klog/v2"
+	kindlog "sigs.k8s.io/kind/pkg/log"
 )
 
 // libModules is the host folder kind mounts into every node, read-only,
@@ -36,6 +37,49 @@ type owned struct {
 	Engine     string `json:"engine"`
 	Network    string `json:"network,omitempty"`
 	LibModules bool   `json:"libModules,omitempty"`
+	// Earlier are the records of the engines the labs ran on before this
+	// one, each kept until a lab:down on that engine releases it.
+	Earlier []owned `json:"earlier,omitempty"`
+}
+
+// empty tells whether the record names nothing to remove.
+func (rec owned) empty() bool { return rec.Network == "" && !rec.LibModules && len(rec.Earlier) == 0 }
+
+// of takes out the record of engine (the current one, or an earlier one):
+// it and the rest.
+func (rec owned) of(engine string) (owned, owned) {
+	if rec.Engine == engine || rec.Engine == "" {
+		cur := rec
+		cur.Engine, cur.Earlier = engine, nil
+		rest := owned{}
+		if len(rec.Earlier) > 0 {
+			rest = rec.Earlier[len(rec.Earlier)-1]
+			rest.Earlier = rec.Earlier[:len(rec.Earlier)-1]
+		}
+		return cur, rest
+	}
+	for i, e := range rec.Earlier {
+		if e.Engine == engine {
+			rest := rec
+			rest.Earlier = slices.Delete(slices.Clone(rec.Earlier), i, i+1)
+			return e, rest
+		}
+	}
+	rest := rec
+	return owned{Engine: engine}, rest
+}
+
+// with puts cur, engine's record, back as the current one, rest's current
+// among the earlier; records that name nothing are dropped.
+func (cur owned) with(rest owned) owned {
+	out := cur
+	out.Earlier = nil
+	for _, e := range append(slices.Clone(rest.Earlier), owned{Engine: rest.Engine, Network: rest.Network, LibModules: rest.LibModules}) {
+		if e.Engine != "" && e.Engine != cur.Engine && (e.Network != "" || e.LibModules) {
+			out.Earlier = append(out.Earlier, e)
+		}
+	}
+	return out
 }
 
 // networkName is the engine network kind puts its nodes on: "kind", or the
@@ -62,15 +106,13 @@ func prepareHost(ctx context.Context, engine, root string, nodes int) (owned, er
 	if err := inotifyRoom(nodes); err != nil {
 		return owned{}, err
 	}
-	rec, err := readOwned(root)
+	all, err := readOwned(root)
 	if err != nil {
-		return rec, err
+		return all, err
 	}
-	if rec.Engine != "" && rec.Engine != engine {
-		// What the labs on another engine created stays theirs to remove.
-		rec = owned{}
-	}
-	rec.Engine = engine
+	// What the labs on another engine created stays recorded, theirs to
+	// remove at their lab:down.
+	rec, rest := all.of(engine)
 	network := networkName(engine)
 	exists := networkExists(ctx, engine, network)
 	if engine == "podman" {
@@ -87,7 +129,7 @@ func prepareHost(ctx context.Context, engine, root string, nodes int) (owned, er
 		}
 		rec.LibModules = true
 	}
-	return rec, writeOwned(root, rec)
+	return rec, writeOwned(root, rec.with(rest))
 }
 
 func readOwned(root string) (owned, error) {
@@ -108,7 +150,7 @@ func readOwned(root string) (owned, error) {
 // writeOwned records rec, or removes the record where nothing is left.
 func writeOwned(root string, rec owned) error {
 	file := filepath.Join(root, ownedFile)
-	if rec.Network == "" && !rec.LibModules {
+	if rec.empty() {
 		if err := os.Remove(file); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
@@ -151,14 +193,16 @@ func podmanDNS(ctx context.Context, network string, exists bool) error {
 }
 
 // releaseHost removes what the kind labs of the state root recorded
-// creating (prepareHost), once nothing uses it: the network when no
-// container is left on it, /lib/modules when no kind cluster is left on
-// the engine and the folder is still empty.
-func releaseHost(ctx context.Context, root string, clustersLeft int) error {
-	rec, err := readOwned(root)
-	if err != nil || rec.Engine == "" {
+// creating on engine (prepareHost), once nothing uses it: the network when
+// no container is left on it, /lib/modules when no kind cluster is left on
+// the engine nor on any other engine recorded (one that does not answer
+// may still run nodes that mount it) and the folder is still empty.
+func releaseHost(ctx context.Context, root, engine string, clustersLeft int) error {
+	all, err := readOwned(root)
+	if err != nil || all.empty() {
 		return err
 	}
+	rec, rest := all.of(engine)
 	logger := klog.FromContext(ctx)
 	var errs []error
 	if rec.Network != "" && networkExists(ctx, rec.Engine, rec.Network) {
@@ -178,7 +222,7 @@ func releaseHost(ctx context.Context, root string, clustersLeft int) error {
 	} else {
 		rec.Network = ""
 	}
-	if rec.LibModules && clustersLeft == 0 {
+	if rec.LibModules && clustersLeft == 0 && othersIdle(rest) {
 		// Remove fails on a folder something has filled since: it is not
 		// the lab's to remove any more.
 		if err := os.Remove(libModules); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -186,7 +230,21 @@ func releaseHost(ctx context.Context, root string, clustersLeft int) error {
 		}
 		rec.LibModules = false
 	}
-	return errors.Join(append(errs, writeOwned(root, rec))...)
+	return errors.Join(append(errs, writeOwned(root, rec.with(rest)))...)
+}
+
+// othersIdle tells whether the other engines recorded run no kind
+// cluster: each answers, with none.
+func othersIdle(rest owned) bool {
+	for _, e := range append(slices.Clone(rest.Earlier), rest) {
+		if e.Engine == "" {
+			continue
+		}
+		if _, _, clusters, err := pickEngineNamed(kindlog.NoopLogger{}, e.Engine); err != nil || len(clusters) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // inotifyPerNode is how many inotify instances a kind node takes at the

@@ -21,6 +21,18 @@ case "$1 $2" in
 "info --format") echo cni;;
 esac`
 
+// hostWithDNSName is a host whose podman has the dnsname plugin and that
+// has no /lib/modules; the state root for its labs.
+func hostWithDNSName(t *testing.T) (root string) {
+	plugins := t.TempDir()
+	cniPluginDirs = []string{plugins}
+	if err := os.WriteFile(filepath.Join(plugins, "dnsname"), nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	libModules = filepath.Join(t.TempDir(), "modules")
+	return t.TempDir()
+}
+
 func fakeEngine(t *testing.T) (nets string) {
 	nets = t.TempDir()
 	engineCommands(t, map[string]string{"podman": fakePodman, "cut": `/usr/bin/cut "$@"`, "cat": `/bin/cat "$@"`, "rm": `/bin/rm "$@"`})
@@ -42,13 +54,7 @@ func fakeEngine(t *testing.T) (nets string) {
 func TestHostThingsTheLabCreatedAreRemoved(t *testing.T) {
 	ctx := context.Background()
 	nets := fakeEngine(t)
-	plugins := t.TempDir()
-	cniPluginDirs = []string{plugins}
-	if err := os.WriteFile(filepath.Join(plugins, "dnsname"), nil, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	libModules = filepath.Join(t.TempDir(), "modules")
-	root := t.TempDir()
+	root := hostWithDNSName(t)
 
 	rec, err := prepareHost(ctx, "podman", root, 3)
 	if err != nil || rec.Network != "kind" || !rec.LibModules {
@@ -69,7 +75,7 @@ func TestHostThingsTheLabCreatedAreRemoved(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(nets, "kind.containers"), []byte("c0ffee\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := releaseHost(ctx, root, 1); err != nil {
+	if err := releaseHost(ctx, root, "podman", 1); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(nets, "kind")); err != nil {
@@ -80,18 +86,7 @@ func TestHostThingsTheLabCreatedAreRemoved(t *testing.T) {
 	}
 	// The last one goes.
 	os.Remove(filepath.Join(nets, "kind.containers"))
-	if err := releaseHost(ctx, root, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(nets, "kind")); !os.IsNotExist(err) {
-		t.Errorf("the network the lab created is left: %v", err)
-	}
-	if _, err := os.Stat(libModules); !os.IsNotExist(err) {
-		t.Errorf("the /lib/modules the lab created is left: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(root, ownedFile)); !os.IsNotExist(err) {
-		t.Errorf("the record outlives what it recorded: %v", err)
-	}
+	releasedAll(ctx, t, root, nets)
 
 	// What the host had is the host's: a network and a folder found are
 	// never recorded, so never removed; nor is a folder filled since.
@@ -104,14 +99,21 @@ func TestHostThingsTheLabCreatedAreRemoved(t *testing.T) {
 	if rec, err = prepareHost(ctx, "podman", root, 3); err != nil || rec.Network != "" || rec.LibModules {
 		t.Fatalf("prepareHost on a host that has both: %+v, %v; want nothing recorded", rec, err)
 	}
-	if err := releaseHost(ctx, root, 0); err != nil {
+	keptBoth(ctx, t, root, "podman", nets, "the host's own")
+}
+
+// keptBoth has a lab on engine go (releaseHost with no cluster left) and
+// checks that podman's network kind and /lib/modules stay: whose they are.
+func keptBoth(ctx context.Context, t *testing.T, root, engine, nets, whose string) {
+	t.Helper()
+	if err := releaseHost(ctx, root, engine, 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(nets, "kind")); err != nil {
-		t.Error("the host's own network was removed")
+		t.Errorf("%s network was removed", whose)
 	}
 	if _, err := os.Stat(libModules); err != nil {
-		t.Error("the host's own /lib/modules was removed")
+		t.Errorf("%s /lib/modules was removed", whose)
 	}
 }
 
@@ -199,5 +201,52 @@ func TestInotifyRoomCountsTheLabUsersOnly(t *testing.T) {
 	process("300", os.Geteuid(), 100)
 	if err := inotifyRoom(3); err == nil || !strings.Contains(err.Error(), "110 are in use") {
 		t.Errorf("110 of root's in use, 48 needed, limit 128: %v; want a refusal", err)
+	}
+}
+
+// A lab on another engine does not make the host forget what the labs on
+// the first one created: that stays recorded, and the first engine's
+// lab:down removes it, /lib/modules only once no engine recorded runs a
+// kind cluster. Before, the record was replaced, and the podman network
+// and folder stayed for ever.
+func TestAnotherEnginesLeftoversAreKept(t *testing.T) {
+	ctx := context.Background()
+	nets := fakeEngine(t)
+	engineCommands(t, map[string]string{"podman": fakePodman, "docker": fakePodman, "cut": `/usr/bin/cut "$@"`, "cat": `/bin/cat "$@"`, "rm": `/bin/rm "$@"`})
+	t.Setenv("KIND_EXPERIMENTAL_DOCKER_NETWORK", "kind-docker")
+	root := hostWithDNSName(t)
+	if _, err := prepareHost(ctx, "podman", root, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(nets, "kind"), []byte("true\n"), 0o600); err != nil {
+		t.Fatal(err) // kind made podman's network
+	}
+	if rec, err := prepareHost(ctx, "docker", root, 3); err != nil || rec.Engine != "docker" || rec.Network != "kind-docker" || rec.LibModules {
+		t.Fatalf("prepareHost on docker: %+v, %v; want docker's network alone recorded as docker's", rec, err)
+	}
+	all, err := readOwned(root)
+	if err != nil || len(all.Earlier) != 1 || all.Earlier[0].Engine != "podman" || all.Earlier[0].Network != "kind" || !all.Earlier[0].LibModules {
+		t.Fatalf("the record after a lab on docker: %+v, %v; want podman's kept", all, err)
+	}
+	keptBoth(ctx, t, root, "docker", nets, "on docker's lab:down, the podman labs'")
+	releasedAll(ctx, t, root, nets)
+}
+
+// releasedAll has the last podman lab go (releaseHost with no cluster
+// left), and checks that what the labs created went with it: the network
+// kind made, /lib/modules, and the record.
+func releasedAll(ctx context.Context, t *testing.T, root, nets string) {
+	t.Helper()
+	if err := releaseHost(ctx, root, "podman", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(nets, "kind")); !os.IsNotExist(err) {
+		t.Errorf("the network the labs created is left: %v", err)
+	}
+	if _, err := os.Stat(libModules); !os.IsNotExist(err) {
+		t.Errorf("the /lib/modules the labs created is left: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, ownedFile)); !os.IsNotExist(err) {
+		t.Errorf("the record outlives what it recorded: %v", err)
 	}
 }
