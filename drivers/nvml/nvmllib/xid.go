@@ -93,25 +93,18 @@ func (l *lister) WatchXIDs(ctx context.Context, emit func(dnvml.XIDEvent)) error
 	}()
 	// watching are the GPUs whose Xids the set takes, as last emitted.
 	watching := map[string]bool{}
-	// registerAll makes the set, under the lister's lock, and collects
-	// what to say of the GPUs watched.
-	var registerAll func(said *[]dnvml.XIDEvent) error
 	// watch makes the event set of the GPUs not lost, and says which
-	// GPUs it watches now and which it cannot.
+	// GPUs it watches now and which it cannot: said outside the lister's
+	// lock, since what hears it may publish.
 	watch := func() error {
 		var said []dnvml.XIDEvent
-		err := func() error {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			return registerAll(&said)
+		defer func() {
+			for _, ev := range said {
+				emit(ev)
+			}
 		}()
-		// Said outside the lock: what hears it may publish.
-		for _, ev := range said {
-			emit(ev)
-		}
-		return err
-	}
-	registerAll = func(said *[]dnvml.XIDEvent) error {
+		l.mu.Lock()
+		defer l.mu.Unlock()
 		if l.lib == nil {
 			return errors.New("NVML lister is closed")
 		}
@@ -138,7 +131,7 @@ func (l *lister) WatchXIDs(ctx context.Context, emit func(dnvml.XIDEvent)) error
 				registered = append(registered, d)
 				if !watching[uuid] {
 					watching[uuid] = true
-					*said = append(*said, dnvml.XIDEvent{UUID: uuid, Watched: true})
+					said = append(said, dnvml.XIDEvent{UUID: uuid, Watched: true})
 				}
 				continue
 			case nvml.ERROR_NOT_SUPPORTED:
@@ -151,7 +144,7 @@ func (l *lister) WatchXIDs(ctx context.Context, emit func(dnvml.XIDEvent)) error
 			}
 			if w, known := watching[uuid]; w || !known {
 				watching[uuid] = false
-				*said = append(*said, dnvml.XIDEvent{UUID: uuid, Unwatched: true})
+				said = append(said, dnvml.XIDEvent{UUID: uuid, Unwatched: true})
 			}
 		}
 		return nil
