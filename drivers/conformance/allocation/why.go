@@ -16,7 +16,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
 
 	"github.com/dralab/dralab/drivers/conformance/devices"
@@ -73,13 +72,7 @@ func (d deviceRef) reaches(node *v1.Node) bool {
 	if d.slice == nil {
 		return d.node == "" || d.node == node.Name
 	}
-	spec := &d.slice.Spec
-	name, all, sel := ptr.Deref(spec.NodeName, ""), ptr.Deref(spec.AllNodes, false), spec.NodeSelector
-	if ptr.Deref(spec.PerDeviceNodeSelection, false) {
-		name, all, sel = ptr.Deref(d.dev.NodeName, ""), ptr.Deref(d.dev.AllNodes, false), d.dev.NodeSelector
-	}
-	ok, err := structured.NodeMatches(DefaultFeatures, node, name, all, sel)
-	return ok && err == nil
+	return devices.NodeReaches(d.slice, d.dev, node)
 }
 
 func (d deviceRef) String() string { return d.pool + "/" + d.dev.Name }

@@ -78,34 +78,58 @@ func (s *State) ReadNodes(ctx context.Context, client kubernetes.Interface) erro
 // with: per-device node selection is partitionable devices'.
 var reachFeatures = structured.Features{PartitionableDevices: true}
 
-// Reaches tells whether device d of slice sl is node's: published for it
-// by name, or placed on it by the slice's or the device's own node
-// selection (nodeSelector, allNodes) as the allocator matches them, where
-// the state holds the node. A selector the allocator cannot match is
-// nobody's.
+// Reaches tells whether device d of slice sl (nil: any device of it) is
+// node's: published for it by name, or placed on it by the slice's or the
+// device's own node selection (nodeSelector, allNodes), where the state
+// holds the node (NodeReaches).
 func (s *State) Reaches(sl *resourceapi.ResourceSlice, d *resourceapi.Device, node string) bool {
-	spec := &sl.Spec
-	name, all, sel := ptr.Deref(spec.NodeName, ""), ptr.Deref(spec.AllNodes, false), spec.NodeSelector
-	if ptr.Deref(spec.PerDeviceNodeSelection, false) {
-		if d == nil {
-			for i := range spec.Devices {
-				if s.Reaches(sl, &spec.Devices[i], node) {
-					return true
-				}
-			}
-			return false
+	if n := s.Nodes[node]; n != nil {
+		return NodeReaches(sl, d, n)
+	}
+	// Nothing known of the node's labels: what is published for its name.
+	return anyDevice(sl, d, func(d *resourceapi.Device) bool { return placement(sl, d).name == node })
+}
+
+// anyDevice tells whether f holds for device d of slice sl, or, d nil, for
+// the slice (for any of its devices where each places itself).
+func anyDevice(sl *resourceapi.ResourceSlice, d *resourceapi.Device, f func(*resourceapi.Device) bool) bool {
+	if d != nil || !ptr.Deref(sl.Spec.PerDeviceNodeSelection, false) {
+		return f(d)
+	}
+	for i := range sl.Spec.Devices {
+		if f(&sl.Spec.Devices[i]) {
+			return true
 		}
-		name, all, sel = ptr.Deref(d.NodeName, ""), ptr.Deref(d.AllNodes, false), d.NodeSelector
 	}
-	if name != "" {
-		return name == node
+	return false
+}
+
+// selection is where a slice or a device places its devices: a node's
+// name, every node, or a node selector.
+type selection struct {
+	name string
+	all  bool
+	sel  *v1.NodeSelector
+}
+
+// placement is device d's selection (its own under per-device node
+// selection), else its slice's.
+func placement(sl *resourceapi.ResourceSlice, d *resourceapi.Device) selection {
+	if d != nil && ptr.Deref(sl.Spec.PerDeviceNodeSelection, false) {
+		return selection{ptr.Deref(d.NodeName, ""), ptr.Deref(d.AllNodes, false), d.NodeSelector}
 	}
-	n := s.Nodes[node]
-	if n == nil || (!all && sel == nil) {
-		return false
-	}
-	ok, err := structured.NodeMatches(reachFeatures, n, "", all, sel)
-	return err == nil && ok
+	return selection{ptr.Deref(sl.Spec.NodeName, ""), ptr.Deref(sl.Spec.AllNodes, false), sl.Spec.NodeSelector}
+}
+
+// NodeReaches tells whether device d of slice sl (nil: any device of it)
+// is placed on node, as the allocator matches node selection
+// (structured.NodeMatches). A selector it cannot match is nobody's.
+func NodeReaches(sl *resourceapi.ResourceSlice, d *resourceapi.Device, node *v1.Node) bool {
+	return anyDevice(sl, d, func(d *resourceapi.Device) bool {
+		p := placement(sl, d)
+		ok, err := structured.NodeMatches(reachFeatures, node, p.name, p.all, p.sel)
+		return err == nil && ok
+	})
 }
 
 // Reached are the nodes of the state device d of slice sl reaches, sorted.
