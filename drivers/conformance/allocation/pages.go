@@ -40,10 +40,17 @@ type rawList struct {
 // rawSource is the REST client of a typed client's group, where it is one
 // that speaks to a server; nil for a fake's.
 func rawSource(client rest.Interface, resource, namespace string) *rawList {
-	if c, ok := client.(*rest.RESTClient); client == nil || (ok && c == nil) {
+	if !speaksToAServer(client) {
 		return nil
 	}
 	return &rawList{client: client, resource: resource, namespace: namespace}
+}
+
+// speaksToAServer tells whether a typed client's REST client is one (a
+// fake's is a nil *rest.RESTClient).
+func speaksToAServer(client rest.Interface) bool {
+	c, ok := client.(*rest.RESTClient)
+	return client != nil && (!ok || c != nil)
 }
 
 func (r *rawList) fetch(ctx context.Context, opts metav1.ListOptions) ([]byte, error) {

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	resourcehelper "k8s.io/component-helpers/resource"
 	schedulingcorev1 "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -749,7 +748,7 @@ func limitList(items []string, n int) []string {
 // metrics cannot be read (a user without get on /metrics).
 func ReadFeatures(ctx context.Context, client kubernetes.Interface) (structured.Features, error) {
 	rc := client.CoreV1().RESTClient()
-	if c, ok := rc.(*rest.RESTClient); rc == nil || (ok && c == nil) {
+	if !speaksToAServer(rc) {
 		return DefaultFeatures, errors.New("the client reaches no API server's /metrics")
 	}
 	raw, err := rc.Get().AbsPath("/metrics").DoRaw(ctx)
