@@ -427,13 +427,8 @@ func (r *run) stillOnlyOurs(ctx context.Context, rows []allocation.Row, made []s
 	if err == nil {
 		return nil
 	}
-	errs := []error{fmt.Errorf("a claim of another namespace was given a device while the scenario tainted it; its DeviceTaintRules are removed: %w", err)}
-	for _, name := range made {
-		if derr := r.Client.ResourceV1().DeviceTaintRules().Delete(ctx, name, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) {
-			errs = append(errs, fmt.Errorf("removing DeviceTaintRule %s: %w", name, derr))
-		}
-	}
-	return errors.Join(errs...)
+	_, derr := deleteNamed(ctx, "DeviceTaintRule", made, r.Client.ResourceV1().DeviceTaintRules().Delete)
+	return errors.Join(fmt.Errorf("a claim of another namespace was given a device while the scenario tainted it; its DeviceTaintRules are removed: %w", err), derr)
 }
 
 // onlyOurs refuses, before any rule is made, to taint a device that a

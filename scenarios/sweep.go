@@ -70,22 +70,17 @@ func (r *Runner) Sweep(ctx context.Context) ([]string, error) {
 	}
 	now := time.Now()
 	alive := map[string]bool{}
-	var removed []string
-	var errs []error
+	var stale []string
 	for _, ns := range namespaces.Items {
-		if runAlive(&ns, now) {
+		switch {
+		case runAlive(&ns, now):
 			alive[ns.Name] = true
-			continue
+		case ns.Status.Phase != v1.NamespaceTerminating: // not going already
+			stale = append(stale, ns.Name)
 		}
-		if ns.Status.Phase == v1.NamespaceTerminating {
-			continue // going already
-		}
-		if err := r.Client.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, err)
-			continue
-		}
-		removed = append(removed, "Namespace/"+ns.Name)
 	}
+	removed, err := deleteNamed(ctx, "Namespace", stale, r.Client.CoreV1().Namespaces().Delete)
+	errs := []error{err}
 	// left tells whether a cluster-scoped object is a run's that is gone.
 	left := func(labels map[string]string) bool {
 		if run, ok := labels[LabelRun]; ok {
@@ -93,6 +88,7 @@ func (r *Runner) Sweep(ctx context.Context) ([]string, error) {
 		}
 		return len(alive) == 0
 	}
+	var ruleNames, classNames []string
 	rules, err := r.Client.ResourceV1().DeviceTaintRules().List(ctx, managed)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -100,14 +96,9 @@ func (r *Runner) Sweep(ctx context.Context) ([]string, error) {
 		errs = append(errs, fmt.Errorf("listing the DeviceTaintRules of scenario runs: %w", err))
 	default:
 		for _, rule := range rules.Items {
-			if !left(rule.Labels) {
-				continue
+			if left(rule.Labels) {
+				ruleNames = append(ruleNames, rule.Name)
 			}
-			if err := r.Client.ResourceV1().DeviceTaintRules().Delete(ctx, rule.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				errs = append(errs, err)
-				continue
-			}
-			removed = append(removed, "DeviceTaintRule/"+rule.Name)
 		}
 	}
 	classes, err := r.Client.ResourceV1().DeviceClasses().List(ctx, managed)
@@ -115,21 +106,36 @@ func (r *Runner) Sweep(ctx context.Context) ([]string, error) {
 		errs = append(errs, fmt.Errorf("listing the DeviceClasses of scenario runs: %w", err))
 	} else {
 		for _, c := range classes.Items {
-			if !left(c.Labels) {
-				continue
+			if left(c.Labels) {
+				classNames = append(classNames, c.Name)
 			}
-			if err := r.Client.ResourceV1().DeviceClasses().Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				errs = append(errs, err)
-				continue
-			}
-			removed = append(removed, "DeviceClass/"+c.Name)
 		}
 	}
+	gone, err := deleteNamed(ctx, "DeviceTaintRule", ruleNames, r.Client.ResourceV1().DeviceTaintRules().Delete)
+	removed, errs = append(removed, gone...), append(errs, err)
+	gone, err = deleteNamed(ctx, "DeviceClass", classNames, r.Client.ResourceV1().DeviceClasses().Delete)
+	removed, errs = append(removed, gone...), append(errs, err)
 	slices.Sort(removed)
 	if len(removed) > 0 {
 		klog.FromContext(ctx).Info("Removed what interrupted scenario runs left", "removed", removed)
 	}
 	return removed, errors.Join(errs...)
+}
+
+// deleteNamed deletes the objects of a kind named, one already gone
+// counted as deleted; it returns those deleted, as kind/name, and what
+// could not be.
+func deleteNamed(ctx context.Context, kind string, names []string, del func(context.Context, string, metav1.DeleteOptions) error) ([]string, error) {
+	var deleted []string
+	var errs []error
+	for _, name := range names {
+		if err := del(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting %s %s: %w", kind, name, err))
+			continue
+		}
+		deleted = append(deleted, kind+"/"+name)
+	}
+	return deleted, errors.Join(errs...)
 }
 
 // runAlive tells whether a run's namespace is its live run's: its
