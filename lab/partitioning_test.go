@@ -180,21 +180,30 @@ const (
 	outcomeUnschedulable podOutcome = "Unschedulable"
 )
 
-// runPod creates a pod and waits until it runs or the scheduler finds it
-// unschedulable.
-func runPod(ctx context.Context, t testing.TB, client kubernetes.Interface, pod *v1.Pod) (podOutcome, *v1.Pod) {
+// allocatorVerdict is the PodScheduled message of a pod whose claims the
+// scheduler's allocator weighed on every node and could not place; other
+// Unschedulable messages (a claim not yet made from its template, a class or
+// a slice not yet in the scheduler's informers) pass as its caches fill.
+const allocatorVerdict = "cannot allocate all claims"
+
+// runPod creates a pod and waits until it runs or, where want is
+// outcomeUnschedulable, the scheduler's allocator finds no place for it. A
+// pod wanted running may be found unschedulable on the way (the scheduler
+// tries it again as its informers catch up): only its last state counts.
+func runPod(ctx context.Context, t testing.TB, client kubernetes.Interface, pod *v1.Pod, want podOutcome) (podOutcome, *v1.Pod) {
 	t.Helper()
 	if _, err := client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var got podOutcome
 	var last *v1.Pod
+	seen := map[string]bool{}
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
-		last = p
+		last, got = p, ""
 		if p.Status.Phase == v1.PodRunning {
 			got = outcomeRunning
 			return true, nil
@@ -202,13 +211,25 @@ func runPod(ctx context.Context, t testing.TB, client kubernetes.Interface, pod 
 		for _, c := range p.Status.Conditions {
 			if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && c.Reason == v1.PodReasonUnschedulable {
 				got = outcomeUnschedulable
-				return true, nil
+				if want == outcomeUnschedulable && strings.Contains(c.Message, allocatorVerdict) {
+					return true, nil
+				}
+				if !seen[c.Message] {
+					seen[c.Message] = true
+					t.Logf("pod %s unschedulable on the way: %s", pod.Name, c.Message)
+				}
 			}
 		}
 		return false, nil
 	})
-	if err != nil {
-		t.Fatalf("waiting for pod %s to run or be found unschedulable: %v; last status: %+v", pod.Name, err, last.Status)
+	switch {
+	case err == nil:
+	case got == outcomeUnschedulable && want == outcomeRunning:
+		t.Logf("pod %s still unschedulable after %v: %s", pod.Name, 2*time.Minute, podScheduledMessage(last))
+	case last == nil:
+		t.Fatalf("waiting for pod %s: %v", pod.Name, err)
+	default:
+		t.Fatalf("waiting for pod %s to be %s: %v; last status: %+v", pod.Name, want, err, last.Status)
 	}
 	return got, last
 }
@@ -317,7 +338,7 @@ func testMIG(ctx context.Context, t *testing.T, client kubernetes.Interface) {
 	for i := range want {
 		name := fmt.Sprintf("small-%d", i)
 		names = append(names, name)
-		got, pod := runPod(ctx, t, client, scratchlab.ClaimPod(ns, name, "small"))
+		got, pod := runPod(ctx, t, client, scratchlab.ClaimPod(ns, name, "small"), outcomeRunning)
 		if got != outcomeRunning {
 			t.Fatalf("pod %s of %d: %s, want %s", name, want, got, outcomeRunning)
 		}
@@ -348,7 +369,7 @@ func testMIG(ctx context.Context, t *testing.T, client kubernetes.Interface) {
 		}
 	}
 
-	got, pod := runPod(ctx, t, client, scratchlab.ClaimPod(ns, "small-extra", "small"))
+	got, pod := runPod(ctx, t, client, scratchlab.ClaimPod(ns, "small-extra", "small"), outcomeUnschedulable)
 	if got != outcomeUnschedulable {
 		t.Fatalf("pod %d of %s: %s, want %s", want+1, profile, got, outcomeUnschedulable)
 	}
@@ -356,7 +377,7 @@ func testMIG(ctx context.Context, t *testing.T, client kubernetes.Interface) {
 	// Out of the way: once slices are free, the whole GPU must win them.
 	deletePods(ctx, t, client, ns, "small-extra")
 
-	got, pod = runPod(ctx, t, client, scratchlab.ClaimPod(ns, "whole", "whole"))
+	got, pod = runPod(ctx, t, client, scratchlab.ClaimPod(ns, "whole", "whole"), outcomeUnschedulable)
 	if got != outcomeUnschedulable {
 		t.Fatalf("a whole-GPU pod beside %d MIG devices: %s, want %s", want, got, outcomeUnschedulable)
 	}
@@ -420,7 +441,7 @@ func testSharing(ctx context.Context, t *testing.T, client kubernetes.Interface)
 	shareIDs := map[string]string{}
 	for i := range want {
 		name := fmt.Sprintf("share-%d", i)
-		got, pod := runPod(ctx, t, client, scratchlab.ClaimPod(ns, name, "share"))
+		got, pod := runPod(ctx, t, client, scratchlab.ClaimPod(ns, name, "share"), outcomeRunning)
 		if got != outcomeRunning {
 			t.Fatalf("pod %s of %d: %s, want %s", name, want, got, outcomeRunning)
 		}
@@ -441,7 +462,7 @@ func testSharing(ctx context.Context, t *testing.T, client kubernetes.Interface)
 			}
 		}
 	}
-	got, pod := runPod(ctx, t, client, scratchlab.ClaimPod(ns, "share-extra", "share"))
+	got, pod := runPod(ctx, t, client, scratchlab.ClaimPod(ns, "share-extra", "share"), outcomeUnschedulable)
 	if got != outcomeUnschedulable {
 		t.Fatalf("pod %d asking %s of the L4: %s, want %s", want+1, memory, got, outcomeUnschedulable)
 	}
