@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -67,8 +68,9 @@ func (e Env) Apply(fs *pflag.FlagSet) error {
 }
 
 // KubeClient is a client of the API server that a kubeconfig names, or of
-// the cluster the driver runs in where kubeconfig is empty.
-func KubeClient(kubeconfig, userAgent string) (kubernetes.Interface, error) {
+// the cluster the driver runs in where kubeconfig is empty; wrap, if any,
+// wrap its transport (PaceSliceWrites).
+func KubeClient(kubeconfig, userAgent string, wrap ...func(http.RoundTripper) http.RoundTripper) (kubernetes.Interface, error) {
 	var (
 		cfg *rest.Config
 		err error
@@ -82,6 +84,9 @@ func KubeClient(kubeconfig, userAgent string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("API client: %w", err)
 	}
 	cfg.UserAgent = userAgent
+	for _, w := range wrap {
+		cfg.Wrap(w)
+	}
 	return kubernetes.NewForConfig(cfg)
 }
 
@@ -160,6 +165,9 @@ type NodeFlags struct {
 	List bool
 	// DevicesPerSlice is the most devices a slice of the pool holds.
 	DevicesPerSlice int
+	// SliceWriteInterval is the least time between two of the driver's
+	// ResourceSlice writes (PaceSliceWrites); 0: not paced.
+	SliceWriteInterval time.Duration
 }
 
 // AddFlags defines the node flags on fs; checkpointDir is the default of
@@ -176,6 +184,7 @@ func (o *NodeFlags) AddFlags(fs *pflag.FlagSet, checkpointDir string) {
 	fs.StringVar(&o.MetricsAddress, "metrics-address", "", "host:port of /metrics, the driver's Prometheus metrics (prepared claims; prepares, unprepares, their errors and durations); empty: off")
 	fs.BoolVar(&o.List, "list", false, "print the devices the driver would publish, as YAML, and exit")
 	fs.IntVar(&o.DevicesPerSlice, "devices-per-slice", 0, "publish the node's pool in slices of at most this many devices, as a driver with more devices than a slice holds does (the pool's resourceSliceCount names them all); 0: as many as the API allows")
+	fs.DurationVar(&o.SliceWriteInterval, "slice-write-interval", 0, "the least time between two of the driver's ResourceSlice writes, as where the API server throttles a driver: a pool of several slices moving to a new generation stays incomplete for as long as its writes take, and the allocator takes nothing from it meanwhile; 0: not paced")
 	klogFlags := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlag(klogFlags.Lookup("v"))
@@ -189,6 +198,14 @@ var podUIDPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-
 func (o *NodeFlags) CheckPodUID(e Env) error {
 	if o.PodUID != "" && !podUIDPattern.MatchString(o.PodUID) {
 		return fmt.Errorf("%s %q is not a pod UID: want a UUID such as 6d2f9a3c-8b4e-4f7a-a1c2-5e9b0d3f7c42, the pod's metadata.uid from the downward API", e.Flag("pod-uid"), o.PodUID)
+	}
+	return nil
+}
+
+// CheckSliceWriteInterval says what is wrong with --slice-write-interval.
+func (o *NodeFlags) CheckSliceWriteInterval(e Env) error {
+	if d := o.SliceWriteInterval; d < 0 {
+		return fmt.Errorf("%s %v: must not be negative", e.Flag("slice-write-interval"), d)
 	}
 	return nil
 }
@@ -310,9 +327,16 @@ func (o *NodeFlags) Run(ctx context.Context, e Env, r Run) error {
 	if err := o.CheckNodeName(e); err != nil {
 		return err
 	}
+	if err := o.CheckSliceWriteInterval(e); err != nil {
+		return err
+	}
 	var client kubernetes.Interface
 	if !r.WithoutClient {
-		if client, err = KubeClient(o.Kubeconfig, r.Name); err != nil {
+		var wrap []func(http.RoundTripper) http.RoundTripper
+		if o.SliceWriteInterval > 0 {
+			wrap = append(wrap, PaceSliceWrites(o.SliceWriteInterval))
+		}
+		if client, err = KubeClient(o.Kubeconfig, r.Name, wrap...); err != nil {
 			return err
 		}
 	}

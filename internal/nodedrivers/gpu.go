@@ -195,6 +195,7 @@ func settings(g *config.GPUs) []setting {
 		{"attach", "attach", g.Attach},
 		{"timeSlices", "time-slices", strconv.Itoa(g.TimeSlices)},
 		{"devicesPerSlice", "devices-per-slice", strconv.Itoa(g.DevicesPerSlice)},
+		{"sliceWriteInterval", "slice-write-interval", g.SliceWriteInterval},
 	} {
 		if s.value != "" && s.value != "0" {
 			out = append(out, s)

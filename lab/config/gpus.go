@@ -70,7 +70,19 @@ type GPUs struct {
 	// 0: as many as the API allows (128, 64 with counters or taints).
 	// Devices served through DRA, on the embedded backend.
 	DevicesPerSlice int `json:"devicesPerSlice,omitempty"`
+	// SliceWriteInterval is the least time between two of the driver's
+	// ResourceSlice writes, a duration such as "1s" (at most 1m), as
+	// where the API server throttles a driver: a pool of several slices
+	// moving to a new generation is incomplete for as long as its writes
+	// take, which the allocator waits out. Devices served through DRA, on
+	// the embedded backend.
+	SliceWriteInterval string `json:"sliceWriteInterval,omitempty"`
 }
+
+// MaxSliceWriteInterval bounds sliceWriteInterval: a pool of a few slices
+// is incomplete for seconds, not for the minutes after which a scenario or
+// a user gives up on it.
+const MaxSliceWriteInterval = time.Minute
 
 // DefaultAttachDelay is how long attaching a fabric GPU takes unless
 // attachDelay says otherwise.
@@ -166,6 +178,17 @@ func (g *GPUs) validateSection(gp *field.Path) field.ErrorList {
 	case g.Mode == GPUModeDevicePlugin:
 		errs = append(errs, field.Forbidden(gp.Child("devicesPerSlice"), "mode device-plugin publishes no ResourceSlice; devicesPerSlice needs mode dra"))
 	}
+	if v := g.SliceWriteInterval; v != "" {
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil:
+			errs = append(errs, field.Invalid(gp.Child("sliceWriteInterval"), v, "must be a duration such as 1s or 500ms"))
+		case d < 0 || d > MaxSliceWriteInterval:
+			errs = append(errs, field.Invalid(gp.Child("sliceWriteInterval"), v, fmt.Sprintf("must be between 0s and %v", MaxSliceWriteInterval)))
+		case g.Mode == GPUModeDevicePlugin:
+			errs = append(errs, field.Forbidden(gp.Child("sliceWriteInterval"), "mode device-plugin publishes no ResourceSlice; sliceWriteInterval needs mode dra"))
+		}
+	}
 	return append(errs, g.validateAttach(gp)...)
 }
 
@@ -247,6 +270,8 @@ func (*GPUs) limits() []backendLimit {
 			why: "device metadata runs on the embedded backend only, so far: the kind backend's chart does not pass it to the driver"},
 		{backend: BackendKind, field: []string{"gpus", "devicesPerSlice"}, node: func(n *Node) bool { return n.GPUs != nil && n.GPUs.DevicesPerSlice != 0 },
 			why: "devicesPerSlice runs on the embedded backend only, so far: the kind backend's chart does not pass it to the driver"},
+		{backend: BackendKind, field: []string{"gpus", "sliceWriteInterval"}, node: func(n *Node) bool { return n.GPUs != nil && n.GPUs.SliceWriteInterval != "" },
+			why: "sliceWriteInterval runs on the embedded backend only, so far: the kind backend's chart does not pass it to the driver"},
 		{backend: BackendKind, field: []string{"gpus", "attach"}, node: func(n *Node) bool { return n.GPUs != nil && n.GPUs.Attach != "" },
 			why: "fabric attach runs on the embedded backend only, so far: its attach controller is part of the embedded lab process"},
 	}
