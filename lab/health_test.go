@@ -177,6 +177,11 @@ func failOnce(ctx context.Context, tb testing.TB, l *lab.Lab, client kubernetes.
 		}
 	}
 
+	// lab:status says which GPU failed, and with what.
+	if got := nodeGPUHealth(ctx, tb, l, ref.Node); !strings.Contains(got, "1 failed (Xid 79)") {
+		tb.Errorf("lab:status gives node %s's GPUs as %q after gpu:fail %s, want one failed with Xid 79", ref.Node, got, ref)
+	}
+
 	start = time.Now()
 	if err := l.HealGPU(ctx, ref); err != nil {
 		tb.Fatal(err)
@@ -187,6 +192,9 @@ func failOnce(ctx context.Context, tb testing.TB, l *lab.Lab, client kubernetes.
 		tb.Fatalf("after gpu:heal %s the device is still tainted %s", ref, deviceTaint(ctx, client, ref))
 	}
 	times.healed = time.Since(start)
+	if got := nodeGPUHealth(ctx, tb, l, ref.Node); strings.Contains(got, "failed") || !strings.HasSuffix(got, " healthy") {
+		tb.Errorf("lab:status gives node %s's GPUs as %q after gpu:heal %s, want all healthy", ref.Node, got, ref)
+	}
 	// Healed, the GPU takes a pod again: a second replica gets it.
 	if _, err := client.AppsV1().Deployments(ns).Patch(ctx, "training", "application/merge-patch+json", []byte(`{"spec":{"replicas":2}}`), metav1.PatchOptions{}); err != nil {
 		tb.Fatal(err)
@@ -260,5 +268,21 @@ func deviceTaint(ctx context.Context, client kubernetes.Interface, ref lab.GPURe
 			return strings.Join(out, ",")
 		}
 	}
+	return ""
+}
+
+// nodeGPUHealth is a node's GPU health as lab:status shows it.
+func nodeGPUHealth(ctx context.Context, tb testing.TB, l *lab.Lab, node string) string {
+	tb.Helper()
+	st, err := l.Status(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, n := range st.Nodes {
+		if n.Name == node {
+			return n.GPUHealth
+		}
+	}
+	tb.Fatalf("lab:status has no node %s", node)
 	return ""
 }

@@ -9,6 +9,7 @@
 package lab
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -290,8 +291,19 @@ func (l *Lab) ServeDashboard(ctx context.Context) (string, error) {
 // Status reports the lab's state.
 func (l *Lab) Status(ctx context.Context) (*Status, error) {
 	st, err := l.backend.Status(ctx, l.cfg.Name)
-	if st != nil {
-		st.FeatureGates, st.RuntimeConfig = l.cfg.FeatureGatesFlag(), l.cfg.RuntimeConfigFlag()
+	if st == nil {
+		return st, err
+	}
+	st.FeatureGates, st.RuntimeConfig = l.cfg.FeatureGatesFlag(), l.cfg.RuntimeConfigFlag()
+	if st.APIServer != "" && (st.Phase == status.PhaseRunning || st.Phase == status.PhaseDegraded) {
+		// The GPUs' health is the status's news, not its condition: an
+		// API that does not answer leaves it out.
+		if health, herr := l.gpuHealth(ctx); herr == nil {
+			for i := range st.Nodes {
+				n := &st.Nodes[i]
+				n.GPUHealth = health[cmp.Or(n.ClusterNode, n.Name)]
+			}
+		}
 	}
 	return st, err
 }

@@ -101,8 +101,15 @@ type NodeStatus struct {
 	// Ready is the node's Ready condition as the API server has it, or
 	// "Unknown" when the API cannot be reached.
 	Ready string
+	// ClusterNode is the node's name in the cluster (a kind node's
+	// container); empty: its name in the lab.
+	ClusterNode string
 	// Profile is the node's GPU profile, if any.
 	Profile string
+	// GPUHealth is the health of the node's whole GPUs as dralab's GPU
+	// driver publishes it ("7 healthy, 1 failed (Xid 79)"); empty where
+	// the node publishes none or the API does not answer.
+	GPUHealth string
 	// Host paths a kubelet plugin on this node uses, where the backend
 	// shares them with the host (embedded): the kubelet's plugin
 	// registration directory, the parent of plugins' socket directories,
@@ -153,16 +160,19 @@ func (s *Status) Write(out io.Writer) error {
 }
 
 // WriteNodes prints the table of the lab's nodes: name, readiness, process,
-// GPUs and driver.
+// GPUs, their health and driver.
 func (s *Status) WriteNodes(out io.Writer) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NODE\tREADY\tPROCESS\tGPUS\tDRIVER")
+	fmt.Fprintln(w, "NODE\tREADY\tPROCESS\tGPUS\tHEALTH\tDRIVER")
 	for _, n := range s.Nodes {
-		gpus, driver := n.Profile, n.Driver
+		gpus, health, driver := n.Profile, n.GPUHealth, n.Driver
 		if gpus == "" {
 			gpus, driver = "-", "-"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", n.Name, n.Ready, n.Process, gpus, driver)
+		if health == "" {
+			health = "-"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Ready, n.Process, gpus, health, driver)
 	}
 	return w.Flush()
 }

@@ -245,7 +245,7 @@ func (b *Backend) Status(ctx context.Context, name string) (*status.Status, erro
 		if labNode == "" {
 			continue
 		}
-		ns := status.NodeStatus{Name: labNode, Process: "kind node " + n.Name, Ready: backend.NodeReady(n), Healthy: backend.NodeReady(n) == string(v1.ConditionTrue)}
+		ns := status.NodeStatus{Name: labNode, ClusterNode: n.Name, Process: "kind node " + n.Name, Ready: backend.NodeReady(n), Healthy: backend.NodeReady(n) == string(v1.ConditionTrue)}
 		if j := slices.IndexFunc(cfg.Nodes, func(c config.Node) bool { return c.Name == labNode }); j >= 0 {
 			ns.Profile, ns.Driver = describe(cfg, cfg.Nodes[j])
 		}
