@@ -52,19 +52,22 @@ func (Deps) Realnode() error {
 
 // kindHostPackages are Debian's packages a kind lab runs on and its node
 // image is built with: podman (Debian's Docker cannot run kind's
-// privileged nodes where the engine lacks CAP_SYS_RESOURCE), the dnsname
-// CNI plugin with which podman's networks resolve the nodes' names, and
-// mmdebstrap, which makes the node's root filesystem from Debian's
-// packages.
+// privileged nodes where the engine lacks CAP_SYS_RESOURCE), runc
+// (podman takes crun where no runtime is installed, and crun refuses hosts
+// whose cgroups are hybrid, v1 and v2 at once; installed in the same
+// apt-get, runc is the runtime podman gets), the dnsname CNI plugin with
+// which podman's networks resolve the nodes' names, and mmdebstrap, which
+// makes the node's root filesystem from Debian's packages.
 var kindHostPackages = map[string]string{
 	"podman":               "podman",
+	"runc":                 "runc",
 	"mmdebstrap":           "mmdebstrap",
 	"/usr/lib/cni/dnsname": "golang-github-containernetworking-plugin-dnsname",
 }
 
-// Kind installs what a kind lab needs from Debian's packages — podman,
-// its dnsname plugin and mmdebstrap (kind:nodeImage) — when it is
-// missing.
+// Kind installs what a kind lab needs from Debian's packages — podman
+// with runc, its dnsname plugin and mmdebstrap (kind:nodeImage) — when it
+// is missing.
 func (Deps) Kind() error {
 	var missing []string
 	for program, pkg := range kindHostPackages {
@@ -73,7 +76,7 @@ func (Deps) Kind() error {
 		}
 	}
 	if len(missing) == 0 {
-		fmt.Println("podman, its dnsname plugin and mmdebstrap are installed.")
+		fmt.Println("podman, runc, podman's dnsname plugin and mmdebstrap are installed.")
 		return nil
 	}
 	slices.Sort(missing)

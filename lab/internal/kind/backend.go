@@ -84,16 +84,14 @@ func (b *Backend) Up(ctx context.Context, cfg *config.Config, progress ui.Progre
 			return status.UpResult{}, err
 		}
 		if engine == "podman" {
-			// kind runs podman with this process's environment.
-			env, err := host.podmanEnv(filepath.Join(filepath.Dir(kubeconfig), "containers.conf"))
-			if err != nil {
+			// kind runs podman with this process's environment; the
+			// lab's configuration, written before any node is made,
+			// fails where podman has no runtime for this host.
+			if _, err := host.writePodmanConf(ctx, filepath.Dir(kubeconfig)); err != nil {
 				return status.UpResult{}, err
 			}
-			for _, kv := range env {
-				k, v, _ := strings.Cut(kv, "=")
-				if err := os.Setenv(k, v); err != nil {
-					return status.UpResult{}, err
-				}
+			if err := usePodmanConf(filepath.Dir(kubeconfig)); err != nil {
+				return status.UpResult{}, err
 			}
 		}
 		if _, err := prepareHost(ctx, engine, b.root, len(cfg.Nodes)); err != nil {

@@ -109,6 +109,12 @@ func recordedEngine(root, name string) string {
 // to delete.
 func labEngine(root, name string) (*cluster.Provider, string, []string, error) {
 	rec := recordedEngine(root, name)
+	if rec == "podman" {
+		// Every podman command for the lab runs with its configuration.
+		if err := usePodmanConf(filepath.Dir(kindcmd.Kubeconfig(root, name))); err != nil {
+			return nil, rec, nil, err
+		}
+	}
 	if rec == "" {
 		return pickEngine(kindlog.NoopLogger{})
 	}

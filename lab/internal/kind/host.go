@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 
 	"github.com/dralab/dralab/internal/nodedrivers"
@@ -21,6 +22,10 @@ type Host struct {
 	// CgroupV1: the host mounts cgroup v1, which a kubelet of 1.35 or
 	// later refuses unless its configuration says failCgroupV1: false.
 	CgroupV1 bool
+	// HybridCgroups: the host mounts cgroup v1 and, beside it, cgroup v2
+	// (systemd's "hybrid" layout, /sys/fs/cgroup/unified), which crun
+	// refuses to run containers on.
+	HybridCgroups bool
 	// NoSysResource: the engine's processes lack CAP_SYS_RESOURCE, so a
 	// container may not be given a negative oom_score_adj: containerd in
 	// the nodes must not try (restrict_oom_score_adj).
@@ -92,6 +97,8 @@ func DetectHost() Host {
 	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers") // cgroup v2's root has it
 	status, _ := os.ReadFile("/proc/self/status")
 	h := Host{CgroupV1: err != nil, NoSysResource: !hasCapability(status, capSysResource)}
+	var fs unix.Statfs_t
+	h.HybridCgroups = h.CgroupV1 && unix.Statfs("/sys/fs/cgroup/unified", &fs) == nil && fs.Type == unix.CGROUP2_SUPER_MAGIC
 	h.NVIDIA, h.noNVIDIA = DetectNVIDIA("/")
 	return h
 }
@@ -136,28 +143,4 @@ func (h Host) patches() (kubeadm, containerd, preflight []string) {
 		containerd = append(containerd, oomScorePatch)
 	}
 	return kubeadm, containerd, preflight
-}
-
-// podmanLimits are the rlimits a podman kind node runs with where the
-// engine lacks CAP_SYS_RESOURCE: podman's default (nofile 1048576) is above
-// what the host allows a process without it, and runc fails to set it
-// ("error setting rlimit type 7: operation not permitted").
-const podmanLimits = `# Written by dralab for its kind nodes; the host's podman configuration is not changed.
-[containers]
-default_ulimits = ["nofile=20000:20000", "nproc=4096:4096"]
-`
-
-// podmanEnv is the environment podman runs kind's nodes with on host h:
-// where the engine lacks CAP_SYS_RESOURCE, a containers.conf of the lab's
-// own (written to file) with rlimits the host allows, named by
-// CONTAINERS_CONF. A containers.conf the user names already is theirs to
-// keep: nothing is set, and the error of a node that cannot start says why.
-func (h Host) podmanEnv(file string) ([]string, error) {
-	if !h.NoSysResource || os.Getenv("CONTAINERS_CONF") != "" {
-		return nil, nil
-	}
-	if err := os.WriteFile(file, []byte(podmanLimits), 0o600); err != nil {
-		return nil, err
-	}
-	return []string{"CONTAINERS_CONF=" + file}, nil
 }

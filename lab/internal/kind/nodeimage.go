@@ -47,6 +47,9 @@ func (b *Backend) NodeImage(ctx context.Context, progress ui.Progress) (kindcmd.
 	if err != nil {
 		return kindcmd.NodeImage{}, err
 	}
+	if in.Note != "" {
+		progress(in.Note)(nil)
+	}
 	var built nodeimage.Built
 	err = step("Writing the node image of Kubernetes "+nodeimage.KubernetesVersion+" (once for the same inputs)", func() (err error) {
 		built, err = nodeimage.Build(ctx, in, dir)

@@ -329,30 +329,6 @@ func TestNodeImageIsTheLabs(t *testing.T) {
 	}
 }
 
-// Where the engine lacks CAP_SYS_RESOURCE, podman runs the nodes with a
-// containers.conf of the lab's own, whose rlimits the host allows; a host
-// that lacks nothing, or a user who names a containers.conf already, gets
-// none.
-func TestPodmanLimits(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "containers.conf")
-	t.Setenv("CONTAINERS_CONF", "")
-	env, err := Host{NoSysResource: true}.podmanEnv(file)
-	if err != nil || !slices.Equal(env, []string{"CONTAINERS_CONF=" + file}) {
-		t.Fatalf("podmanEnv = %v, %v; want CONTAINERS_CONF naming %s", env, err, file)
-	}
-	data, err := os.ReadFile(file)
-	if err != nil || !strings.Contains(string(data), `default_ulimits = ["nofile=20000:20000", "nproc=4096:4096"]`) {
-		t.Errorf("the lab's containers.conf: %q, %v", data, err)
-	}
-	if env, _ := (Host{}).podmanEnv(file); env != nil {
-		t.Errorf("a host that lacks nothing: %v", env)
-	}
-	t.Setenv("CONTAINERS_CONF", "/home/me/containers.conf")
-	if env, _ := (Host{NoSysResource: true}).podmanEnv(file); env != nil {
-		t.Errorf("with the user's CONTAINERS_CONF: %v", env)
-	}
-}
-
 // The node image is pulled as kind pulls it: from Docker Hub where the
 // reference names no host, by its digest alone where one pins it.
 func TestPullable(t *testing.T) {

@@ -68,8 +68,12 @@ type Inputs struct {
 	Containerd string
 	// Crictl is the crictl binary.
 	Crictl string
-	// Busybox is a static busybox: the pause image is its sh.
+	// Busybox is the root filesystem's static busybox: the pause image is
+	// its sh.
 	Busybox string
+	// Note says what the user should know of the inputs (a root
+	// filesystem built earlier, used offline); empty: nothing.
+	Note string
 	// Images are image archives the node imports when it starts, beside
 	// its own (the lab's driver image).
 	Images []string

@@ -2,9 +2,9 @@ package nodeimage
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/dralab/dralab/internal/build"
 )
@@ -12,26 +12,19 @@ import (
 // KubePackage is the kube binary's package.
 const KubePackage = "github.com/dralab/dralab/lab/internal/kind/nodeimage/kube"
 
-// Busybox is the static busybox of Debian's busybox-static on the host,
-// the pause image's.
-const Busybox = "/bin/busybox"
-
 // A Step runs one part of preparing a node image's inputs, named for the
 // user's progress lines.
 type Step func(name string, run func() error) error
 
 // Prepare builds, or finds built, every input of the lab's node image in
-// dir: the root filesystem, the kube binary (the Go build cache keeps a
+// dir: the root filesystem (and its busybox, the pause image's), the kube binary (the Go build cache keeps a
 // rebuild to a link), containerd, crictl and the lab's driver image,
 // running each through step.
 func Prepare(ctx context.Context, dir string, step Step) (Inputs, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Inputs{}, err
 	}
-	in := Inputs{Containerd: dir, Busybox: Busybox, Kube: filepath.Join(dir, "kube")}
-	if _, err := os.Stat(Busybox); err != nil {
-		return Inputs{}, fmt.Errorf("the pause image is Debian's static busybox (apt-get install busybox-static): %w", err)
-	}
+	in := Inputs{Containerd: dir, Kube: filepath.Join(dir, "kube")}
 	steps := []struct {
 		name string
 		run  func() error
@@ -40,9 +33,17 @@ func Prepare(ctx context.Context, dir string, step Step) (Inputs, error) {
 			in.KindFiles, err = KindFilesDir(ctx)
 			return err
 		}},
-		{"Building the node's Debian root filesystem (mmdebstrap, Debian's packages; once)", func() (err error) {
-			in.Rootfs, _, err = Rootfs(ctx, dir)
-			return err
+		{"Building the node's Debian root filesystem (mmdebstrap, Debian's packages with their security updates; once per set of versions)", func() (err error) {
+			if in.Rootfs, _, in.Note, err = Rootfs(ctx, dir); err != nil {
+				return err
+			}
+			// The pause image's sh: the root filesystem's own static
+			// busybox, not whatever the host has.
+			in.Busybox = strings.TrimSuffix(in.Rootfs, ".tar") + ".busybox"
+			if _, err := os.Stat(in.Busybox); err == nil {
+				return nil
+			}
+			return Busybox(in.Rootfs, in.Busybox)
 		}},
 		{"Building kube, the node's Kubernetes " + KubernetesVersion + " (the first build compiles kubeadm, kube-proxy and kubectl: minutes)", func() error {
 			return build.Go(ctx, in.Kube, KubePackage)

@@ -1,22 +1,37 @@
 package nodeimage
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 )
 
 // DebianSuite is the Debian release of the node's root filesystem.
 const DebianSuite = "bookworm"
 
-// DebianMirror is where the root filesystem's packages come from.
-const DebianMirror = "http://deb.debian.org/debian"
+// DebianSources are where the root filesystem's packages come from: the
+// release, its updates and its security updates, so that the runc and
+// systemd of privileged nodes are the ones Debian's security team last
+// fixed.
+var DebianSources = []string{
+	"deb http://deb.debian.org/debian " + DebianSuite + " main",
+	"deb http://deb.debian.org/debian " + DebianSuite + "-updates main",
+	"deb http://deb.debian.org/debian-security " + DebianSuite + "-security main",
+}
 
 // Packages are the Debian packages of a node's root filesystem: systemd
 // as its init, what the kubelet, kube-proxy and kubeadm run (iptables,
@@ -39,41 +54,187 @@ var rootfsHooks = []string{
 	`chroot "$1" sh -c 'echo ReadKMsg=no >> /etc/systemd/journald.conf && ln -sf /usr/lib/systemd/systemd /sbin/init && ln -sf /dev/null /etc/systemd/system/systemd-binfmt.service && mkdir -p /etc/kubernetes/manifests'`,
 }
 
-// RootfsKey names a root filesystem of these packages and hooks.
-func RootfsKey() string {
+// RootfsKey names a root filesystem of these sources, packages and hooks
+// and of the package versions they resolve to (ResolveVersions): a
+// package's new version, a security update among them, makes a new one.
+func RootfsKey(versions []string) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s %s\n%s\n%s\n", DebianSuite, DebianMirror, strings.Join(Packages, ","), strings.Join(rootfsHooks, "\n"))
+	fmt.Fprintf(h, "%s\n%s\n%s\n%s\n%s\n", DebianSuite, strings.Join(DebianSources, "\n"), strings.Join(Packages, ","), strings.Join(rootfsHooks, "\n"), strings.Join(versions, "\n"))
 	return hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// mmdebstrapArgs are mmdebstrap's arguments for the root filesystem,
+// written to target, before the options of the run.
+func mmdebstrapArgs(target string, options ...string) []string {
+	args := append(options, "--variant=minbase", "--include="+strings.Join(Packages, ","))
+	for _, h := range rootfsHooks {
+		args = append(args, "--customize-hook="+h)
+	}
+	return append(append(args, DebianSuite, target), DebianSources...)
+}
+
+// ResolveVersions asks Debian's archive, through mmdebstrap's simulated
+// run (apt resolves, nothing is downloaded but the package lists: seconds),
+// which versions the root filesystem's packages and their dependencies
+// have now: "name=version", sorted.
+func ResolveVersions(ctx context.Context) ([]string, error) {
+	if _, err := exec.LookPath("mmdebstrap"); err != nil {
+		return nil, fmt.Errorf("building a kind node's root filesystem needs mmdebstrap (apt-get install mmdebstrap): %w", err)
+	}
+	cmd := exec.CommandContext(ctx, "mmdebstrap", mmdebstrapArgs(os.DevNull, "--simulate", "--verbose")...)
+	var output bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &output, &output
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("resolving the root filesystem's package versions (mmdebstrap --simulate): %w\n%s", err, tail(output.String()))
+	}
+	versions := parseInst(output.String())
+	if len(versions) == 0 {
+		return nil, fmt.Errorf("mmdebstrap --simulate named no package to install:\n%s", tail(output.String()))
+	}
+	return versions, nil
+}
+
+// parseInst reads apt's simulated installs ("Inst runc (1.1.5+ds1-1+deb12u1
+// Debian:12.15/oldstable, Debian-Security:12/oldstable-security [amd64])")
+// as "name=version", each once, sorted.
+func parseInst(out string) []string {
+	seen := map[string]bool{}
+	for _, line := range strings.Split(out, "\n") {
+		rest, ok := strings.CutPrefix(line, "Inst ")
+		if !ok {
+			continue
+		}
+		name, rest, ok := strings.Cut(rest, " (")
+		if !ok {
+			continue
+		}
+		// "Inst a [old] (new …)" upgrades: the name's first field.
+		name, _, _ = strings.Cut(name, " ")
+		version, _, _ := strings.Cut(rest, " ")
+		seen[name+"="+version] = true
+	}
+	return slices.Sorted(maps.Keys(seen))
+}
+
+func tail(s string) string {
+	if len(s) > 4000 {
+		return s[len(s)-4000:]
+	}
+	return s
 }
 
 // Rootfs writes the node's Debian root filesystem as a tar archive into
 // dir with mmdebstrap (Debian's package mmdebstrap), from Debian's
-// packages, unless one of the same packages is there; it returns the
-// archive's path and whether it was there.
-func Rootfs(ctx context.Context, dir string) (string, bool, error) {
-	out := filepath.Join(dir, "rootfs-"+DebianSuite+"-"+RootfsKey()+".tar")
-	if _, err := os.Stat(out); err == nil {
-		return out, true, nil
+// packages at the versions they resolve to now, unless one of the same
+// versions is there; it returns the archive's path and whether it was
+// there. Where the archive cannot be asked (offline), the newest archive
+// built before is used, and note says so.
+func Rootfs(ctx context.Context, dir string) (path string, built bool, note string, err error) {
+	versions, err := ResolveVersions(ctx)
+	if err != nil {
+		last, lerr := newestRootfs(dir)
+		if lerr != nil || last == "" {
+			return "", false, "", err
+		}
+		return last, true, fmt.Sprintf("Debian's archive does not answer; the node's root filesystem is the one built last, %s, whose packages may miss security updates: %v", filepath.Base(last), err), nil
 	}
-	if _, err := exec.LookPath("mmdebstrap"); err != nil {
-		return "", false, fmt.Errorf("building a kind node's root filesystem needs mmdebstrap (apt-get install mmdebstrap): %w", err)
+	out := filepath.Join(dir, "rootfs-"+DebianSuite+"-"+RootfsKey(versions)+".tar")
+	if _, err := os.Stat(out); err == nil {
+		return out, true, "", nil
 	}
 	tmp := strings.TrimSuffix(out, ".tar") + ".partial.tar" // mmdebstrap writes the format its name says
-	args := []string{"--variant=minbase", "--include=" + strings.Join(Packages, ",")}
-	for _, h := range rootfsHooks {
-		args = append(args, "--customize-hook="+h)
-	}
-	args = append(args, DebianSuite, tmp, DebianMirror)
-	cmd := exec.CommandContext(ctx, "mmdebstrap", args...)
+	cmd := exec.CommandContext(ctx, "mmdebstrap", mmdebstrapArgs(tmp)...)
 	var output bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &output, &output
 	if err := cmd.Run(); err != nil {
 		os.Remove(tmp)
-		tail := output.String()
-		if len(tail) > 4000 {
-			tail = tail[len(tail)-4000:]
-		}
-		return "", false, fmt.Errorf("mmdebstrap %s: %w\n%s", DebianSuite, err, tail)
+		return "", false, "", fmt.Errorf("mmdebstrap %s: %w\n%s", DebianSuite, err, tail(output.String()))
 	}
-	return out, false, os.Rename(tmp, out)
+	// The versions of the key, beside the archive, for whoever asks what
+	// a node runs.
+	if err := os.WriteFile(strings.TrimSuffix(out, ".tar")+".versions", []byte(strings.Join(versions, "\n")+"\n"), 0o644); err != nil {
+		os.Remove(tmp)
+		return "", false, "", err
+	}
+	return out, false, "", os.Rename(tmp, out)
+}
+
+// newestRootfs is the root filesystem archive in dir built last; "" where
+// there is none.
+func newestRootfs(dir string) (string, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "rootfs-"+DebianSuite+"-*.tar"))
+	if err != nil {
+		return "", err
+	}
+	files = slices.DeleteFunc(files, func(f string) bool { return strings.HasSuffix(f, ".partial.tar") })
+	var newest string
+	var at time.Time
+	for _, f := range files {
+		if fi, err := os.Stat(f); err == nil && fi.ModTime().After(at) {
+			newest, at = f, fi.ModTime()
+		}
+	}
+	return newest, nil
+}
+
+// busyboxPaths are where Debian's busybox-static puts its binary in a
+// root filesystem, with /bin merged into /usr/bin or not.
+var busyboxPaths = []string{"usr/bin/busybox", "bin/busybox"}
+
+// Busybox writes the static busybox of a root filesystem archive (Debian's
+// busybox-static, one of Packages) to file: the pause image's sh. A
+// busybox that is not statically linked is refused: a pause image's
+// program has no libraries beside it.
+func Busybox(rootfs, file string) error {
+	f, err := os.Open(rootfs)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("the root filesystem %s has no busybox (%s): Debian's busybox-static is one of its packages", rootfs, strings.Join(busyboxPaths, ", "))
+		}
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", rootfs, err)
+		}
+		if h.Typeflag != tar.TypeReg || !slices.Contains(busyboxPaths, strings.TrimPrefix(path.Clean(h.Name), "./")) {
+			continue
+		}
+		tmp := file + ".partial"
+		out, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(out, tr)
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = checkStatic(tmp)
+		}
+		if err != nil {
+			os.Remove(tmp)
+			return fmt.Errorf("the busybox of %s: %w", rootfs, err)
+		}
+		return os.Rename(tmp, file)
+	}
+}
+
+// checkStatic says what is wrong with an executable meant to run alone:
+// not ELF, or linked against an interpreter.
+func checkStatic(file string) error {
+	e, err := elf.Open(file)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	for _, p := range e.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked: the pause image needs a static busybox (Debian's busybox-static)", file)
+		}
+	}
+	return nil
 }
