@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"slices"
@@ -13,9 +14,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/e2e-framework/pkg/env"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/yaml"
@@ -24,6 +27,7 @@ import (
 	"github.com/dralab/dralab/drivers/conformance/manifest"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/build"
+	"github.com/dralab/dralab/internal/drametrics"
 	"github.com/dralab/dralab/internal/harness/scratchlab"
 	"github.com/dralab/dralab/lab"
 	"github.com/dralab/dralab/lab/config"
@@ -258,6 +262,88 @@ func checkKindLab(ctx context.Context, t *testing.T, name, root string) {
 	for _, s := range all {
 		t.Run(s.Name, func(t *testing.T) { runScenario(ctx, t, restConfig, l, s, policy) })
 	}
+	t.Run("pod network", func(t *testing.T) { checkPodNetwork(ctx, t, client) })
+	t.Run("scheduler metrics", func(t *testing.T) {
+		// The scenarios' pods were scheduled: kind's scheduler counted
+		// its DynamicResources plugin's evaluations.
+		snap, err := drametrics.Read(ctx, l.Kubeconfig(), nil, nil)
+		if err != nil || snap.SchedulerErr != nil {
+			t.Fatalf("reading the scheduler's metrics: %v, %v", err, snap.SchedulerErr)
+		}
+		if snap.Scheduler.Evaluations["Filter"] == 0 || snap.Scheduler.Evaluations["PreFilter"] == 0 {
+			t.Errorf("kind's scheduler evaluated DynamicResources %v times after the scenarios, want some", snap.Scheduler.Evaluations)
+		}
+		t.Logf("scheduler: %s", snap.Scheduler)
+	})
+}
+
+// checkPodNetwork: on two workers, each with its own pod range, a pod
+// fetches a page that a pod on the other serves, by the pod's address
+// (with busybox's nc: the wget of Debian's static busybox crashes in its
+// resolver, an address or not).
+func checkPodNetwork(ctx context.Context, t *testing.T, client kubernetes.Interface) {
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: config.LabelLabNode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes.Items) < 2 {
+		t.Fatalf("%d workers, want two", len(nodes.Items))
+	}
+	server, client2 := nodes.Items[0], nodes.Items[1]
+	if server.Spec.PodCIDR == "" || client2.Spec.PodCIDR == "" || server.Spec.PodCIDR == client2.Spec.PodCIDR {
+		t.Fatalf("workers %s and %s have pod ranges %q and %q, want one of their own each", server.Name, client2.Name, server.Spec.PodCIDR, client2.Spec.PodCIDR)
+	}
+	ns := "podnet"
+	if err := cluster.CreateNamespace(ctx, client, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	pod := func(name, node string, restart v1.RestartPolicy, script string) *v1.Pod {
+		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: v1.PodSpec{
+			NodeName: node, RestartPolicy: restart, TerminationGracePeriodSeconds: ptr.To[int64](0),
+			Tolerations: []v1.Toleration{{Operator: v1.TolerationOpExists}},
+			Containers:  []v1.Container{{Name: "main", Image: kindProofImage, Command: []string{"/bin/busybox", "sh", "-c", script}}},
+		}}
+	}
+	const page = "served across nodes"
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod("server", server.Name, v1.RestartPolicyAlways,
+		"mkdir -p /www && echo '"+page+"' > /www/index.html && exec /bin/busybox httpd -f -p 8080 -h /www"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var ip string
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "server", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		ip = p.Status.PodIP
+		return p.Status.Phase == v1.PodRunning && ip != "", nil
+	}); err != nil {
+		t.Fatalf("the server pod on %s does not run: %v", server.Name, err)
+	}
+	if _, cidr, err := net.ParseCIDR(server.Spec.PodCIDR); err != nil || !cidr.Contains(net.ParseIP(ip)) {
+		t.Errorf("the server pod's address %s is not in its node's range %s", ip, server.Spec.PodCIDR)
+	}
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod("client", client2.Name, v1.RestartPolicyNever,
+		"for i in 1 2 3 4 5 6 7 8 9 10; do printf 'GET / HTTP/1.0\\r\\n\\r\\n' | /bin/busybox nc -w 3 "+ip+" 8080 && exit 0; sleep 1; done; exit 1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var phase v1.PodPhase
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "client", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		phase = p.Status.Phase
+		return phase == v1.PodSucceeded || phase == v1.PodFailed, nil
+	}); err != nil {
+		t.Fatalf("the client pod on %s did not end: %v (phase %s)", client2.Name, err, phase)
+	}
+	logs, err := client.CoreV1().Pods(ns).GetLogs("client", &v1.PodLogOptions{}).DoRaw(ctx)
+	if phase != v1.PodSucceeded || !strings.Contains(string(logs), page) {
+		t.Fatalf("a pod on %s fetching http://%s:8080/ from a pod on %s: %s, %v\n%s", client2.Name, ip, server.Name, phase, err, logs)
+	}
+	t.Logf("a pod on %s (%s) fetched %q from a pod on %s at %s (%s)", client2.Name, client2.Spec.PodCIDR, page, server.Name, ip, server.Spec.PodCIDR)
 }
 
 // labClients are the clients of lab l's API server.

@@ -144,8 +144,9 @@ func ParseKubelet(r io.Reader, source string) (Kubelet, error) {
 	return k, nil
 }
 
-// ParseScheduler reads the scheduler's metrics (the control plane's
-// /metrics, where the embedded lab's scheduler registers them).
+// ParseScheduler reads the scheduler's metrics (a scheduler pod's
+// /metrics, or the control plane's, where the embedded lab's scheduler
+// registers them).
 func ParseScheduler(r io.Reader, source string) (Scheduler, error) {
 	fams, err := parse(r, source)
 	if err != nil {

@@ -133,10 +133,29 @@ func RenderFor(cfg *config.Config, host Host) (*v1alpha4.Cluster, error) {
 	}
 	c.KubeadmConfigPatches = append(c.KubeadmConfigPatches, kubeadm...)
 	c.KubeadmConfigPatches = append(c.KubeadmConfigPatches, kubeadmPatches(skip, preflight)...)
+	if img := nodeImage(cfg); nodeimage.IsLabs(img) || img == config.KindNodeImage {
+		// Kubernetes of the lab's version: kind writes kubeadm's v1beta4,
+		// whose extraArgs are a list.
+		c.KubeadmConfigPatchesJSON6902 = append(c.KubeadmConfigPatchesJSON6902, schedulerMetricsPatch)
+	}
 	c.ContainerdConfigPatches = append(c.ContainerdConfigPatches, containerd...)
 	v1alpha4.SetDefaultsCluster(c)
 	return c, nil
 }
+
+// schedulerMetricsPatch has kubeadm start the scheduler so that the API
+// server's proxy reaches its /metrics (lab:metrics, the scenarios' reports):
+// listening on the node's address, not on 127.0.0.1 alone, and serving
+// /metrics to a request without credentials (the proxy sends none), beside
+// the health paths it serves so already. The node's address is the kind
+// network's, which only the lab's nodes and the host reach.
+var schedulerMetricsPatch = v1alpha4.PatchJSON6902{Group: "kubeadm.k8s.io", Version: "v1beta4", Kind: "ClusterConfiguration", Patch: `- op: add
+  path: /scheduler/extraArgs/-
+  value: {name: bind-address, value: 0.0.0.0}
+- op: add
+  path: /scheduler/extraArgs/-
+  value: {name: authorization-always-allow-paths, value: "/healthz,/readyz,/livez,/metrics"}
+`}
 
 // kubeadmPatches are kind's patches of kubeadm's init and join
 // configurations: the phases init skips and the preflight checks both

@@ -56,6 +56,19 @@ func TestRenderDefaultLab(t *testing.T) {
 	if c.RuntimeConfig["resource.k8s.io/v1"] != "true" {
 		t.Errorf("runtime config = %v", c.RuntimeConfig)
 	}
+	// The scheduler serves /metrics where the API server's proxy reaches
+	// it: on the node's address, to a request without credentials.
+	if len(c.KubeadmConfigPatchesJSON6902) != 1 {
+		t.Errorf("kubeadm JSON patches %+v, want the scheduler's", c.KubeadmConfigPatchesJSON6902)
+	} else if p := c.KubeadmConfigPatchesJSON6902[0]; p.Kind != "ClusterConfiguration" || p.Version != "v1beta4" ||
+		!strings.Contains(p.Patch, "{name: bind-address, value: 0.0.0.0}") || !strings.Contains(p.Patch, `"/healthz,/readyz,/livez,/metrics"`) {
+		t.Errorf("the scheduler's kubeadm patch: %+v", p)
+	}
+	other := config.Default()
+	other.NodeImage = "kindest/node:v1.30.0"
+	if c, err := RenderFor(other, Host{}); err != nil || len(c.KubeadmConfigPatchesJSON6902) != 0 {
+		t.Errorf("a node image of another Kubernetes (kubeadm's extraArgs a map before v1beta4): JSON patches %+v, %v; want none", c.KubeadmConfigPatchesJSON6902, err)
+	}
 	if len(c.ContainerdConfigPatches) != 1 || !strings.Contains(c.ContainerdConfigPatches[0], `[plugins."io.containerd.grpc.v1.cri"]`) ||
 		!strings.Contains(c.ContainerdConfigPatches[0], `cdi_spec_dirs = ["/var/run/cdi"]`) {
 		t.Errorf("containerd patches = %q", c.ContainerdConfigPatches)

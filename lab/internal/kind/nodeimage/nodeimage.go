@@ -247,8 +247,8 @@ func (in Inputs) nodeImage(ctx context.Context, work string) (*ociimage.Image, e
 	img.Files["/etc/containerd/cri-base.json"] = spec
 	generated := map[string]string{
 		"/kind/version":                                                  KubernetesVersion + "\n",
-		"/etc/cni/net.d/10-dralab.conflist":                              cniConfig,
 		"/etc/systemd/system/" + importUnit:                              importService,
+		"/etc/systemd/system/" + podnetUnit:                              podnetService,
 		"/etc/systemd/system/containerd.service.d/20-dralab-limits.conf": limitsDropIn,
 	}
 	for p, content := range generated {
@@ -262,7 +262,7 @@ func (in Inputs) nodeImage(ctx context.Context, work string) (*ociimage.Image, e
 		img.Files[p] = f
 	}
 	// The units kind's base image enables, and the lab's image import.
-	for _, u := range []string{"kubelet.service", "containerd.service", "undo-mount-hacks.service", importUnit} {
+	for _, u := range []string{"kubelet.service", "containerd.service", "undo-mount-hacks.service", importUnit, podnetUnit} {
 		img.Symlinks["/etc/systemd/system/multi-user.target.wants/"+u] = "/etc/systemd/system/" + u
 	}
 	images, err := in.writeImages(filepath.Join(work, "images"))
@@ -379,30 +379,21 @@ LimitCORE=0
 OOMScoreAdjust=0
 `
 
-// cniConfig is the node's pod network: a bridge with the node's own
-// addresses, pods masqueraded behind the node on their way out (to the
-// API server, through kube-proxy's service rules). It takes the place of
-// kind's kindnet, whose image would come from a registry; pods on two
-// nodes do not reach each other directly, which no scenario needs.
-const cniConfig = `{
-  "cniVersion": "1.0.0",
-  "name": "dralab",
-  "plugins": [
-    {
-      "type": "bridge",
-      "bridge": "cni0",
-      "isGateway": true,
-      "ipMasq": true,
-      "hairpinMode": true,
-      "ipam": {
-        "type": "host-local",
-        "ranges": [[{"subnet": "10.244.0.0/24"}]],
-        "routes": [{"dst": "0.0.0.0/0"}]
-      }
-    },
-    {"type": "portmap", "capabilities": {"portMappings": true}}
-  ]
-}
+// podnetUnit runs the node's pod network agent (podnet): the node's CNI
+// configuration for its own pod range, and routes to the other nodes'.
+const podnetUnit = "dralab-podnet.service"
+
+const podnetService = `[Unit]
+Description=The node's pod network: its pod range for CNI, routes to the other nodes' pods
+After=network-online.target
+
+[Service]
+ExecStart=/usr/local/bin/kube dralab-podnet
+Restart=always
+RestartSec=1
+
+[Install]
+WantedBy=multi-user.target
 `
 
 // KindFilesDir is kind's base image files in the module cache of the
