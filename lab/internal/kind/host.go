@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 
 	"github.com/dralab/dralab/internal/nodedrivers"
@@ -97,8 +96,7 @@ func DetectHost() Host {
 	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers") // cgroup v2's root has it
 	status, _ := os.ReadFile("/proc/self/status")
 	h := Host{CgroupV1: err != nil, NoSysResource: !hasCapability(status, capSysResource)}
-	var fs unix.Statfs_t
-	h.HybridCgroups = h.CgroupV1 && unix.Statfs("/sys/fs/cgroup/unified", &fs) == nil && fs.Type == unix.CGROUP2_SUPER_MAGIC
+	h.HybridCgroups = h.CgroupV1 && cgroup2At("/sys/fs/cgroup/unified")
 	h.NVIDIA, h.noNVIDIA = DetectNVIDIA("/")
 	return h
 }
