@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
+	"github.com/dralab/dralab/drivers/conformance/devices"
 	"github.com/dralab/dralab/drivers/gpu"
 	"github.com/dralab/dralab/internal/kubeclient"
 	"github.com/dralab/dralab/internal/natural"
@@ -37,22 +38,14 @@ func (l *Lab) gpuHealth(ctx context.Context) (map[string]string, error) {
 // watched: the driver reports it Unknown to the kubelet), any other is
 // healthy. "7 healthy, 1 failed (Xid 79)".
 func gpuHealthOf(list []resourceapi.ResourceSlice) map[string]string {
-	type pool struct{ node, name string }
-	newest := map[pool]int64{}
-	for _, s := range list {
-		if s.Spec.NodeName == nil || s.Spec.Driver != gpu.DriverName {
-			continue
-		}
-		p := pool{*s.Spec.NodeName, s.Spec.Pool.Name}
-		newest[p] = max(newest[p], s.Spec.Pool.Generation)
-	}
 	type tally struct {
 		healthy, failed, unknown int
 		xids                     map[string]bool
 	}
 	nodes := map[string]*tally{}
-	for _, s := range list {
-		if s.Spec.NodeName == nil || s.Spec.Driver != gpu.DriverName || s.Spec.Pool.Generation != newest[pool{*s.Spec.NodeName, s.Spec.Pool.Name}] {
+	// The newest generation of each pool, as the allocator reads it.
+	for _, s := range (&devices.State{Slices: list}).Current(gpu.DriverName, "") {
+		if s.Spec.NodeName == nil {
 			continue
 		}
 		t := nodes[*s.Spec.NodeName]

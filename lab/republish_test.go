@@ -178,11 +178,11 @@ func TestPoolRepublish(t *testing.T) {
 // its newest generation, how many of that generation's slices are
 // written, how many it has, and the event's etcd revision.
 type poolState struct {
-	generation      int64
-	published       int
-	count           int64
-	revision        uint64
-	complete, ready bool
+	generation int64
+	published  int
+	count      int64
+	revision   uint64
+	complete   bool
 }
 
 // poolWatch follows one node's GPU pool from a list of the slices on:
@@ -199,7 +199,7 @@ type poolWatch struct {
 func (w *poolWatch) complete() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.whole.ready
+	return w.whole.complete
 }
 
 // wait waits for the pool to be whole at its next generation.
@@ -270,7 +270,6 @@ func watchPool(ctx context.Context, t testing.TB, client kubernetes.Interface, p
 				w.incomplete <- st
 			}
 			if st.complete {
-				st.ready = true
 				w.mu.Lock()
 				w.whole = st
 				w.mu.Unlock()
