@@ -155,7 +155,15 @@ func (p *DevicePlugin) lost() bool {
 	p.lisMu.Lock()
 	defer p.lisMu.Unlock()
 	info, err := os.Stat(p.socket)
-	return !p.stopped && (err != nil || !os.SameFile(info, p.served))
+	return !p.stopped && (err != nil || !sameSocket(info, p.served))
+}
+
+// sameSocket tells whether two looks at a socket's path saw the same
+// socket: the same file, made at the same time. A socket removed and made
+// again (a kubelet that restarted) may get the inode number the old one
+// had, so the file's identity alone does not tell.
+func sameSocket(a, b os.FileInfo) bool {
+	return os.SameFile(a, b) && a.ModTime().Equal(b.ModTime())
 }
 
 func (p *DevicePlugin) registerLoop(ctx context.Context) {
@@ -172,7 +180,7 @@ func (p *DevicePlugin) registerLoop(ctx context.Context) {
 			}
 		}
 		info, err := os.Stat(kubelet)
-		if err == nil && (registered == nil || !os.SameFile(info, registered)) {
+		if err == nil && (registered == nil || !sameSocket(info, registered)) {
 			if err := p.register(ctx, kubelet); err != nil {
 				logger.Error(err, "Registering with the kubelet; will retry")
 			} else {

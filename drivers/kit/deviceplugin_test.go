@@ -3,6 +3,7 @@ package kit
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -195,5 +196,41 @@ func TestDevicePluginGivesDevicesAndHealth(t *testing.T) {
 	}
 	if got := health(); got != "gpu-0=Healthy,gpu-1=Healthy,gpu-2=Healthy" {
 		t.Errorf("after healing: %s", got)
+	}
+}
+
+// TestSameSocket: a socket made again at its path is another socket, even
+// where the file system gives it the inode number the removed one had (a
+// kubelet restarted: the plugin registers again); the same socket looked at
+// twice is the same.
+func TestSameSocket(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kubelet.sock")
+	listen := func() (net.Listener, os.FileInfo) {
+		t.Helper()
+		l, err := net.Listen("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l, info
+	}
+	l, first := listen()
+	again, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameSocket(first, again) {
+		t.Error("one socket looked at twice is not the same")
+	}
+	l.Close()
+	os.Remove(path)
+	time.Sleep(10 * time.Millisecond) // a clock tick apart, as two kubelet starts are
+	l2, second := listen()
+	defer l2.Close()
+	if sameSocket(first, second) {
+		t.Errorf("a socket made again is the same (inode reused: %v)", os.SameFile(first, second))
 	}
 }

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/dralab/dralab/drivers/conformance/cluster"
 	"github.com/dralab/dralab/internal/kubeclient"
 	"github.com/dralab/dralab/internal/nodedrivers"
 	"github.com/dralab/dralab/lab/config"
@@ -76,6 +77,12 @@ func WaitReadySince(ctx context.Context, kubeconfig string, cfg *config.Config, 
 		}
 		slices.Sort(msgs)
 		return fmt.Errorf("waiting for nodes: %w: %s", err, strings.Join(msgs, "; "))
+	}
+	// A pod made in the default namespace is refused until the controller
+	// manager has made its ServiceAccount: a lab is up once a user's
+	// first kubectl run works.
+	if err := cluster.WaitForServiceAccount(ctx, client, metav1.NamespaceDefault); err != nil {
+		return fmt.Errorf("waiting for the default namespace's ServiceAccount: %w", err)
 	}
 	return nil
 }
