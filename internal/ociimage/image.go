@@ -6,6 +6,7 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -45,6 +46,23 @@ type Image struct {
 	// StopSignal is the signal that stops the image's process (systemd's
 	// SIGRTMIN+3 for a kind node); empty: the engine's default.
 	StopSignal string
+}
+
+// CheckStatic says what is wrong with a pause image's program, which runs
+// with no library beside it: not ELF, or linked against an interpreter
+// (Debian's busybox is; its busybox-static is not).
+func CheckStatic(file string) error {
+	e, err := elf.Open(file)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	for _, p := range e.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked: the pause image needs a static busybox (Debian's busybox-static)", file)
+		}
+	}
+	return nil
 }
 
 // Pause is a pod sandbox image of the static busybox at host path busybox,

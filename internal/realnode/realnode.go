@@ -279,6 +279,11 @@ func MissingHostPrograms() []string {
 			missing = append(missing, f)
 		}
 	}
+	// The node's images run the host's busybox with no library beside
+	// it: Debian's busybox (dynamically linked) is no busybox-static.
+	if _, err := os.Stat(Busybox); err == nil && ociimage.CheckStatic(Busybox) != nil {
+		missing = append(missing, Busybox+" (statically linked: Debian's busybox-static)")
+	}
 	if _, err := exec.LookPath("iptables"); err != nil {
 		missing = append(missing, "iptables")
 	}

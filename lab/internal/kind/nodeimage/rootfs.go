@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"debug/elf"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -18,6 +17,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dralab/dralab/internal/ociimage"
 )
 
 // DebianSuite is the Debian release of the node's root filesystem.
@@ -213,7 +214,7 @@ func Busybox(rootfs, file string) error {
 			err = cerr
 		}
 		if err == nil {
-			err = checkStatic(tmp)
+			err = ociimage.CheckStatic(tmp)
 		}
 		if err != nil {
 			os.Remove(tmp)
@@ -221,20 +222,4 @@ func Busybox(rootfs, file string) error {
 		}
 		return os.Rename(tmp, file)
 	}
-}
-
-// checkStatic says what is wrong with an executable meant to run alone:
-// not ELF, or linked against an interpreter.
-func checkStatic(file string) error {
-	e, err := elf.Open(file)
-	if err != nil {
-		return err
-	}
-	defer e.Close()
-	for _, p := range e.Progs {
-		if p.Type == elf.PT_INTERP {
-			return fmt.Errorf("%s is dynamically linked: the pause image needs a static busybox (Debian's busybox-static)", file)
-		}
-	}
-	return nil
 }
