@@ -82,15 +82,13 @@ func ResolveVersions(ctx context.Context) ([]string, error) {
 	if _, err := exec.LookPath("mmdebstrap"); err != nil {
 		return nil, fmt.Errorf("building a kind node's root filesystem needs mmdebstrap (apt-get install mmdebstrap): %w", err)
 	}
-	cmd := exec.CommandContext(ctx, "mmdebstrap", mmdebstrapArgs(os.DevNull, "--simulate", "--verbose")...)
-	var output bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &output, &output
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("resolving the root filesystem's package versions (mmdebstrap --simulate): %w\n%s", err, tail(output.String()))
+	output, err := mmdebstrap(ctx, mmdebstrapArgs(os.DevNull, "--simulate", "--verbose"))
+	if err != nil {
+		return nil, fmt.Errorf("resolving the root filesystem's package versions (mmdebstrap --simulate): %w", err)
 	}
-	versions := parseInst(output.String())
+	versions := parseInst(output)
 	if len(versions) == 0 {
-		return nil, fmt.Errorf("mmdebstrap --simulate named no package to install:\n%s", tail(output.String()))
+		return nil, fmt.Errorf("mmdebstrap --simulate named no package to install:\n%s", tail(output))
 	}
 	return versions, nil
 }
@@ -115,6 +113,18 @@ func parseInst(out string) []string {
 		seen[name+"="+version] = true
 	}
 	return slices.Sorted(maps.Keys(seen))
+}
+
+// mmdebstrap runs mmdebstrap with args and returns what it wrote; where it
+// fails, the error ends with the end of that.
+func mmdebstrap(ctx context.Context, args []string) (string, error) {
+	cmd := exec.CommandContext(ctx, "mmdebstrap", args...)
+	var output bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &output, &output
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%w\n%s", err, tail(output.String()))
+	}
+	return output.String(), nil
 }
 
 func tail(s string) string {
@@ -144,12 +154,9 @@ func Rootfs(ctx context.Context, dir string) (path string, built bool, note stri
 		return out, true, "", nil
 	}
 	tmp := strings.TrimSuffix(out, ".tar") + ".partial.tar" // mmdebstrap writes the format its name says
-	cmd := exec.CommandContext(ctx, "mmdebstrap", mmdebstrapArgs(tmp)...)
-	var output bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &output, &output
-	if err := cmd.Run(); err != nil {
+	if _, err := mmdebstrap(ctx, mmdebstrapArgs(tmp)); err != nil {
 		os.Remove(tmp)
-		return "", false, "", fmt.Errorf("mmdebstrap %s: %w\n%s", DebianSuite, err, tail(output.String()))
+		return "", false, "", fmt.Errorf("mmdebstrap %s: %w", DebianSuite, err)
 	}
 	// The versions of the key, beside the archive, for whoever asks what
 	// a node runs.
